@@ -1,0 +1,43 @@
+# Two entry points, each doing its own setup on a fresh machine:
+#   make run    - replay the bundled Alibaba openb trace under every policy (the simulator)
+#   make test   - lint, layering contracts, unit tests and e2e tests on a real control plane
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: run test unit e2e lint testbin bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,plot]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+run: $(STAMP)
+	$(BIN)/ckpt-preempt simulate $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+# Builds (or reuses from ~/.cache) etcd, kube-*, kwok and the mock NVML. Skipped without Go.
+testbin:
+	@if command -v go >/dev/null 2>&1; then e2e/testbin/build.sh; \
+	else echo "go not found: e2e tests will be skipped (install Go >= 1.26, or Docker + kind and set E2E_CLUSTER=kind)"; fi
+
+test: $(STAMP) lint testbin
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
+
+unit: $(STAMP)
+	@$(BIN)/python -m pytest tests $(PYTEST_ARGS); rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
+
+bench: $(STAMP)
+	$(BIN)/python bench/lost_work.py
+	$(BIN)/python bench/optimality.py
+	$(BIN)/python bench/plan_latency.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,5 @@
+"""Command-line entry point `hwprobe`."""
+
+
+def main(argv=None) -> int:
+    raise SystemExit("hwprobe: not built yet")
