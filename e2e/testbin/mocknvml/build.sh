@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the mock libnvidia-ml.so.1 (this folder's Go module) and caches it, with a copy of the
+# profiles, under ~/.cache/ckpt-preempt/mocknvml/<hash of go.mod+go.sum+sources>/. A warm cache
+# builds nothing. Prints the cache folder on its last line.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../../.." && pwd)"
+key="$(cat "$here/go.mod" "$here/go.sum" "$here"/*.go "$here"/*.h | sha256sum | cut -c1-16)"
+cache="${CKPT_CACHE:-$HOME/.cache/ckpt-preempt}/mocknvml/$key"
+lib="$cache/libnvidia-ml.so.1"
+
+if [[ ! -f "$lib" ]]; then
+  command -v go >/dev/null || { echo "mocknvml: go not found" >&2; exit 1; }
+  mkdir -p "${cache%/*}"
+  tmp="$(mktemp -d "${cache%/*}/.tmp.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "mocknvml: building $lib"
+  # The soname matters: pynvml dlopens "libnvidia-ml.so.1", and a library already loaded under
+  # that soname (ctypes.CDLL of the full path) satisfies it.
+  (cd "$here" && CGO_ENABLED=1 go build -trimpath -buildmode=c-shared \
+     -ldflags "-s -w -extldflags -Wl,-soname,libnvidia-ml.so.1" \
+     -o "$tmp/libnvidia-ml.so.1" .)
+  rm -f "$tmp/libnvidia-ml.so.1.h"
+  ln -sf libnvidia-ml.so.1 "$tmp/libnvidia-ml.so"
+  mkdir -p "$tmp/profiles"
+  cp "$repo"/hwprobe/profiles/*.yaml "$tmp/profiles/"
+  rm -rf "$cache" && mv "$tmp" "$cache"
+  trap - EXIT
+else
+  # Profiles are data, not build inputs: refresh the copy without rebuilding.
+  mkdir -p "$cache/profiles" && cp "$repo"/hwprobe/profiles/*.yaml "$cache/profiles/"
+  echo "mocknvml: cached $lib"
+fi
+ln -sfn "$key" "${cache%/*}/current"
+echo "$cache"
