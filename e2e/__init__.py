@@ -1,0 +1,1 @@
+"""End-to-end tests: a real Kubernetes control plane (see conftest.py) or a real GPU."""
