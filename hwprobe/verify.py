@@ -1,0 +1,243 @@
+"""Compare a topology with what the node is supposed to be. Pure, but for reading spec files.
+
+A spec is YAML: a named reference in ``specs/<name>.yaml`` or a file of the same shape. Every
+key is optional; only what a spec states is checked::
+
+    gpu_count: 8                 # or a list of allowed counts: [4, 8]
+    gpu_name: H100               # substring every GPU's name must contain
+    nvswitch: true
+    nvlink:
+      active_links_per_gpu: 18   # links that must be up on every GPU
+      pair_links: 18             # NV# expected between every pair inside a domain
+      domains: [[0,1,2,3,4,5,6,7]]
+      domain_size: 8             # when the exact grouping does not matter
+      p2p: true                  # NVML P2P status over NVLink must be OK inside domains
+    pcie: {same_numa: NODE, cross_numa: SYS}  # levels of pairs without NVLink
+    fabric: {attached: true}     # multi-node NVLink: COMPLETED, success, non-zero cluster UUID
+    max_link_errors: 0           # per counter (replay, recovery, crc_flit, crc_data)
+
+Findings are sentences a human can act on: ``GPU3 link 7 inactive``,
+``GPU2↔GPU5 NV12 expected NV18``, ``CRC errors rising on GPU1 link 4 (17 -> 25)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hwprobe.errors import SpecError
+from hwprobe.model import Topology
+
+_KEYS = {"name", "description", "gpu_count", "gpu_name", "nvswitch", "nvlink", "pcie", "fabric",
+         "max_link_errors"}
+_NVLINK_KEYS = {"active_links_per_gpu", "pair_links", "domains", "domain_size", "p2p"}
+_COUNTER_WORDS = {"crc_flit": "CRC", "crc_data": "CRC (data)", "replay": "replay",
+                  "recovery": "recovery"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    name: str
+    rules: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    spec: str
+    findings: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def reference_names() -> list[str]:
+    folder = resources.files("hwprobe").joinpath("specs")
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def load_spec(name_or_path: str) -> Spec:
+    """A named reference (``hgx-h100-8``) or a path to a YAML file. Raises SpecError."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise SpecError(f"cannot read spec {name_or_path}: {err.strerror}") from err
+        default_name = path.stem
+    else:
+        ref = resources.files("hwprobe").joinpath(f"specs/{name_or_path}.yaml")
+        if not ref.is_file():
+            raise SpecError(f"unknown spec {name_or_path!r}; named references: "
+                            + ", ".join(reference_names()))
+        text, default_name = ref.read_text(), name_or_path
+    try:
+        rules = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise SpecError(f"spec {name_or_path} is not valid YAML: {err}") from err
+    if not isinstance(rules, dict):
+        raise SpecError(f"spec {name_or_path} must be a mapping")
+    unknown = set(rules) - _KEYS | set(rules.get("nvlink") or {}) - _NVLINK_KEYS
+    if unknown:
+        raise SpecError(f"spec {name_or_path}: unknown keys {sorted(unknown)}")
+    return Spec(name=str(rules.get("name", default_name)), rules=rules)
+
+
+def verify(topo: Topology, spec: Spec, earlier: Topology | None = None) -> Verdict:
+    """Findings of ``topo`` against ``spec``; pass a previous probe as ``earlier`` for trends."""
+    r = spec.rules
+    findings: list[str] = []
+    findings += _check_gpus(topo, r)
+    findings += _check_nvlink(topo, r.get("nvlink") or {}, r.get("nvswitch"))
+    findings += _check_pcie(topo, r.get("pcie") or {})
+    if (r.get("fabric") or {}).get("attached"):
+        findings += _check_fabric(topo)
+    if "max_link_errors" in r:
+        findings += _check_errors(topo, int(r["max_link_errors"]), earlier)
+    return Verdict(spec=spec.name, findings=tuple(findings))
+
+
+def _check_gpus(topo: Topology, r: dict) -> list[str]:
+    out = []
+    want = r.get("gpu_count")
+    allowed = want if isinstance(want, list) else [want] if want is not None else None
+    if allowed is not None and topo.gpu_count not in allowed:
+        wanted = " or ".join(str(n) for n in allowed)
+        out.append(f"expected {wanted} GPUs, found {topo.gpu_count}")
+    wrong: dict[str, list[int]] = {}
+    for gpu in topo.gpus:
+        if gpu.lost or "handle" in gpu.unavailable:
+            out.append(f"GPU{gpu.index} unreadable: {gpu.unavailable.get('handle', 'lost')}")
+        elif r.get("gpu_name") and r["gpu_name"] not in (gpu.name or ""):
+            wrong.setdefault(gpu.name or "unknown", []).append(gpu.index)
+    for name, indexes in wrong.items():
+        which = "all GPUs are" if len(indexes) == topo.gpu_count else (
+            "GPU" + ",".join(map(str, indexes)) + (" is" if len(indexes) == 1 else " are"))
+        out.append(f"{which} {name!r}, expected {r['gpu_name']}")
+    return out
+
+
+def _check_nvlink(topo: Topology, nv: dict, nvswitch: bool | None) -> list[str]:
+    out = []
+    if nvswitch is not None and topo.nvswitch != nvswitch:
+        out.append("NVSwitch not detected" if nvswitch else "NVSwitch detected, expected none")
+    want_active = nv.get("active_links_per_gpu")
+    if want_active is not None:
+        for gpu in topo.gpus:
+            if gpu.lost or "handle" in gpu.unavailable:
+                continue
+            active = len(gpu.active_links)
+            if active >= want_active:
+                continue
+            down = [link.link for link in gpu.links if not link.active]
+            if len(gpu.links) == want_active:
+                out += [f"GPU{gpu.index} link {n} inactive" for n in down]
+            else:
+                out.append(f"GPU{gpu.index}: {active} of {want_active} NVLinks active "
+                           f"(inactive: {_ranges(down) or 'none reported'})")
+    domains = topo.nvlink_domains
+    if "domains" in nv:
+        want = sorted(sorted(d) for d in nv["domains"])
+        if domains != want:
+            out.append(f"NVLink domains {_fmt_domains(domains)} expected {_fmt_domains(want)}")
+    if "domain_size" in nv:
+        sizes = sorted({len(d) for d in domains})
+        if sizes != [nv["domain_size"]]:
+            out.append(f"NVLink domain sizes {sizes} expected {nv['domain_size']}")
+    for domain in domains:
+        for i, a in enumerate(domain):
+            for b in domain[i + 1:]:
+                out += _check_pair(topo, a, b, nv)
+    return out
+
+
+def _check_pair(topo: Topology, a: int, b: int, nv: dict) -> list[str]:
+    pair = topo.pair(a, b)
+    if pair is None:
+        return []
+    out = []
+    want = nv.get("pair_links")
+    if want is not None and pair.nvlinks != want:
+        out.append(f"GPU{a}↔GPU{b} {pair.level} expected NV{want}")
+    status = pair.p2p.get("nvlink")
+    if nv.get("p2p") and status is not None and status != "OK":
+        out.append(f"GPU{a}↔GPU{b} P2P over NVLink {status}")
+    return out
+
+
+def _check_pcie(topo: Topology, want: dict) -> list[str]:
+    out = []
+    for (a, b), pair in sorted(topo.pairs.items()):
+        if pair.nvlinks or pair.pcie is None:
+            continue
+        same = _same_socket(topo, a, b)
+        expected = want.get("same_numa" if same else "cross_numa")
+        if expected and pair.pcie.name != expected and same is not None:
+            out.append(f"GPU{a}↔GPU{b} {pair.pcie.name} expected {expected}")
+    return out
+
+
+def _same_socket(topo: Topology, a: int, b: int) -> bool | None:
+    """Same CPU socket: by slot NUMA node when sysfs told us, else by identical CPU affinity."""
+    ga, gb = topo.gpus[a], topo.gpus[b]
+    if ga.numa_node is not None and gb.numa_node is not None:
+        return ga.numa_node == gb.numa_node
+    if ga.cpu_affinity and gb.cpu_affinity:
+        return ga.cpu_affinity == gb.cpu_affinity
+    return None
+
+
+def _check_fabric(topo: Topology) -> list[str]:
+    out = []
+    for gpu in topo.gpus:
+        f = gpu.fabric
+        if f is None:
+            why = gpu.unavailable.get("fabric", "unreadable")
+            out.append(f"GPU{gpu.index} fabric info unavailable ({why})")
+        elif not f.attached:
+            detail = f"state {f.state}, status {f.status}"
+            if not f.cluster_uuid:
+                detail += ", no cluster UUID"
+            out.append(f"GPU{gpu.index} not attached to the NVLink fabric ({detail})")
+    cliques = {gpu.fabric.clique for gpu in topo.gpus if gpu.fabric and gpu.fabric.clique}
+    if len(cliques) > 1:
+        out.append(f"GPUs in different fabric cliques: {sorted(cliques)}")
+    return out
+
+
+def _check_errors(topo: Topology, limit: int, earlier: Topology | None) -> list[str]:
+    out = []
+    before = {}
+    if earlier is not None:
+        before = {(g.index, link.link): link.errors for g in earlier.gpus for link in g.links}
+    for gpu in topo.gpus:
+        for link in gpu.links:
+            for counter, value in link.errors.items():
+                word = _COUNTER_WORDS.get(counter, counter)
+                old = before.get((gpu.index, link.link), {}).get(counter)
+                if old is not None and value > old:
+                    out.append(f"{word} errors rising on GPU{gpu.index} link {link.link} "
+                               f"({old} -> {value})")
+                elif value > limit:
+                    out.append(f"{word} errors on GPU{gpu.index} link {link.link}: {value} "
+                               f"(max {limit})")
+    return out
+
+
+def _ranges(numbers: list[int]) -> str:
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(str(n) if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
+def _fmt_domains(domains: list[list[int]]) -> str:
+    return " ".join("{" + ",".join(map(str, d)) + "}" for d in domains)
