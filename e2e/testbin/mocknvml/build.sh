@@ -3,6 +3,7 @@
 # profiles, under ~/.cache/ckpt-preempt/mocknvml/<hash of go.mod+go.sum+sources>/. A warm cache
 # builds nothing. Prints the cache folder on its last line.
 set -euo pipefail
+export LC_ALL=C  # glob order feeds the cache key; tests/hwprobe computes the same key
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 key="$(cat "$here/go.mod" "$here/go.sum" "$here"/*.go "$here"/*.h | sha256sum | cut -c1-16)"

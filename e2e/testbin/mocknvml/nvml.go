@@ -71,9 +71,9 @@ func nvmlShutdown() C.int {
 	if refs == 0 {
 		return rUninitialized
 	}
-	if refs--; refs == 0 {
-		prof = nil // the next init re-reads the profile
-	}
+	// The profile stays loaded: like a GPU's error counters, injected counters keep counting
+	// across init/shutdown cycles (the environment cannot change under a running process).
+	refs--
 	return rSuccess
 }
 
@@ -107,7 +107,7 @@ func putString(dst *C.char, size C.uint, s string) C.int {
 
 //export nvmlSystemGetDriverVersion
 func nvmlSystemGetDriverVersion(version *C.char, size C.uint) C.int {
-	if prof == nil {
+	if refs == 0 {
 		return rUninitialized
 	}
 	return putString(version, size, prof.Driver)
@@ -115,7 +115,7 @@ func nvmlSystemGetDriverVersion(version *C.char, size C.uint) C.int {
 
 //export nvmlDeviceGetCount_v2
 func nvmlDeviceGetCount_v2(count *C.uint) C.int {
-	if prof == nil {
+	if refs == 0 {
 		return rUninitialized
 	}
 	*count = C.uint(len(prof.GPUs))
@@ -124,7 +124,7 @@ func nvmlDeviceGetCount_v2(count *C.uint) C.int {
 
 //export nvmlDeviceGetHandleByIndex_v2
 func nvmlDeviceGetHandleByIndex_v2(index C.uint, device *C.uintptr_t) C.int {
-	if prof == nil {
+	if refs == 0 {
 		return rUninitialized
 	}
 	if int(index) >= len(prof.GPUs) {
@@ -139,7 +139,7 @@ func nvmlDeviceGetHandleByIndex_v2(index C.uint, device *C.uintptr_t) C.int {
 
 // gpu resolves a handle, answering the error NVML would give for a bad or lost device.
 func gpu(device C.uintptr_t, fn string) (int, C.int) {
-	if prof == nil {
+	if refs == 0 {
 		return 0, rUninitialized
 	}
 	g := int(device) - handleBase
@@ -161,7 +161,7 @@ func uuid(g int) string {
 
 //export nvmlDeviceGetUUID
 func nvmlDeviceGetUUID(device C.uintptr_t, out *C.char, size C.uint) C.int {
-	if m := int(device) - migHandleBase; prof != nil && m >= 0 && m < 1<<12 {
+	if m := int(device) - migHandleBase; refs > 0 && m >= 0 && m < 1<<12 {
 		return putString(out, size, fmt.Sprintf("MIG-%s-%04x-%012x", prof.UUIDPrefix, m>>4, m&15))
 	}
 	g, r := gpu(device, "nvmlDeviceGetUUID")

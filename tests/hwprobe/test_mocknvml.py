@@ -1,0 +1,154 @@
+"""The NVML edge on the mock libnvidia-ml.so.1, through the real pynvml and the real CLI."""
+
+import pytest
+
+pytestmark = pytest.mark.mocknvml
+
+NV = {8: "NV18"}
+
+
+def nv_everywhere(n, level):
+    return [" ".join("X" if a == b else level for b in range(n)) for a in range(n)]
+
+
+L40S_ROWS = [  # bus order 17,31,B1,CA,18,32,B2,CB; sockets {0,1,4,5} and {2,3,6,7}
+    "X NODE SYS SYS NODE NODE SYS SYS", "NODE X SYS SYS NODE NODE SYS SYS",
+    "SYS SYS X NODE SYS SYS NODE NODE", "SYS SYS NODE X SYS SYS NODE NODE",
+    "NODE NODE SYS SYS X NODE SYS SYS", "NODE NODE SYS SYS NODE X SYS SYS",
+    "SYS SYS NODE NODE SYS SYS X NODE", "SYS SYS NODE NODE SYS SYS NODE X",
+]
+
+PROFILES = [
+    # profile, spec, verified, matrix, domains, nvswitch, clique
+    pytest.param("h100", "hgx-h100-8", True, nv_everywhere(8, "NV18"), [list(range(8))], True,
+                 None, id="h100"),
+    pytest.param("a100", "dgx-a100-8", True, nv_everywhere(8, "NV12"), [list(range(8))], True,
+                 None, id="a100"),
+    pytest.param("b200", "hgx-b200-8", True, nv_everywhere(8, "NV18"), [list(range(8))], True,
+                 None, id="b200"),
+    pytest.param("gb200", "gb200-tray", True, nv_everywhere(4, "NV18"), [[0, 1, 2, 3]], True,
+                 "6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.4", id="gb200"),
+    pytest.param("gb300", "gb200-tray", True, nv_everywhere(4, "NV18"), [[0, 1, 2, 3]], True,
+                 "7b4e2d3f-0e5c-4f32-9b88-2c3d4e5f6071.7", id="gb300"),
+    pytest.param("l40s", "l40s-pcie", True, L40S_ROWS, [[i] for i in range(8)], False, None,
+                 id="l40s"),
+    pytest.param("t4", "l40s-pcie", False,
+                 ["X PIX PXB PHB", "PIX X PXB PHB", "PXB PXB X PHB", "PHB PHB PHB X"],
+                 [[0], [1], [2], [3]], False, None, id="t4"),
+    pytest.param("h100-nvl", "h100-nvl", True,
+                 ["X NV12 SYS SYS", "NV12 X SYS SYS", "SYS SYS X NV12", "SYS SYS NV12 X"],
+                 [[0, 1], [2, 3]], False, None, id="h100-nvl"),
+    pytest.param("h200-single", "single-gpu", True, ["X"], [[0]], False, None, id="h200-single"),
+]
+
+
+@pytest.mark.parametrize(
+    ("profile", "spec", "verified", "rows", "domains", "nvswitch", "clique"), PROFILES)
+def test_profile(mocknvml, profile, spec, verified, rows, domains, nvswitch, clique):
+    doc = mocknvml.report(profile, "--expect", spec)
+    assert doc["schema"] == "hwprobe/v1"
+    assert doc["matrix"] == rows
+    assert doc["nvlink_domains"] == domains
+    assert doc["nvswitch"] is nvswitch
+    assert doc["clique"] == clique
+    assert doc["verified"] is verified, doc["findings"]
+    assert all(g["uuid"] and g["bus_id"] and g["compute_capability"] for g in doc["gpus"])
+    verify = mocknvml.run(profile, "verify", "--expect", spec)
+    assert verify.returncode == (0 if verified else 1), verify.stdout
+
+
+def test_h100_show(mocknvml):
+    out = mocknvml.run("h100", "show").stdout
+    assert "GPU0  X     NV18  NV18  NV18  NV18  NV18  NV18  NV18  0-55" in out
+    assert "NVLink: NVSwitch; 1 domain(s)" in out
+    assert "GPUs 0,1,2,3,4,5,6,7: NV18, ~478.1 GB/s per pair per direction" in out
+
+
+def test_l40s_show_has_no_nvlink(mocknvml):
+    out = mocknvml.run("l40s", "show").stdout
+    assert "NV" not in out.split("Legend:")[0]
+    assert "NVLink: no NVLink peers" in out
+
+
+def test_gb200_show_has_the_clique(mocknvml):
+    out = mocknvml.run("gb200", "show").stdout
+    assert "Fabric: clique 6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.4" in out
+    assert "GPU0  X     NV18  NV18  NV18  0-71          N/A            2" in out
+
+
+def test_h100_details(mocknvml):
+    doc = mocknvml.report("h100")
+    gpu = doc["gpus"][0]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3"
+    assert gpu["architecture"] == "Hopper" and gpu["compute_capability"] == "9.0"
+    assert gpu["active_links"] == 18
+    assert {link["remote_type"] for link in gpu["links"]} == {"SWITCH"}
+    assert {link["version"] for link in gpu["links"]} == {"4.0"}  # enum 6, not "6"
+    assert gpu["unavailable"]["gpu_numa_id"] == "NotSupported"
+    pair = doc["pairs"][0]
+    assert pair["p2p"] == {"read": "OK", "write": "OK", "nvlink": "OK", "atomics": "OK",
+                           "pci": "OK"}
+    assert pair["expected_gbps"] == 478.1
+
+
+def test_single_gpu_vm_degrades_without_errors(mocknvml):
+    doc = mocknvml.report("h200-single")
+    gpu = doc["gpus"][0]
+    assert gpu["active_links"] == 0 and len(gpu["links"]) == 18
+    assert gpu["fabric"] is None and gpu["unavailable"]["fabric"] == "NotSupported"
+    assert "NVLink: no NVLink peers (links present, none active)" in mocknvml.run(
+        "h200-single", "show").stdout
+
+
+# Each fault the mock can inject, and the finding verify must print for it.
+FAULTS = [
+    pytest.param("h100", "hgx-h100-8", {"nvlink_down": [{"gpu": 3, "link": 7}]},
+                 ["GPU3 link 7 inactive", "GPU0↔GPU3 NV17 expected NV18"], id="NVLink down"),
+    pytest.param("h100", "hgx-h100-8",
+                 {"nvlink_errors": [{"gpu": 1, "link": 4, "counter": 2, "value": 17}]},
+                 ["CRC errors on GPU1 link 4: 17 (max 0)"], id="CRC error counter"),
+    pytest.param("a100", "dgx-a100-8",
+                 {"nvlink_errors": [{"gpu": 5, "link": 0, "counter": 0, "value": 3}]},
+                 ["replay errors on GPU5 link 0: 3 (max 0)"], id="replay error counter"),
+    pytest.param("h100", "hgx-h100-8", {"p2p_disabled": [[2, 6]]},
+                 ["GPU2↔GPU6 P2P over NVLink DISABLED_BY_REGKEY"], id="P2P disabled"),
+    pytest.param("h100", "hgx-h100-8", {"gpu_lost": [2]},
+                 ["GPU2 unreadable: GpuIsLost"], id="GPU lost"),
+    pytest.param("h100", "hgx-h100-8", {"hidden_gpus": 1},
+                 ["expected 8 GPUs, found 7"], id="GPU missing from the bus"),
+    pytest.param("gb200", "gb200-tray", {"fabric": [{"gpu": 1, "state": 2, "status": 0}]},
+                 ["GPU1 not attached to the NVLink fabric (state IN_PROGRESS"],
+                 id="fabric not attached"),
+    pytest.param("gb200", "gb200-tray", {"unsupported": ["nvmlDeviceGetGpuFabricInfoV"]},
+                 ["GPU0 fabric info unavailable (NotSupported)"], id="fabric info unsupported"),
+    pytest.param("h100-nvl", "h100-nvl",
+                 {"nvlink_down": [{"gpu": 0, "link": n} for n in range(12)]},
+                 ["GPU0: 0 of 12 NVLinks active", "NVLink domain sizes [1, 2] expected 2"],
+                 id="NVL bridge failed"),
+]
+
+
+@pytest.mark.parametrize(("profile", "spec", "faults", "expected"), FAULTS)
+def test_verify_catches_injected_fault(mocknvml, profile, spec, faults, expected):
+    done = mocknvml.run(profile, "verify", "--expect", spec, faults=faults)
+    assert done.returncode == 1, done.stdout + done.stderr
+    for line in expected:
+        assert f"  - {line}" in done.stdout, (line, done.stdout)
+
+
+def test_verify_catches_rising_counters(mocknvml):
+    faults = {"nvlink_errors": [{"gpu": 1, "link": 4, "counter": 2, "value": 0, "step": 5}]}
+    done = mocknvml.run("h100", "verify", "--expect", "hgx-h100-8", "--samples", "2",
+                        "--interval", "0", faults=faults)
+    assert done.returncode == 1
+    assert "  - CRC errors rising on GPU1 link 4 (0 -> 5)" in done.stdout
+
+
+def test_unsupported_fields_degrade_per_field(mocknvml):
+    faults = {"unsupported": ["nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNvLinkVersion"]}
+    doc = mocknvml.report("h100", faults=faults)
+    gpu = doc["gpus"][0]
+    assert gpu["cpu_affinity"] is None and gpu["unavailable"]["cpu_affinity"] == "NotSupported"
+    assert gpu["links"][0]["version"] is None
+    assert doc["matrix"][0].startswith("X NV18")  # speed still gives the bandwidth
+    assert doc["pairs"][0]["expected_gbps"] == 478.1

@@ -1,0 +1,88 @@
+"""Pure topology model, from plain data."""
+
+import pytest
+
+from hwprobe.model import Pair, PcieLevel, cpu_list, nvlink_domains
+from tests.hwprobe import layouts
+
+
+@pytest.mark.parametrize(
+    ("topo", "a", "b", "want"),
+    [
+        pytest.param(layouts.hgx_h100(), 0, 7, "NV18", id="HGX H100: NV18 through the switches"),
+        pytest.param(layouts.hgx_h100(down={3: (7,)}), 3, 5, "NV17",
+                     id="one link down on GPU3: its pairs drop to NV17"),
+        pytest.param(layouts.hgx_h100(down={3: (7,)}), 2, 5, "NV18",
+                     id="pairs without GPU3 stay NV18"),
+        pytest.param(layouts.h100_nvl(), 0, 1, "NV12", id="NVL bridge: NV12 inside a pair"),
+        pytest.param(layouts.h100_nvl(), 1, 2, "SYS", id="NVL: PCIe level across pairs"),
+        pytest.param(layouts.l40s(), 0, 1, "NODE", id="L40S: NODE within a socket"),
+        pytest.param(layouts.l40s(), 1, 2, "SYS", id="L40S: SYS across sockets"),
+        pytest.param(layouts.gb200_tray(), 0, 3, "NV18", id="GB200: invisible switches count"),
+        pytest.param(layouts.hgx_h100(), 4, 4, "X", id="self is X"),
+    ],
+)
+def test_pair_level(topo, a, b, want):
+    assert topo.level(a, b) == want
+    assert topo.level(b, a) == want
+
+
+@pytest.mark.parametrize(
+    ("topo", "domains", "nvswitch"),
+    [
+        pytest.param(layouts.hgx_h100(), [list(range(8))], True, id="HGX: one 8-GPU domain"),
+        pytest.param(layouts.h100_nvl(), [[0, 1], [2, 3]], False, id="NVL: two bridged pairs"),
+        pytest.param(layouts.l40s(), [[0], [1], [2], [3]], False, id="PCIe only: singletons"),
+        pytest.param(layouts.gb200_tray(), [[0, 1, 2, 3]], True, id="GB200 tray"),
+        pytest.param(layouts.single_gpu_vm(), [[0]], False,
+                     id="VM with inactive links: a singleton, not an error"),
+    ],
+)
+def test_domains_and_switch_detection(topo, domains, nvswitch):
+    assert topo.nvlink_domains == domains
+    assert topo.nvswitch is nvswitch
+    flat = sorted(i for d in topo.nvlink_domains for i in d)
+    assert flat == list(range(topo.gpu_count))
+
+
+def test_domains_ignore_pairs_outside_the_gpu_range():
+    pairs = [Pair(a=0, b=1, pcie=PcieLevel.SYS, nvlinks=4), Pair(a=1, b=9, pcie=None, nvlinks=2)]
+    assert nvlink_domains(3, pairs) == [[0, 1], [2]]
+
+
+def test_partial_link_loss_on_one_switch_plane():
+    # GPU0 loses both links to switch 2 (links 10-13 on a 5/5/4/4 board): NV14 to everyone.
+    topo = layouts.hgx_h100(down={0: (10, 11, 12, 13)})
+    assert {topo.level(0, b) for b in range(1, 8)} == {"NV14"}
+
+
+@pytest.mark.parametrize(
+    ("topo", "a", "b", "want"),
+    [
+        pytest.param(layouts.hgx_h100(), 0, 1, 478.1, id="NV18 x 26.562 GB/s"),
+        pytest.param(layouts.gb200_tray(), 0, 1, 956.2, id="NVLink5 x 18"),
+        pytest.param(layouts.l40s(), 0, 1, 20.0, id="NODE nominal"),
+        pytest.param(layouts.l40s(), 0, 3, 12.0, id="SYS nominal"),
+    ],
+)
+def test_expected_bandwidth(topo, a, b, want):
+    assert topo.expected_gbps(a, b) == want
+
+
+@pytest.mark.parametrize(
+    ("words", "want"),
+    [
+        pytest.param([0xFF_FFFF_FFFF_FFFF], "0-55", id="first 56 CPUs"),
+        pytest.param([0, 0xFFFF], "64-79", id="second word"),
+        pytest.param([0b1011], "0-1,3", id="gaps"),
+        pytest.param([0, 0], "", id="empty"),
+    ],
+)
+def test_cpu_list(words, want):
+    assert cpu_list(words) == want
+
+
+def test_fabric_clique_needs_completed_state_and_a_uuid():
+    assert layouts.gb200_tray().clique == "6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.4"
+    assert layouts.gb200_tray(state="IN_PROGRESS").clique is None
+    assert layouts.gb200_tray(uuid=None).clique is None

@@ -1,0 +1,115 @@
+"""verify: findings a human can act on, from plain data."""
+
+import pytest
+
+from hwprobe.errors import SpecError
+from hwprobe.verify import Spec, load_spec, reference_names, verify
+from tests.hwprobe import layouts
+
+
+def test_every_named_reference_loads():
+    names = reference_names()
+    for required in ("hgx-h100-8", "dgx-a100-8", "h100-nvl", "gb200-tray", "l40s-pcie",
+                     "single-gpu"):
+        assert required in names
+    for name in names:
+        assert load_spec(name).name == name
+
+
+@pytest.mark.parametrize(
+    ("topo", "spec"),
+    [
+        pytest.param(layouts.hgx_h100(), "hgx-h100-8", id="healthy HGX H100"),
+        pytest.param(layouts.h100_nvl(), "h100-nvl", id="healthy NVL pairs"),
+        pytest.param(layouts.l40s(), "l40s-pcie", id="healthy L40S"),
+        pytest.param(layouts.gb200_tray(), "gb200-tray", id="attached GB200 tray"),
+        pytest.param(layouts.single_gpu_vm(), "single-gpu", id="single GPU VM"),
+    ],
+)
+def test_healthy_machines_match_their_reference(topo, spec):
+    verdict = verify(topo, load_spec(spec))
+    assert verdict.findings == ()
+    assert verdict.ok
+
+
+@pytest.mark.parametrize(
+    ("topo", "spec", "expected"),
+    [
+        pytest.param(layouts.hgx_h100(down={3: (7,)}), "hgx-h100-8",
+                     ["GPU3 link 7 inactive", "GPU0↔GPU3 NV17 expected NV18"],
+                     id="one NVLink down"),
+        pytest.param(layouts.hgx_h100(errors={1: {4: {"crc_flit": 17}}}), "hgx-h100-8",
+                     ["CRC errors on GPU1 link 4: 17 (max 0)"], id="CRC errors"),
+        pytest.param(layouts.hgx_h100(gpus=7), "hgx-h100-8",
+                     ["expected 8 GPUs, found 7", "NVLink domains {0,1,2,3,4,5,6}"],
+                     id="a GPU fell off the bus"),
+        pytest.param(layouts.hgx_h100(), "dgx-a100-8",
+                     ["all GPUs are 'NVIDIA H100 80GB HBM3', expected A100",
+                      "GPU0↔GPU1 NV18 expected NV12"], id="wrong machine"),
+        pytest.param(layouts.h100_nvl(bridge_links=8), "h100-nvl",
+                     ["GPU0: 8 of 12 NVLinks active (inactive: 8-17)",
+                      "GPU0↔GPU1 NV8 expected NV12"], id="NVL bridge partly seated"),
+        pytest.param(layouts.gb200_tray(state="IN_PROGRESS"), "gb200-tray",
+                     ["GPU0 not attached to the NVLink fabric (state IN_PROGRESS, status SUCCESS)"],
+                     id="fabric still training"),
+        pytest.param(layouts.l40s(), "hgx-h100-8", ["NVSwitch not detected"], id="no NVLink"),
+    ],
+)
+def test_faults_are_named(topo, spec, expected):
+    verdict = verify(topo, load_spec(spec))
+    assert not verdict.ok
+    for line in expected:
+        assert any(f.startswith(line) for f in verdict.findings), (line, verdict.findings)
+
+
+def test_rising_counters_need_two_samples():
+    before = layouts.hgx_h100(errors={1: {4: {"crc_flit": 17}}})
+    after = layouts.hgx_h100(errors={1: {4: {"crc_flit": 25}}})
+    verdict = verify(after, load_spec("hgx-h100-8"), earlier=before)
+    assert "CRC errors rising on GPU1 link 4 (17 -> 25)" in verdict.findings
+
+
+def test_p2p_disabled_is_reported():
+    topo = layouts.make_topology(
+        [layouts.make_gpu(i, links=layouts.switch_links()) for i in range(8)],
+        p2p_of=lambda a, b: {"nvlink": "DISABLED_BY_REGKEY" if (a, b) == (0, 1) else "OK"},
+    )
+    assert verify(topo, load_spec("hgx-h100-8")).findings == (
+        "GPU0↔GPU1 P2P over NVLink DISABLED_BY_REGKEY",)
+
+
+def test_pcie_levels_checked_by_socket():
+    topo = layouts.l40s()
+    spec = Spec(name="t", rules={"pcie": {"same_numa": "PHB", "cross_numa": "SYS"}})
+    assert verify(topo, spec).findings == ("GPU0↔GPU1 NODE expected PHB",
+                                           "GPU2↔GPU3 NODE expected PHB")
+
+
+def test_yaml_file_spec(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("gpu_count: [4, 8]\nnvlink:\n  domain_size: 2\n")
+    spec = load_spec(str(path))
+    assert spec.name == "mine"
+    assert verify(layouts.h100_nvl(), spec).ok
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("gpu_cnt: 8\n", r"unknown keys \['gpu_cnt'\]", id="typo in a key"),
+        pytest.param("nvlink:\n  pair_link: 8\n", r"unknown keys \['pair_link'\]",
+                     id="typo nested"),
+        pytest.param("[1, 2]\n", "must be a mapping", id="not a mapping"),
+        pytest.param("a: [\n", "not valid YAML", id="broken YAML"),
+    ],
+)
+def test_bad_spec_files(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_spec(str(path))
+
+
+def test_unknown_reference_lists_the_known_ones():
+    with pytest.raises(SpecError, match="hgx-h100-8"):
+        load_spec("hgx-h100-9")
