@@ -3,11 +3,15 @@ package main
 // The profile model: a YAML description of one machine (GPUs, PCIe paths, NVSwitches, direct
 // NVLink bridges, fabric state) plus injected faults. Everything NVML answers is derived from it.
 
+// #include <stdlib.h>
+import "C"
+
 import (
 	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"gopkg.in/yaml.v3"
 )
@@ -87,8 +91,19 @@ type linkEnd struct {
 	switchID int // -1 when the far end is a GPU
 }
 
+// getenv reads the C environment: a c-shared Go library sees only the environment the process
+// started with, not variables its host set later (os.environ in Python before nvmlInit).
+func getenv(name string) string {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	if v := C.getenv(cname); v != nil {
+		return C.GoString(v)
+	}
+	return ""
+}
+
 func loadProfile() (*profile, error) {
-	path := os.Getenv("MOCK_NVML_CONFIG")
+	path := getenv("MOCK_NVML_CONFIG")
 	if path == "" {
 		return nil, fmt.Errorf("MOCK_NVML_CONFIG is not set")
 	}
@@ -97,7 +112,7 @@ func loadProfile() (*profile, error) {
 		return nil, err
 	}
 	// Faults may also come from a separate file so that tests reuse a stock profile.
-	if fp := os.Getenv("MOCK_NVML_FAULTS"); fp != "" {
+	if fp := getenv("MOCK_NVML_FAULTS"); fp != "" {
 		if err := readYAML(fp, &p.Faults); err != nil {
 			return nil, err
 		}
