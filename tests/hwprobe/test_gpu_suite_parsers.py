@@ -1,0 +1,44 @@
+"""Parsers of the GPU-runner suite (e2e/gpu/run.py), on representative nvidia-smi output."""
+
+from e2e.gpu.run import parse_fabric, parse_topo_matrix
+
+TOPO = """\
+\x1b[4mGPU0\tGPU1\tGPU2\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m
+GPU0\t X \tNV18\tNV18\tPIX\t0-55\t0\t\tN/A
+GPU1\tNV18\t X \tNV18\tSYS\t0-55\t0\t\tN/A
+GPU2\tNV18\tNV18\t X \tSYS\t56-111\t1\t\tN/A
+NIC0\tPIX\tSYS\tSYS\t X
+
+Legend:
+  X    = Self
+"""
+
+QUERY = """\
+GPU 00000000:18:00.0
+    Product Name                          : NVIDIA H100 80GB HBM3
+    Fabric
+        State                             : Completed
+        Status                            : Success
+        CliqueId                          : 0
+        ClusterUUID                       : 00000000-0000-0000-0000-000000000000
+    Processes                             : None
+GPU 00000000:2A:00.0
+    Fabric
+        State                             : In Progress
+"""
+
+
+def test_topo_matrix_keeps_only_the_gpu_block():
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", TOPO)
+    assert parse_topo_matrix(text) == [
+        ["X", "NV18", "NV18"], ["NV18", "X", "NV18"], ["NV18", "NV18", "X"]]
+
+
+def test_fabric_sections():
+    assert parse_fabric(QUERY) == [
+        {"State": "Completed", "Status": "Success", "CliqueId": "0",
+         "ClusterUUID": "00000000-0000-0000-0000-000000000000"},
+        {"State": "In Progress"},
+    ]
