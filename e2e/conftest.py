@@ -20,7 +20,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -30,6 +29,12 @@ from e2e.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_tes
 LOG_LINES = 400  # per component per failed test; the full logs stay in the pytest tmp dir
 _active: list[kube.Cluster] = []
 _log_offsets = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    # The local apiserver serves a self-signed certificate; the kubeconfig says to trust it.
+    config.addinivalue_line("filterwarnings",
+                            "ignore::urllib3.exceptions.InsecureRequestWarning")
 
 
 def _testbin(backend: str, required: bool):
@@ -71,7 +76,6 @@ def docker_problem() -> str | None:
 
 @pytest.fixture(scope="session")
 def cluster(request, tmp_path_factory):
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # self-signed apiserver
     backend = os.environ.get("E2E_CLUSTER", "local")
     workdir = tmp_path_factory.mktemp(f"cluster-{backend}")
     if backend == "local":

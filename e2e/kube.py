@@ -16,6 +16,7 @@ Builders and actions (plain functions; `c` is a Cluster):
     node_body(name, *, gpus=8, cpu="64", memory="512Gi", pods=110, pool=None, labels=None,
               annotations=None, taints=None) -> dict
     create_gpu_nodes(c, n, *, prefix="gpu", **node_body_kwargs) -> [names]   waits for Ready
+                                                                    and no not-ready taint
     delete_nodes(c, names)
     ensure_priority_class(c, name, value, *, preemption_policy="PreemptLowerPriority")
     pod_body(name, *, gpus=0, cpu="100m", memory="64Mi", priority_class=None, pool=None,
@@ -219,7 +220,8 @@ def node_body(name: str, *, gpus: int = 8, cpu: str = "64", memory: str = "512Gi
 
 def create_gpu_nodes(c: Cluster, n: int, *, prefix: str = "gpu", timeout: float = 60,
                      **kwargs: Any) -> list[str]:
-    """Create n fake GPU nodes named <prefix>-0..n-1 and wait until kwok marks them Ready."""
+    """Create n fake GPU nodes named <prefix>-0..n-1; wait until kwok marks them Ready and the
+    node lifecycle controller has lifted the node.kubernetes.io/not-ready taint."""
     if not c.has_kwok:
         pytest.skip(f"backend {c.backend!r} has no kwok to run fake nodes (build the testbin)")
     names = [f"{prefix}-{i}" for i in range(n)]
@@ -229,7 +231,9 @@ def create_gpu_nodes(c: Cluster, n: int, *, prefix: str = "gpu", timeout: float 
     def ready(name: str):
         node = c.core.read_node(name)
         conds = {x.type: x.status for x in node.status.conditions or []}
-        return True if conds.get("Ready") == "True" else NotYet(f"conditions={conds}")
+        taints = [t.key for t in node.spec.taints or [] if t.key.startswith("node.kubernetes.io/")]
+        ok = conds.get("Ready") == "True" and not taints
+        return True if ok else NotYet(f"conditions={conds} taints={taints}")
     for name in names:
         wait_for(f"node {name} to be Ready (kwok)", lambda name=name: ready(name), timeout=timeout)
     return names

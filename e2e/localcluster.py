@@ -40,6 +40,9 @@ CONTROLLERS = ",".join([
     "job-controller", "replicaset-controller", "deployment-controller",
     "serviceaccount-controller", "serviceaccount-token-controller",
     "pod-garbage-collector-controller",
+    # The TaintNodesByCondition admission plugin taints every new node not-ready; this controller
+    # lifts the taint once kwok reports Ready (and taints/evicts as in a real cluster otherwise).
+    "node-lifecycle-controller", "taint-eviction-controller",
 ])
 HOW_TO_GET = ("build it with `make testbin` (needs Go >= 1.26), or run against kind with Docker "
               "and E2E_CLUSTER=kind, or against your own cluster with E2E_CLUSTER=existing")
