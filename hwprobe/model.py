@@ -167,7 +167,8 @@ class Topology:
 
     @property
     def clique(self) -> str | None:
-        cliques = {gpu.fabric.clique for gpu in self.gpus if gpu.fabric and gpu.fabric.clique}
+        """The node's fabric clique: only when every GPU is attached, all to the same one."""
+        cliques = {gpu.fabric.clique if gpu.fabric else None for gpu in self.gpus}
         return cliques.pop() if len(cliques) == 1 else None
 
 

@@ -34,8 +34,9 @@ def mock_library() -> Path:
     files += sorted(MOCK_SRC.glob("*.go")) + sorted(MOCK_SRC.glob("*.h"))
     for path in files:
         digest.update(path.read_bytes())
-    cache = Path(os.environ.get("CKPT_CACHE", Path.home() / ".cache" / "ckpt-preempt"))
-    return cache / "mocknvml" / digest.hexdigest()[:16] / "libnvidia-ml.so.1"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    root = Path(os.environ.get("CKPT_MOCKNVML_ROOT", cache / "ckpt-preempt" / "mocknvml"))
+    return root / digest.hexdigest()[:16] / "libnvidia-ml.so.1"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,3 +86,6 @@ def test_fabric_clique_needs_completed_state_and_a_uuid():
     assert layouts.gb200_tray().clique == "6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.4"
     assert layouts.gb200_tray(state="IN_PROGRESS").clique is None
     assert layouts.gb200_tray(uuid=None).clique is None
+    topo = layouts.gb200_tray()
+    partly = type(topo)(gpus=(*topo.gpus[:3], layouts.make_gpu(3)), pairs=topo.pairs)
+    assert partly.clique is None  # one GPU off the fabric: the node is not in the clique

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the mock libnvidia-ml.so.1 (this folder's Go module) and caches it, with a copy of the
-# profiles, under ~/.cache/ckpt-preempt/mocknvml/<hash of go.mod+go.sum+sources>/. A warm cache
-# builds nothing. Prints the cache folder on its last line.
+# profiles, under $CKPT_MOCKNVML_ROOT/<key> (default ~/.cache/ckpt-preempt/mocknvml/<key>, honouring
+# XDG_CACHE_HOME), where <key> hashes go.mod, go.sum and the sources. A warm cache builds
+# nothing. Prints the cache folder on its last line.
 set -euo pipefail
 export LC_ALL=C  # glob order feeds the cache key; tests/hwprobe computes the same key
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 key="$(cat "$here/go.mod" "$here/go.sum" "$here"/*.go "$here"/*.h | sha256sum | cut -c1-16)"
-cache="${CKPT_CACHE:-$HOME/.cache/ckpt-preempt}/mocknvml/$key"
+root="${CKPT_MOCKNVML_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ckpt-preempt/mocknvml}"
+cache="$root/$key"
 lib="$cache/libnvidia-ml.so.1"
 
 if [[ ! -f "$lib" ]]; then
