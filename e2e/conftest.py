@@ -149,6 +149,19 @@ def gpu_nodes(cluster, pool):
     kube.delete_nodes(cluster, made)
 
 
+@pytest.fixture
+def scheduler_config(cluster):
+    changed = []
+
+    def use(config: dict | None) -> None:
+        cluster.restart_scheduler(config)
+        changed.append(config)
+
+    yield use
+    if changed:
+        cluster.restart_scheduler(None)
+
+
 def _log_sizes() -> dict[str, int]:
     logs = _active[0].logs if _active else {}
     return {name: path.stat().st_size for name, path in logs.items() if path.exists()}

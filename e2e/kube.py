@@ -11,6 +11,9 @@ Fixtures (e2e/conftest.py):
     pool       function a label value unique to the test; nodes and pods made with it pair up
     gpu_nodes  function gpu_nodes(n, **node_kwargs) -> [names]: fake kwok nodes in `pool`,
                         Ready before it returns, deleted afterwards
+    scheduler_config function scheduler_config(cfg: dict): restart kube-scheduler with this
+                        KubeSchedulerConfiguration (profiles, extenders, pluginConfig...); the
+                        default configuration is restored afterwards. Skips on kind/existing.
 
 Builders and actions (plain functions; `c` is a Cluster):
     node_body(name, *, gpus=8, cpu="64", memory="512Gi", pods=110, pool=None, labels=None,
@@ -22,7 +25,8 @@ Builders and actions (plain functions; `c` is a Cluster):
     pod_body(name, *, gpus=0, cpu="100m", memory="64Mi", priority_class=None, pool=None,
              gang=None, gang_total=None, checkpoint=None, last_checkpoint=None,
              checkpoint_seconds=None, labels=None, annotations=None, node_name=None,
-             scheduling_gates=(), tolerations=None, grace_seconds=None) -> dict
+             scheduling_gates=(), tolerations=None, grace_seconds=None,
+             scheduler_name=None) -> dict
     create_pod(c, namespace, name, **pod_body_kwargs) -> V1Pod
     client_copy(api) -> ApiClient: same credentials, own connections (e.g. a second controller)
     wait_for(what, probe, *, timeout=60, interval=0.2) -> probe()'s first truthy value;
@@ -266,7 +270,8 @@ def pod_body(name: str, *, gpus: int = 0, cpu: str = "100m", memory: str = "64Mi
              checkpoint_seconds: int | None = None, labels: dict | None = None,
              annotations: dict | None = None, node_name: str | None = None,
              scheduling_gates: tuple[str, ...] | list[str] = (),
-             tolerations: list[dict] | None = None, grace_seconds: int | None = None) -> dict:
+             tolerations: list[dict] | None = None, grace_seconds: int | None = None,
+             scheduler_name: str | None = None) -> dict:
     """A pod that kwok can run. Checkpoint fields map to the ckpt-preempt.io/* annotations."""
     requests = {"cpu": cpu, "memory": memory, **({GPU: str(gpus)} if gpus else {})}
     limits = {GPU: str(gpus)} if gpus else {}  # extended resources need limits == requests
@@ -287,7 +292,7 @@ def pod_body(name: str, *, gpus: int = 0, cpu: str = "100m", memory: str = "64Mi
     if pool:
         spec["nodeSelector"] = {POOL_LABEL: pool}
     optional = {"priorityClassName": priority_class, "nodeName": node_name,
-                "terminationGracePeriodSeconds": grace_seconds,
+                "terminationGracePeriodSeconds": grace_seconds, "schedulerName": scheduler_name,
                 "schedulingGates": [{"name": g} for g in scheduling_gates] or None}
     spec.update({k: v for k, v in optional.items() if v is not None})
     meta = {"name": name, "labels": lab, "annotations": {**ann, **(annotations or {})}}

@@ -65,6 +65,26 @@ def test_default_preemption_evicts_lower_priority_pod(cluster, namespace, pool, 
     assert ("Preempted", "victim") in reasons, sorted(reasons)
 
 
+def test_scheduler_runs_the_configuration_the_test_chose(cluster, namespace, pool, gpu_nodes,
+                                                        scheduler_config):
+    gpu_nodes(1, gpus=8)
+    scheduler_config({"profiles": [{"schedulerName": "gpu-binpack", "pluginConfig": [{
+        "name": "NodeResourcesFit",
+        "args": {"scoringStrategy": {"type": "MostAllocated",
+                                     "resources": [{"name": kube.GPU, "weight": 1}]}}}]}]})
+
+    kube.create_pod(cluster, namespace, "default", gpus=1, pool=pool)
+    kube.create_pod(cluster, namespace, "mine", gpus=1, pool=pool, scheduler_name="gpu-binpack")
+    assert kube.wait_pod_running(cluster, namespace, "mine").spec.node_name
+    # The only profile is gpu-binpack, so no one serves schedulerName default-scheduler: the pod
+    # created first is still untouched.
+    pod = cluster.core.read_namespaced_pod("default", namespace)
+    assert pod.spec.node_name is None and kube.condition(pod, "PodScheduled") is None
+
+    scheduler_config(None)  # back to the default profile
+    assert kube.wait_pod_running(cluster, namespace, "default").spec.node_name
+
+
 def _pdb_status(cluster, ns, name, **want):
     def probe():
         pdb = cluster.policy.read_namespaced_pod_disruption_budget(name, ns)
