@@ -29,7 +29,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
 
-    from tests.hwprobe.conftest import PROFILES, mock_library
+    from tests.hwprobe.mocklib import PROFILES, mock_library
 
     library = mock_library()
     if not library.is_file():

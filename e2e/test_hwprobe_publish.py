@@ -13,7 +13,7 @@ import os
 import pytest
 
 from e2e import kube
-from tests.hwprobe.conftest import MockNvml, mock_library
+from tests.hwprobe.mocklib import MockNvml, mock_library
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mocknvml]
 
