@@ -1,11 +1,16 @@
 """The NVML edge on the mock libnvidia-ml.so.1, through the real pynvml and the real CLI."""
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
 import pytest
 
+from tests.hwprobe.mocklib import REPO
+
 pytestmark = pytest.mark.mocknvml
-
-NV = {8: "NV18"}
-
 
 def nv_everywhere(n, level):
     return [" ".join("X" if a == b else level for b in range(n)) for a in range(n)]
@@ -152,3 +157,31 @@ def test_unsupported_fields_degrade_per_field(mocknvml):
     assert gpu["links"][0]["version"] is None
     assert doc["matrix"][0].startswith("X NV18")  # speed still gives the bandwidth
     assert doc["pairs"][0]["expected_gbps"] == 478.1
+
+
+def test_serve_exports_metrics(mocknvml):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = mocknvml.env("h100", faults={"nvlink_down": [{"gpu": 3, "link": 7}]})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hwprobe.cli", "serve", "--no-publish", "--expect", "hgx-h100-8",
+         "--interval", "0.2", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        body = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "hwprobe_verified" not in body:
+            time.sleep(0.2)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    body = r.read().decode()
+            except OSError:
+                continue
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "hwprobe_gpus 8.0" in body
+    assert 'hwprobe_nvlink_active_links{gpu="3"} 17.0' in body
+    assert "hwprobe_verified 0.0" in body
+    assert "GPU3 link 7 inactive" in err
