@@ -185,3 +185,12 @@ def test_serve_exports_metrics(mocknvml):
     assert 'hwprobe_nvlink_active_links{gpu="3"} 17.0' in body
     assert "hwprobe_verified 0.0" in body
     assert "GPU3 link 7 inactive" in err
+
+
+def test_mig_instances_are_listed(mocknvml):
+    doc = mocknvml.report("a100-mig", "--expect", "dgx-a100-8")
+    gpu = doc["gpus"][5]
+    assert gpu["mig_mode"] == "enabled"
+    assert gpu["mig_devices"] == [f"MIG-a100a1a0-0005-00000000000{i}" for i in range(3)]
+    assert doc["verified"] is True  # MIG does not change the NVLink topology
+    assert "GPU5: MIG enabled, 3 instance(s)" in mocknvml.run("a100-mig", "show").stdout
