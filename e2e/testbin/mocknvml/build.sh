@@ -23,7 +23,7 @@ if [[ ! -f "$lib" ]]; then
   (cd "$here" && CGO_ENABLED=1 go build -trimpath -buildmode=c-shared \
      -ldflags "-s -w -extldflags -Wl,-soname,libnvidia-ml.so.1" \
      -o "$tmp/libnvidia-ml.so.1" .)
-  rm -f "$tmp/libnvidia-ml.so.1.h"
+  rm -f "$tmp"/*.h  # cgo writes the export header beside the library
   ln -sf libnvidia-ml.so.1 "$tmp/libnvidia-ml.so"
   mkdir -p "$tmp/profiles"
   cp "$repo"/hwprobe/profiles/*.yaml "$tmp/profiles/"
