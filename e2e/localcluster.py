@@ -51,6 +51,8 @@ HOW_TO_GET = ("build it with `make testbin` (needs Go >= 1.26), or run against k
 class TestbinMissing(RuntimeError):
     """The control-plane binaries are not built; the message says how to get them."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
 
 class ComponentFailed(RuntimeError):
     """A component exited or never became ready; the message ends with its log tail."""

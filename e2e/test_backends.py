@@ -12,16 +12,17 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import docker_problem
+from e2e.localcluster import BINARIES, TestbinMissing, find_testbin
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "e2e/test_bench.py::test_gpu_pod_is_scheduled_onto_fake_gpu_node_and_runs"
 
 
-def _pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def _pytest(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("CKPT_REQUIRE_TESTBIN", "E2E_CLUSTER", "CKPT_TESTBIN", "KUBECONFIG")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", TARGET, "-rs", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", *(args or [TARGET]), "-rs", "-p", "no:cacheprovider",
          f"--basetemp={tmp_path / 'run'}"],
         cwd=REPO, env={**clean, **env}, capture_output=True, text=True, timeout=120)
 
@@ -49,3 +50,17 @@ def test_existing_backend_without_kubeconfig_skips(tmp_path):
     r = _pytest(tmp_path, E2E_CLUSTER="existing")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 skipped" in r.stdout and "KUBECONFIG" in r.stdout, r.stdout
+
+
+@pytest.mark.e2e
+def test_failed_test_report_carries_every_component_log(tmp_path):
+    try:
+        find_testbin()
+    except TestbinMissing as e:
+        pytest.skip(str(e))
+    failing = tmp_path / "test_fails.py"
+    failing.write_text("def test_fails(cluster, namespace):\n    assert False, 'on purpose'\n")
+    r = _pytest(tmp_path, "-p", "e2e.conftest", str(failing))
+    assert r.returncode == 1 and "on purpose" in r.stdout, r.stdout + r.stderr
+    for name in BINARIES:
+        assert f" {name} log " in r.stdout, f"no {name} log section in:\n{r.stdout[-3000:]}"
