@@ -151,11 +151,8 @@ class Topology:
     @property
     def nvswitch(self) -> bool:
         """True when GPUs reach each other through switches (visible or not) rather than bridges."""
-        return any(
-            link.remote_type in (RemoteType.SWITCH, RemoteType.UNKNOWN)
-            for gpu in self.gpus
-            for link in gpu.active_links
-        )
+        buses = frozenset(_norm_bus(g.bus_id) for g in self.gpus if g.bus_id)
+        return any(_switch_uplinks(gpu, buses) for gpu in self.gpus)
 
     @property
     def nvlink_domains(self) -> list[list[int]]:
@@ -172,28 +169,32 @@ class Topology:
         return cliques.pop() if len(cliques) == 1 else None
 
 
-def count_nvlinks(a: Gpu, b: Gpu) -> int:
+def count_nvlinks(a: Gpu, b: Gpu, gpu_buses: frozenset[str] = frozenset()) -> int:
     """Bonded NVLinks between two GPUs, as ``nvidia-smi topo -m`` counts them.
 
     Direct bridges are counted per link whose remote is the peer's bus id. Through switches,
     the remote PCI id is the switch, not the peer (on NVSwitch baseboards, counting by peer id
     finds nothing), so two GPUs share ``min(up-links of a, up-links of b)`` into each switch;
-    switches the node cannot see are one anonymous switch plane.
+    switches the node cannot see are one anonymous switch plane. A link whose remote type is
+    unknown but whose remote bus id is one of ``gpu_buses`` (normalised) is a bridge, not a switch.
     """
     direct = sum(
         1
         for link in a.active_links
-        if link.remote_type is RemoteType.GPU and _same_bus(link.remote_bus_id, b.bus_id)
+        if link.remote_type in (RemoteType.GPU, RemoteType.UNKNOWN)
+        and _same_bus(link.remote_bus_id, b.bus_id)
     )
-    ups_a, ups_b = _switch_uplinks(a), _switch_uplinks(b)
+    ups_a, ups_b = _switch_uplinks(a, gpu_buses), _switch_uplinks(b, gpu_buses)
     via_switch = sum(min(n, ups_b.get(switch, 0)) for switch, n in ups_a.items())
     return direct + via_switch
 
 
-def _switch_uplinks(gpu: Gpu) -> dict[str, int]:
+def _switch_uplinks(gpu: Gpu, gpu_buses: frozenset[str]) -> dict[str, int]:
     ups: dict[str, int] = {}
     for link in gpu.active_links:
-        if link.remote_type in (RemoteType.SWITCH, RemoteType.UNKNOWN):
+        to_gpu = link.remote_bus_id is not None and _norm_bus(link.remote_bus_id) in gpu_buses
+        if link.remote_type is RemoteType.SWITCH or (
+                link.remote_type is RemoteType.UNKNOWN and not to_gpu):
             key = _norm_bus(link.remote_bus_id) if link.remote_bus_id else "invisible"
             ups[key] = ups.get(key, 0) + 1
     return ups
@@ -254,10 +255,11 @@ def _link_gbps(gpu: Gpu) -> float | None:
 
 def with_nvlink_counts(gpus: tuple[Gpu, ...], pairs: dict[tuple[int, int], Pair]) -> dict:
     """Pairs with ``nvlinks`` filled in from the GPUs' links (the edge reads the rest)."""
+    buses = frozenset(_norm_bus(g.bus_id) for g in gpus if g.bus_id)
     out = {}
     for (a, b), pair in pairs.items():
         out[(a, b)] = Pair(a=a, b=b, pcie=pair.pcie, p2p=pair.p2p,
-                           nvlinks=count_nvlinks(gpus[a], gpus[b]))
+                           nvlinks=count_nvlinks(gpus[a], gpus[b], buses))
     return out
 
 

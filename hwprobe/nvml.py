@@ -215,7 +215,9 @@ def _read_links(r: _Reader, h: Any, missing: dict) -> tuple[NvLink, ...]:
         if state != 1:
             links.append(NvLink(link=n, active=False))
             continue
-        kind, _ = r.call(nvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, n)
+        kind, why = r.call(nvml.nvmlDeviceGetNvLinkRemoteDeviceType, h, n)
+        if why:  # older drivers, VMs: the model tells bridges from switches by the bus id
+            missing[f"nvlink[{n}].remote_type"] = why
         remote, _ = r.call(nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, n)
         version, _ = r.call(nvml.nvmlDeviceGetNvLinkVersion, h, n)
         errors = {}
@@ -225,7 +227,8 @@ def _read_links(r: _Reader, h: Any, missing: dict) -> tuple[NvLink, ...]:
                 errors[counter] = int(value)
         links.append(NvLink(
             link=n, active=True,
-            remote_type=_REMOTE.get(kind, RemoteType.UNKNOWN) if kind is not None else None,
+            remote_type=_REMOTE.get(kind, RemoteType.UNKNOWN) if kind is not None
+            else RemoteType.UNKNOWN,
             remote_bus_id=_text(remote.busId) if remote is not None else None,
             version=_VERSIONS.get(version) if version is not None else None,
             speed_mbps=_link_speed(r, h, n), errors=errors,
@@ -250,6 +253,9 @@ def _read_fabric(r: _Reader, h: Any, missing: dict) -> Fabric | None:
         return None
     info = info_type()
     _, why = r.call(nvml.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info))
+    if why == "FunctionNotFound" and hasattr(nvml, "c_nvmlGpuFabricInfo_t"):
+        info = nvml.c_nvmlGpuFabricInfo_t()  # drivers before the versioned call (R535)
+        _, why = r.call(nvml.nvmlDeviceGetGpuFabricInfo, h, ctypes.byref(info))
     if why:
         missing["fabric"] = why
         return None

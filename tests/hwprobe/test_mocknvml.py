@@ -194,3 +194,12 @@ def test_mig_instances_are_listed(mocknvml):
     assert gpu["mig_devices"] == [f"MIG-a100a1a0-0005-00000000000{i}" for i in range(3)]
     assert doc["verified"] is True  # MIG does not change the NVLink topology
     assert "GPU5: MIG enabled, 3 instance(s)" in mocknvml.run("a100-mig", "show").stdout
+
+
+@pytest.mark.parametrize(("profile", "spec"), [("h100", "hgx-h100-8"), ("h100-nvl", "h100-nvl")])
+def test_remote_type_unsupported_still_verifies(mocknvml, profile, spec):
+    """Older drivers and VMs: no remote device type; switches and bridges are told apart by bus."""
+    doc = mocknvml.report(profile, "--expect", spec,
+                          faults={"unsupported": ["nvmlDeviceGetNvLinkRemoteDeviceType"]})
+    assert doc["verified"] is True, doc["findings"]
+    assert doc["gpus"][0]["unavailable"]["nvlink[0].remote_type"] == "NotSupported"

@@ -89,3 +89,18 @@ def test_fabric_clique_needs_completed_state_and_a_uuid():
     topo = layouts.gb200_tray()
     partly = type(topo)(gpus=(*topo.gpus[:3], layouts.make_gpu(3)), pairs=topo.pairs)
     assert partly.clique is None  # one GPU off the fabric: the node is not in the clique
+
+
+def test_unreadable_remote_types_still_give_domains():
+    """VMs and old drivers: no remote type. Bridges are told apart from switches by bus id."""
+    from hwprobe.model import NvLink, RemoteType
+
+    nvl = layouts.h100_nvl()
+    blind = [layouts.make_gpu(g.index, name=g.name, cpus=g.cpu_affinity, links=tuple(
+        NvLink(link=x.link, active=x.active, remote_type=RemoteType.UNKNOWN if x.active else None,
+               remote_bus_id=x.remote_bus_id, speed_mbps=x.speed_mbps) for x in g.links))
+        for g in nvl.gpus]
+    topo = layouts.make_topology(blind, pcie_of=lambda a, b: layouts.two_sockets(a, b, 2))
+    assert topo.nvlink_domains == [[0, 1], [2, 3]]
+    assert topo.level(0, 1) == "NV12"
+    assert topo.nvswitch is False
