@@ -14,6 +14,8 @@ kwok's module. Nothing here imports `kubernetes`: readiness is probed over plain
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -84,6 +86,12 @@ def versions(bins: Path) -> dict[str, str]:
     f = bins / "versions.env"
     lines = f.read_text().splitlines() if f.exists() else []
     return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: kill it when pytest dies, even by SIGKILL (Linux prctl)."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: stop() still cleans up
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -243,7 +251,8 @@ class LocalCluster:
             # Own process group: teardown signals the whole component and nothing else.
             self.procs[name] = subprocess.Popen([str(self.bins / name), *args], stdout=out,
                                                 stderr=subprocess.STDOUT, cwd=self.dir,
-                                                start_new_session=True)
+                                                start_new_session=True,
+                                                preexec_fn=_die_with_parent)
 
     def _wait(self, name: str, url: str, timeout: float, token: str | None = None) -> None:
         deadline, last = time.monotonic() + timeout, ""
