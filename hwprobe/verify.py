@@ -35,14 +35,78 @@ from hwprobe.model import Topology
 _KEYS = {"name", "description", "gpu_count", "gpu_name", "nvswitch", "nvlink", "pcie", "fabric",
          "max_link_errors"}
 _NVLINK_KEYS = {"active_links_per_gpu", "pair_links", "domains", "domain_size", "p2p"}
+_PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _COUNTER_WORDS = {"crc_flit": "CRC", "crc_data": "CRC (data)", "replay": "replay",
                   "recovery": "recovery"}
 
 
 @dataclass(frozen=True, kw_only=True)
+class NvlinkRules:
+    active_links_per_gpu: int | None = None
+    pair_links: int | None = None
+    domains: tuple[tuple[int, ...], ...] | None = None
+    domain_size: int | None = None
+    p2p: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class Spec:
+    """What a node is supposed to be; ``None`` (or empty) means "not checked"."""
+
     name: str
-    rules: dict[str, Any]
+    description: str = ""
+    gpu_counts: tuple[int, ...] = ()
+    gpu_name: str | None = None
+    nvswitch: bool | None = None
+    nvlink: NvlinkRules = NvlinkRules()
+    pcie_same_numa: str | None = None
+    pcie_cross_numa: str | None = None
+    fabric_attached: bool = False
+    max_link_errors: int | None = None
+
+    @classmethod
+    def from_mapping(cls, name: str, rules: dict[str, Any]) -> Spec:
+        """Build from parsed YAML; raises SpecError on unknown keys or wrong types."""
+        nv, pcie, fabric = (rules.get(k) or {} for k in ("nvlink", "pcie", "fabric"))
+        for key, value in (("nvlink", nv), ("pcie", pcie), ("fabric", fabric)):
+            if not isinstance(value, dict):
+                raise SpecError(f"spec {name}: {key} must be a mapping")
+        unknown = (set(rules) - _KEYS) | (set(nv) - _NVLINK_KEYS) | (
+            set(pcie) - {"same_numa", "cross_numa"}) | (set(fabric) - {"attached"})
+        if unknown:
+            raise SpecError(f"spec {name}: unknown keys {sorted(unknown)}")
+        counts = rules.get("gpu_count")
+        try:
+            domains = nv.get("domains")
+            return cls(
+                name=str(rules.get("name", name)), description=str(rules.get("description", "")),
+                gpu_counts=tuple(int(n) for n in (
+                    counts if isinstance(counts, list) else [] if counts is None else [counts])),
+                gpu_name=_opt(str, rules.get("gpu_name")),
+                nvswitch=_opt(bool, rules.get("nvswitch")),
+                nvlink=NvlinkRules(
+                    active_links_per_gpu=_opt(int, nv.get("active_links_per_gpu")),
+                    pair_links=_opt(int, nv.get("pair_links")),
+                    domains=None if domains is None else tuple(
+                        tuple(sorted(int(i) for i in d)) for d in sorted(domains)),
+                    domain_size=_opt(int, nv.get("domain_size")), p2p=bool(nv.get("p2p"))),
+                pcie_same_numa=_opt(_level, pcie.get("same_numa")),
+                pcie_cross_numa=_opt(_level, pcie.get("cross_numa")),
+                fabric_attached=bool(fabric.get("attached")),
+                max_link_errors=_opt(int, rules.get("max_link_errors")),
+            )
+        except (TypeError, ValueError) as err:
+            raise SpecError(f"spec {name}: {err}") from err
+
+
+def _opt(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)
+
+
+def _level(value: Any) -> str:
+    if value not in _PCIE_LEVELS:
+        raise ValueError(f"PCIe level {value!r} is not one of {', '.join(_PCIE_LEVELS)}")
+    return str(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,51 +146,45 @@ def load_spec(name_or_path: str) -> Spec:
         raise SpecError(f"spec {name_or_path} is not valid YAML: {err}") from err
     if not isinstance(rules, dict):
         raise SpecError(f"spec {name_or_path} must be a mapping")
-    unknown = set(rules) - _KEYS | set(rules.get("nvlink") or {}) - _NVLINK_KEYS
-    if unknown:
-        raise SpecError(f"spec {name_or_path}: unknown keys {sorted(unknown)}")
-    return Spec(name=str(rules.get("name", default_name)), rules=rules)
+    return Spec.from_mapping(default_name, rules)
 
 
 def verify(topo: Topology, spec: Spec, earlier: Topology | None = None) -> Verdict:
     """Findings of ``topo`` against ``spec``; pass a previous probe as ``earlier`` for trends."""
-    r = spec.rules
     findings: list[str] = []
-    findings += _check_gpus(topo, r)
-    findings += _check_nvlink(topo, r.get("nvlink") or {}, r.get("nvswitch"))
-    findings += _check_pcie(topo, r.get("pcie") or {})
-    if (r.get("fabric") or {}).get("attached"):
+    findings += _check_gpus(topo, spec)
+    findings += _check_nvlink(topo, spec.nvlink, spec.nvswitch)
+    findings += _check_pcie(topo, spec)
+    if spec.fabric_attached:
         findings += _check_fabric(topo)
-    if "max_link_errors" in r:
-        findings += _check_errors(topo, int(r["max_link_errors"]), earlier)
+    if spec.max_link_errors is not None:
+        findings += _check_errors(topo, spec.max_link_errors, earlier)
     return Verdict(spec=spec.name, findings=tuple(findings))
 
 
-def _check_gpus(topo: Topology, r: dict) -> list[str]:
+def _check_gpus(topo: Topology, spec: Spec) -> list[str]:
     out = []
-    want = r.get("gpu_count")
-    allowed = want if isinstance(want, list) else [want] if want is not None else None
-    if allowed is not None and topo.gpu_count not in allowed:
-        wanted = " or ".join(str(n) for n in allowed)
+    if spec.gpu_counts and topo.gpu_count not in spec.gpu_counts:
+        wanted = " or ".join(str(n) for n in spec.gpu_counts)
         out.append(f"expected {wanted} GPUs, found {topo.gpu_count}")
     wrong: dict[str, list[int]] = {}
     for gpu in topo.gpus:
         if gpu.lost or "handle" in gpu.unavailable:
             out.append(f"GPU{gpu.index} unreadable: {gpu.unavailable.get('handle', 'lost')}")
-        elif r.get("gpu_name") and r["gpu_name"] not in (gpu.name or ""):
+        elif spec.gpu_name and spec.gpu_name not in (gpu.name or ""):
             wrong.setdefault(gpu.name or "unknown", []).append(gpu.index)
     for name, indexes in wrong.items():
         which = "all GPUs are" if len(indexes) == topo.gpu_count else (
             "GPU" + ",".join(map(str, indexes)) + (" is" if len(indexes) == 1 else " are"))
-        out.append(f"{which} {name!r}, expected {r['gpu_name']}")
+        out.append(f"{which} {name!r}, expected {spec.gpu_name}")
     return out
 
 
-def _check_nvlink(topo: Topology, nv: dict, nvswitch: bool | None) -> list[str]:
+def _check_nvlink(topo: Topology, nv: NvlinkRules, nvswitch: bool | None) -> list[str]:
     out = []
     if nvswitch is not None and topo.nvswitch != nvswitch:
         out.append("NVSwitch not detected" if nvswitch else "NVSwitch detected, expected none")
-    want_active = nv.get("active_links_per_gpu")
+    want_active = nv.active_links_per_gpu
     if want_active is not None:
         for gpu in topo.gpus:
             if gpu.lost or "handle" in gpu.unavailable:
@@ -141,14 +199,14 @@ def _check_nvlink(topo: Topology, nv: dict, nvswitch: bool | None) -> list[str]:
                 out.append(f"GPU{gpu.index}: {active} of {want_active} NVLinks active "
                            f"(inactive: {_ranges(down) or 'none reported'})")
     domains = topo.nvlink_domains
-    if "domains" in nv:
-        want = sorted(sorted(d) for d in nv["domains"])
+    if nv.domains is not None:
+        want = [list(d) for d in nv.domains]
         if domains != want:
             out.append(f"NVLink domains {_fmt_domains(domains)} expected {_fmt_domains(want)}")
-    if "domain_size" in nv:
+    if nv.domain_size is not None:
         sizes = sorted({len(d) for d in domains})
-        if sizes != [nv["domain_size"]]:
-            out.append(f"NVLink domain sizes {sizes} expected {nv['domain_size']}")
+        if sizes != [nv.domain_size]:
+            out.append(f"NVLink domain sizes {sizes} expected {nv.domain_size}")
     for domain in domains:
         for i, a in enumerate(domain):
             for b in domain[i + 1:]:
@@ -156,27 +214,27 @@ def _check_nvlink(topo: Topology, nv: dict, nvswitch: bool | None) -> list[str]:
     return out
 
 
-def _check_pair(topo: Topology, a: int, b: int, nv: dict) -> list[str]:
+def _check_pair(topo: Topology, a: int, b: int, nv: NvlinkRules) -> list[str]:
     pair = topo.pair(a, b)
     if pair is None:
         return []
     out = []
-    want = nv.get("pair_links")
+    want = nv.pair_links
     if want is not None and pair.nvlinks != want:
         out.append(f"GPU{a}↔GPU{b} {pair.level} expected NV{want}")
     status = pair.p2p.get("nvlink")
-    if nv.get("p2p") and status is not None and status != "OK":
+    if nv.p2p and status is not None and status != "OK":
         out.append(f"GPU{a}↔GPU{b} P2P over NVLink {status}")
     return out
 
 
-def _check_pcie(topo: Topology, want: dict) -> list[str]:
+def _check_pcie(topo: Topology, spec: Spec) -> list[str]:
     out = []
     for (a, b), pair in sorted(topo.pairs.items()):
         if pair.nvlinks or pair.pcie is None:
             continue
         same = _same_socket(topo, a, b)
-        expected = want.get("same_numa" if same else "cross_numa")
+        expected = spec.pcie_same_numa if same else spec.pcie_cross_numa
         if expected and pair.pcie.name != expected and same is not None:
             out.append(f"GPU{a}↔GPU{b} {pair.pcie.name} expected {expected}")
     return out

@@ -80,7 +80,7 @@ def test_p2p_disabled_is_reported():
 
 def test_pcie_levels_checked_by_socket():
     topo = layouts.l40s()
-    spec = Spec(name="t", rules={"pcie": {"same_numa": "PHB", "cross_numa": "SYS"}})
+    spec = Spec(name="t", pcie_same_numa="PHB", pcie_cross_numa="SYS")
     assert verify(topo, spec).findings == ("GPU0↔GPU1 NODE expected PHB",
                                            "GPU2↔GPU3 NODE expected PHB")
 
@@ -101,6 +101,10 @@ def test_yaml_file_spec(tmp_path):
                      id="typo nested"),
         pytest.param("[1, 2]\n", "must be a mapping", id="not a mapping"),
         pytest.param("a: [\n", "not valid YAML", id="broken YAML"),
+        pytest.param("gpu_count: eight\n", "invalid literal", id="count not a number"),
+        pytest.param("pcie: {same_numa: NEAR}\n", "PCIe level 'NEAR'", id="unknown PCIe level"),
+        pytest.param("nvlink: [1]\n", "nvlink must be a mapping", id="nvlink not a mapping"),
+        pytest.param("fabric: {attach: true}\n", r"unknown keys \['attach'\]", id="fabric typo"),
     ],
 )
 def test_bad_spec_files(tmp_path, text, message):
