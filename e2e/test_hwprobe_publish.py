@@ -99,4 +99,6 @@ def test_planner_reads_the_published_value(cluster, gpu_nodes, nvml):
     publish(cluster, nvml, node, "h100-nvl", "--expect", "h100-nvl")
     raw = cluster.core.read_node(node).metadata.annotations[ANNOTATION]
     parsed = topology.parse_node_topology(raw)
-    assert parsed is not None
+    assert parsed.gpu_count == 4
+    assert sorted(map(sorted, parsed.domains)) == [[0, 1], [2, 3]]
+    assert parsed.verified is True

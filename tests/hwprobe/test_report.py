@@ -40,6 +40,16 @@ def test_planner_contract_keys(name):
     assert json.loads(annotation(topo))["verified"] is None
 
 
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_the_planner_parses_every_annotation(name):
+    topology = pytest.importorskip("policies.topology", reason="planner topology not merged yet")
+    topo = LAYOUTS[name]()
+    parsed = topology.parse_node_topology(annotation(topo, verified=True, spec="s"))
+    assert parsed.gpu_count == topo.gpu_count
+    assert sorted(map(sorted, parsed.domains)) == topo.nvlink_domains
+    assert parsed.verified is True
+
+
 def test_annotation_is_compact():
     assert len(annotation(layouts.hgx_h100())) < 1024
     assert ANNOTATION == "hwprobe.ckpt-preempt.io/topology"
