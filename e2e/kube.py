@@ -4,7 +4,9 @@ Fixtures (e2e/conftest.py):
     cluster    session  Cluster: .backend ("local" | "kind" | "existing"), .kubeconfig (Path),
                         .api (kubernetes.client.ApiClient), .core/.policy/.coordination/
                         .scheduling/.apps/.batch/.rbac/.events (typed APIs), .version (str),
-                        .client_for(user) -> ApiClient for an unprivileged RBAC identity,
+                        .client_for(user) -> ApiClient for an identity with no groups, so only
+                        RBAC bindings grant it anything (local: "ckpt-preempt-controller",
+                        "ckpt-preempt-agent"; skips elsewhere),
                         .restart_scheduler(config: dict | None) (local backend only; else skips),
                         .logs -> {component: log path} (local backend)
     namespace  function a fresh namespace name, deleted afterwards

@@ -23,6 +23,28 @@ def test_control_plane_reports_the_version_it_was_built_from(cluster):
     assert cluster.version == built, f"/version says {cluster.version}, testbin built {built}"
 
 
+def test_rbac_is_enforced_for_token_users(cluster, namespace):
+    pods = client.CoreV1Api(cluster.client_for("ckpt-preempt-controller"))
+    with pytest.raises(ApiException) as denied:
+        pods.list_namespaced_pod(namespace)
+    assert denied.value.status == 403, denied.value
+
+    cluster.rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": "pod-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]})
+    cluster.rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "pod-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "User", "name": "ckpt-preempt-controller"}]})
+
+    def allowed():
+        try:
+            return pods.list_namespaced_pod(namespace).items == []
+        except ApiException as e:  # the authorizer's informer has not seen the binding yet
+            return kube.NotYet(f"HTTP {e.status}")
+    kube.wait_for("the RoleBinding to take effect", allowed)
+
+
 def test_gpu_pod_is_scheduled_onto_fake_gpu_node_and_runs(cluster, namespace, pool, gpu_nodes):
     [node] = gpu_nodes(1, gpus=8)
     assert cluster.core.read_node(node).status.allocatable[kube.GPU] == "8"
