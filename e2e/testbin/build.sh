@@ -38,7 +38,7 @@ if [[ -f "$dest/.complete" ]]; then
 fi
 
 start=$(date +%s)
-log "building into $dest (cold build: 15-30 min on 2 cores)"
+log "building into $dest (cold: about 11-22 min on 2 cores, then cached)"
 cd "$here"
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
