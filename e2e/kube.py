@@ -30,6 +30,12 @@ Builders and actions (plain functions; `c` is a Cluster):
              scheduling_gates=(), tolerations=None, grace_seconds=None,
              scheduler_name=None) -> dict
     create_pod(c, namespace, name, **pod_body_kwargs) -> V1Pod
+    create_gang(c, namespace, gang, size, **pod_body_kwargs) -> [V1Pod]   pods <gang>-0..size-1
+        labelled scheduling.ai/gang-name=<gang>, scheduling.ai/gang-total=<size>
+    evict(c, namespace, name) -> None   Eviction API (policy/v1); raises ApiException (429 when a
+        PDB forbids it)
+    wait_event(c, namespace, reason, name=None, timeout=60) -> EventsV1Event  an Event with this
+        reason (regarding object `name`, if given)
     client_copy(api) -> ApiClient: same credentials, own connections (e.g. a second controller)
     wait_for(what, probe, *, timeout=60, interval=0.2) -> probe()'s first truthy value;
         a probe returns NotYet(state) (falsy) to put `state` in the timeout message
@@ -303,3 +309,25 @@ def pod_body(name: str, *, gpus: int = 0, cpu: str = "100m", memory: str = "64Mi
 
 def create_pod(c: Cluster, namespace: str, name: str, **kwargs: Any) -> client.V1Pod:
     return c.core.create_namespaced_pod(namespace, pod_body(name, **kwargs))
+
+
+def create_gang(c: Cluster, namespace: str, gang: str, size: int,
+                **kwargs: Any) -> list[client.V1Pod]:
+    return [create_pod(c, namespace, f"{gang}-{i}", gang=gang, gang_total=size, **kwargs)
+            for i in range(size)]
+
+
+def evict(c: Cluster, namespace: str, name: str) -> None:
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    c.core.create_namespaced_pod_eviction(name, namespace, body)
+
+
+def wait_event(c: Cluster, namespace: str, reason: str, name: str | None = None,
+               timeout: float = 60) -> Any:
+    def probe():
+        events = c.events.list_namespaced_event(namespace).items
+        hit = next((e for e in events if e.reason == reason
+                    and (name is None or e.regarding.name == name)), None)
+        return hit or NotYet(sorted({f"{e.reason}:{e.regarding.name}" for e in events}))
+    return wait_for(f"event {reason} for {name or 'any object'} in {namespace}", probe,
+                    timeout=timeout)

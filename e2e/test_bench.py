@@ -82,9 +82,7 @@ def test_default_preemption_evicts_lower_priority_pod(cluster, namespace, pool, 
     pod = kube.wait_pod_running(cluster, namespace, "preemptor")
     assert pod.spec.node_name == node
     assert pod.spec.priority == 1000  # resolved by the Priority admission plugin
-    reasons = {(e.reason, e.regarding.name) for e in
-               cluster.events.list_namespaced_event(namespace).items}
-    assert ("Preempted", "victim") in reasons, sorted(reasons)
+    kube.wait_event(cluster, namespace, "Preempted", "victim")  # kube-scheduler's own record
 
 
 def test_scheduler_runs_the_configuration_the_test_chose(cluster, namespace, pool, gpu_nodes,
@@ -120,16 +118,10 @@ def _pdb_status(cluster, ns, name, **want):
     return kube.wait_for(f"PDB {ns}/{name} status {want}", probe)
 
 
-def _evict(cluster, ns, name):
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
-    return cluster.core.create_namespaced_pod_eviction(name, ns, body)
-
-
 def test_eviction_violating_pdb_gets_429_until_pdb_allows(cluster, namespace, pool, gpu_nodes):
     gpu_nodes(1, gpus=8)
-    for i in range(2):
-        kube.create_pod(cluster, namespace, f"worker-{i}", gpus=2, pool=pool,
-                        labels={"app": "trainer"})
+    kube.create_gang(cluster, namespace, "worker", 2, gpus=2, pool=pool,
+                     labels={"app": "trainer"})
     for i in range(2):
         kube.wait_pod_running(cluster, namespace, f"worker-{i}")
     cluster.policy.create_namespaced_pod_disruption_budget(namespace, {
@@ -138,7 +130,7 @@ def test_eviction_violating_pdb_gets_429_until_pdb_allows(cluster, namespace, po
     _pdb_status(cluster, namespace, "trainer", current_healthy=2, disruptions_allowed=0)
 
     with pytest.raises(ApiException) as refused:
-        _evict(cluster, namespace, "worker-0")
+        kube.evict(cluster, namespace, "worker-0")
     assert refused.value.status == 429, refused.value
     assert "disruption budget" in refused.value.body
     assert cluster.core.read_namespaced_pod("worker-0", namespace).metadata.deletion_timestamp \
@@ -147,7 +139,7 @@ def test_eviction_violating_pdb_gets_429_until_pdb_allows(cluster, namespace, po
     cluster.policy.patch_namespaced_pod_disruption_budget(
         "trainer", namespace, {"spec": {"minAvailable": 1}})
     _pdb_status(cluster, namespace, "trainer", disruptions_allowed=1)
-    _evict(cluster, namespace, "worker-0")
+    kube.evict(cluster, namespace, "worker-0")
     kube.wait_pod_gone(cluster, namespace, "worker-0")
     assert kube.wait_pod_running(cluster, namespace, "worker-1")
 
