@@ -1,0 +1,64 @@
+"""The cost model: GPU-seconds of work a pod loses when it is evicted now.
+
+``cost(p) = gpus(p) × (now − last_checkpoint(p))`` where ``last_checkpoint`` falls back to the
+start time. An ``on-request`` pod that will be drained loses only its checkpoint time, provided
+that time fits under the operator's drain cap (a checkpoint the deadline would cut short saves
+nothing). Eligibility: strictly lower priority, not opted out, past min-runtime, not already
+terminating.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from policies.model import CheckpointMode, Pod
+
+
+class Ineligible(enum.StrEnum):
+    NOT_LOWER_PRIORITY = "priority-not-lower"
+    OPTED_OUT = "opted-out"
+    MIN_RUNTIME = "within-min-runtime"
+    TERMINATING = "already-terminating"
+    NOT_RUNNING = "not-bound"
+
+
+def work_since_checkpoint(pod: Pod, now: float) -> float:
+    """Seconds of unsaved work; never negative, never credits a checkpoint before start."""
+    start = pod.start_time if pod.start_time is not None else now
+    last = start if pod.last_checkpoint is None else max(start, pod.last_checkpoint)
+    return max(0.0, now - last)
+
+
+def drain_seconds(pod: Pod, max_checkpoint_seconds: float) -> float | None:
+    """How long to wait for this pod's checkpoint, or None when draining it saves nothing."""
+    if pod.checkpoint is not CheckpointMode.ON_REQUEST:
+        return None
+    secs = pod.checkpoint_seconds if pod.checkpoint_seconds is not None else max_checkpoint_seconds
+    return secs if secs <= max_checkpoint_seconds else None
+
+
+def lost_gpu_seconds(
+    pod: Pod, now: float, *, drain: bool, max_checkpoint_seconds: float
+) -> tuple[float, bool]:
+    """(lost GPU-seconds, whether the pod is drained first)."""
+    full = pod.gpus * work_since_checkpoint(pod, now)
+    if drain:
+        secs = drain_seconds(pod, max_checkpoint_seconds)
+        if secs is not None and pod.gpus * secs < full:
+            return pod.gpus * secs, True
+    return full, False
+
+
+def ineligibility(pod: Pod, preemptor_priority: int, now: float) -> Ineligible | None:
+    if pod.node is None:
+        return Ineligible.NOT_RUNNING
+    if pod.terminating:
+        return Ineligible.TERMINATING
+    if pod.priority >= preemptor_priority:
+        return Ineligible.NOT_LOWER_PRIORITY
+    if not pod.preemptible:
+        return Ineligible.OPTED_OUT
+    start = pod.start_time if pod.start_time is not None else now
+    if now - start < pod.min_runtime:
+        return Ineligible.MIN_RUNTIME
+    return None

@@ -1,0 +1,264 @@
+"""The cluster model every policy works on: plain, frozen, keyword-only dataclasses.
+
+Times are plain floats (seconds on one shared axis, e.g. the Unix epoch); the caller passes
+``Snapshot.now``, so nothing in ``policies`` reads a clock. Resources use kube units:
+CPU in millicores, memory in MiB, GPUs as whole ``nvidia.com/gpu`` devices.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from policies.topology import NodeTopology
+
+
+class CheckpointMode(enum.StrEnum):
+    """How a workload saves its work (annotation ``ckpt-preempt.io/checkpoint``)."""
+
+    NONE = "none"
+    PERIODIC = "periodic"
+    ON_REQUEST = "on-request"
+
+
+class NvlinkNeed(enum.StrEnum):
+    """Whether a pod's GPUs must share one NVLink domain (``ckpt-preempt.io/nvlink``)."""
+
+    NONE = "none"
+    PREFERRED = "preferred"
+    REQUIRED = "required"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resources:
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            cpu_milli=self.cpu_milli + other.cpu_milli,
+            memory_mib=self.memory_mib + other.memory_mib,
+            gpus=self.gpus + other.gpus,
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            cpu_milli=self.cpu_milli - other.cpu_milli,
+            memory_mib=self.memory_mib - other.memory_mib,
+            gpus=self.gpus - other.gpus,
+        )
+
+    def fits_in(self, free: Resources) -> bool:
+        return (
+            self.gpus <= free.gpus
+            and self.cpu_milli <= free.cpu_milli
+            and self.memory_mib <= free.memory_mib
+        )
+
+
+ZERO = Resources()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    name: str
+    allocatable: Resources
+    topology: NodeTopology | None = None  # None: "topology unknown"
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pod:
+    """A pod as the planner sees it. ``node`` is None while pending.
+
+    ``last_checkpoint`` is None when unknown or malformed: the cost model then counts from
+    ``start_time``, which is never cheaper than a valid checkpoint time.
+    """
+
+    uid: str
+    name: str
+    namespace: str = "default"
+    priority: int = 0
+    requests: Resources = ZERO
+    node: str | None = None
+    start_time: float | None = None
+    checkpoint: CheckpointMode = CheckpointMode.NONE
+    last_checkpoint: float | None = None
+    checkpoint_seconds: float | None = None
+    min_runtime: float = 0.0
+    preemptible: bool = True
+    nvlink: NvlinkNeed = NvlinkNeed.NONE
+    gang: str | None = None  # "<namespace>/<name>" from policies.gangs
+    gang_total: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    terminating: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def gpus(self) -> int:
+        return self.requests.gpus
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodDisruptionBudget:
+    """A PDB reduced to what preemption needs: which pods it covers and how many may go."""
+
+    name: str
+    namespace: str
+    match_labels: Mapping[str, str]
+    disruptions_allowed: int
+
+    def covers(self, pod: Pod) -> bool:
+        if pod.namespace != self.namespace or not self.match_labels:
+            return False
+        return all(pod.labels.get(k) == v for k, v in self.match_labels.items())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gang:
+    key: str
+    members: tuple[str, ...]  # pod uids, sorted
+    expected: int | None = None  # declared gang size, when the convention carries one
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """The whole cluster at one instant. Index properties are computed once, lazily."""
+
+    now: float
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    pdbs: tuple[PodDisruptionBudget, ...] = ()
+
+    @cached_property
+    def node_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
+    def pod_by_uid(self) -> dict[str, Pod]:
+        return {p.uid: p for p in self.pods}
+
+    @cached_property
+    def pods_on_node(self) -> dict[str, tuple[Pod, ...]]:
+        out: dict[str, list[Pod]] = {}
+        for p in self.pods:
+            if p.node is not None:
+                out.setdefault(p.node, []).append(p)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def requested(self) -> dict[str, Resources]:
+        """Resources held on each node by bound pods (terminating ones still hold theirs)."""
+        out: dict[str, Resources] = {}
+        for name, pods in self.pods_on_node.items():
+            total = ZERO
+            for p in pods:
+                total = total + p.requests
+            out[name] = total
+        return out
+
+    def free(self, node: str) -> Resources:
+        return self.node_by_name[node].allocatable - self.requested.get(node, ZERO)
+
+    @cached_property
+    def gangs(self) -> dict[str, Gang]:
+        members: dict[str, list[Pod]] = {}
+        for p in self.pods:
+            if p.gang is not None:
+                members.setdefault(p.gang, []).append(p)
+        return {
+            key: Gang(
+                key=key,
+                members=tuple(sorted(p.uid for p in ps)),
+                expected=max((p.gang_total or 0 for p in ps), default=0) or None,
+            )
+            for key, ps in members.items()
+        }
+
+
+class RejectReason(enum.StrEnum):
+    """Why a node (or a whole request) got no plan. Values are stable strings for output."""
+
+    FITS_WITHOUT_PREEMPTION = "fits-without-preemption"
+    TOO_SMALL = "node-allocatable-too-small"
+    UNSCHEDULABLE = "node-unschedulable"
+    NOT_ENOUGH_PREEMPTIBLE = "not-enough-preemptible-capacity"
+    NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
+    NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
+    COSTLIER = "another-node-loses-less-work"
+    NOT_SAMPLED = "not-evaluated-sampling-stopped"
+    SEARCH_BUDGET = "search-budget-exhausted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Victim:
+    uid: str
+    name: str
+    namespace: str
+    node: str
+    gpus: int
+    priority: int
+    lost_gpu_seconds: float
+    drain: bool  # True: ask it to checkpoint first (on-request), cost is checkpoint time only
+    checkpoint_seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VictimGroup:
+    """One unit of eviction: a single pod, or every running member of a gang."""
+
+    gang: str | None
+    victims: tuple[Victim, ...]
+    lost_gpu_seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    pod_uid: str
+    node: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeRejection:
+    node: str
+    reason: RejectReason
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What a policy decided for one preemptor (a pod or a whole gang).
+
+    ``feasible`` False means "no plan": ``reason`` says why and ``rejections`` say why each
+    evaluated node lost. A feasible plan with no victims means the preemptor fits already.
+    """
+
+    policy: str
+    preemptor: tuple[str, ...]  # pod uids
+    feasible: bool
+    reason: str
+    placements: tuple[Placement, ...] = ()
+    victim_groups: tuple[VictimGroup, ...] = ()
+    pdb_violations: int = 0
+    drain_deadline: float | None = None
+    rejections: tuple[NodeRejection, ...] = ()
+    nodes_evaluated: int = 0
+
+    @property
+    def victims(self) -> tuple[Victim, ...]:
+        return tuple(v for g in self.victim_groups for v in g.victims)
+
+    @property
+    def lost_gpu_seconds(self) -> float:
+        return sum(g.lost_gpu_seconds for g in self.victim_groups)
+
+    @property
+    def target_nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({p.node for p in self.placements}))

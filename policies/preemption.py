@@ -1,0 +1,240 @@
+"""The checkpoint-aware planner: victims by lost work, gangs whole, NVLink respected.
+
+Pipeline for each preemptor member (a single pod, or each member of a pending gang, largest
+first, on a working copy of free capacity so later members see earlier choices):
+
+1. fits already? place it best-fit, no victims;
+2. filter nodes (allocatable, cordon, NVLink) and bound each node's cost from below;
+3. evaluate nodes cheapest-bound first with the exact within-node search
+   (``units.min_cover``); stop when the bound exceeds the best plan, or after
+   ``max(10 % of nodes, 100)`` feasible nodes as kube-scheduler samples candidates;
+4. pick the node minimising (lost work, PDB violations, victims, name).
+
+A gang victim frees its resources on every node it occupies, so later members may land there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies import cost, units
+from policies.model import (
+    NodeRejection,
+    NvlinkNeed,
+    Placement,
+    Plan,
+    Pod,
+    RejectReason,
+    Resources,
+    Snapshot,
+    Victim,
+    VictimGroup,
+)
+
+POLICY = "checkpoint-aware"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerConfig:
+    drain: bool = True
+    max_checkpoint_seconds: float = 600.0
+    min_candidate_nodes_percentage: int = 10  # kube-scheduler DefaultPreemptionArgs default
+    min_candidate_nodes_absolute: int = 100  # likewise
+    search_budget: int = 20_000  # branch-and-bound steps per node
+    record_rejections: bool = True
+
+
+def num_candidates(nodes: int, cfg: PlannerConfig) -> int:
+    n = nodes * cfg.min_candidate_nodes_percentage // 100
+    return min(max(n, cfg.min_candidate_nodes_absolute), nodes)
+
+
+def nvlink_gpus(pod: Pod, node, allocatable_gpus: int) -> tuple[int | None, RejectReason | None]:
+    """Free GPUs the node needs so the pod's NVLink requirement surely holds."""
+    if pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1:
+        return pod.gpus, None
+    if node.topology is None:
+        return None, RejectReason.NVLINK_UNKNOWN
+    for f in range(pod.gpus, allocatable_gpus + 1):
+        if node.topology.nvlink_fits(f, pod.gpus):
+            return f, None
+    return None, RejectReason.NVLINK_INFEASIBLE
+
+
+class _Search:
+    """Mutable working state of one ``plan`` call; never escapes it."""
+
+    def __init__(self, snapshot: Snapshot, priority: int, cfg: PlannerConfig) -> None:
+        self.s = snapshot
+        self.cfg = cfg
+        self.units = units.UnitBuilder(
+            snapshot, priority, drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds
+        )
+        self.free: dict[str, Resources] = {}
+        self.chosen: dict[str, units.Unit] = {}
+        self.rejections: list[NodeRejection] = []
+        self.evaluated = 0
+
+    def free_on(self, node: str) -> Resources:
+        if node not in self.free:
+            self.free[node] = self.s.free(node)
+        return self.free[node]
+
+    def need_on(self, pod: Pod, node) -> tuple[Resources | None, RejectReason | None]:
+        if node.unschedulable:
+            return None, RejectReason.UNSCHEDULABLE
+        if not pod.requests.fits_in(node.allocatable):
+            return None, RejectReason.TOO_SMALL
+        gpus, why = nvlink_gpus(pod, node, node.allocatable.gpus)
+        if gpus is None:
+            return None, why
+        return Resources(
+            cpu_milli=pod.requests.cpu_milli, memory_mib=pod.requests.memory_mib, gpus=gpus
+        ), None
+
+    def reject(self, pod: Pod, node: str, reason: RejectReason, detail: str = "") -> None:
+        if self.cfg.record_rejections:
+            prefix = f"{pod.name}: " if detail or reason else ""
+            self.rejections.append(NodeRejection(node=node, reason=reason, detail=prefix + detail))
+
+    def fit_without_preemption(self, pod: Pod) -> str | None:
+        best = None
+        for node in self.s.nodes:
+            need, _ = self.need_on(pod, node)
+            if need is None:
+                continue
+            free = self.free_on(node.name)
+            if need.fits_in(free):
+                key = (free.gpus - pod.gpus, node.name)
+                if best is None or key < best:
+                    best = key
+        return None if best is None else best[1]
+
+    def place(self, pod: Pod) -> str | None:
+        target = self.fit_without_preemption(pod)
+        if target is not None:
+            self.free[target] = self.free_on(target) - pod.requests
+            return target
+        candidates = []
+        b = self.units
+        for i, node in enumerate(self.s.nodes):
+            need, why = self.need_on(pod, node)
+            if need is None:
+                self.reject(pod, node.name, why)
+                continue
+            gap = units.deficit(need, self.free_on(node.name))
+            pieces, cpu, mem, gpus = [], 0, 0, 0
+            for p in self.s.pods_on_node.get(node.name, ()):
+                if b.unit_id(p) in self.chosen or b.why_not(p) is not None:
+                    continue
+                cpu += p.requests.cpu_milli
+                mem += p.requests.memory_mib
+                if p.gpus:
+                    gpus += p.gpus
+                    pieces.append((b.loss(p)[0] / p.gpus, p.gpus))
+            if gap.gpus > gpus or gap.cpu_milli > cpu or gap.memory_mib > mem:
+                self.reject(pod, node.name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
+                continue
+            candidates.append((units.gpu_lower_bound(pieces, gap.gpus), i, node.name, gap))
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        limit = num_candidates(len(self.s.nodes), self.cfg)
+        best = None  # (cost, pdb, victims, node, cover, units there)
+        feasible = 0
+        for bound, _, name, gap in candidates:
+            if best is not None and bound > best[0]:
+                self.reject(pod, name, RejectReason.COSTLIER, f"loses at least {bound:.0f} GPU-s")
+                continue
+            if feasible >= limit:
+                self.reject(pod, name, RejectReason.NOT_SAMPLED)
+                continue
+            self.evaluated += 1
+            here = b.units_on(name, exclude=self.chosen)
+            cover = units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget)
+            if cover is None:
+                self.reject(pod, name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
+                continue
+            feasible += 1
+            key = (cover.cost, cover.pdb_violations, cover.victims, name)
+            if best is None or key < best[:4]:
+                if best is not None:
+                    self.reject(pod, best[3], RejectReason.COSTLIER, f"loses {best[0]:.0f} GPU-s")
+                best = (*key, cover, {u.id: u for u in here})
+            else:
+                self.reject(pod, name, RejectReason.COSTLIER, f"loses {cover.cost:.0f} GPU-s")
+        if best is None:
+            return None
+        name, cover, here_units = best[3], best[4], best[5]
+        for uid in cover.unit_ids:
+            unit = here_units[uid]
+            self.chosen[uid] = unit
+            for n, res in unit.release.items():
+                self.free[n] = self.free_on(n) + res
+        self.free[name] = self.free_on(name) - pod.requests
+        return name
+
+
+def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGroup]:
+    out = []
+    for u in sorted(chosen, key=lambda u: (-u.cost, u.id)):
+        victims = tuple(
+            Victim(
+                uid=p.uid, name=p.name, namespace=p.namespace, node=p.node, gpus=p.gpus,
+                priority=p.priority, lost_gpu_seconds=lost, drain=drained,
+                checkpoint_seconds=cost.drain_seconds(p, cfg.max_checkpoint_seconds)
+                if drained else None,
+            )
+            for p, lost, drained in zip(u.pods, u.losses, u.drained, strict=True)
+        )
+        if any(v.drain for v in victims):
+            why = "on-request checkpoint: loses only its checkpoint time"
+        elif u.gang:
+            why = f"whole gang of {len(victims)}: least work since its last checkpoint"
+        else:
+            why = "least work lost since its last checkpoint"
+        out.append(VictimGroup(gang=u.gang, victims=victims, lost_gpu_seconds=u.cost, reason=why))
+    return out
+
+
+def plan(
+    snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig = PlannerConfig()
+) -> Plan:
+    """Plan for one pending pod or every pending member of one gang."""
+    members = sorted(preemptor, key=lambda p: (-p.gpus, -p.requests.cpu_milli, p.uid))
+    uids = tuple(p.uid for p in members)
+    if not members:
+        return Plan(policy=POLICY, preemptor=(), feasible=False, reason="empty preemptor")
+    priority = min(p.priority for p in members)
+    search = _Search(snapshot, priority, config)
+    placements = []
+    for pod in members:
+        node = search.place(pod)
+        if node is None:
+            return Plan(
+                policy=POLICY, preemptor=uids, feasible=False,
+                reason=f"{pod.name} fits nowhere even after preempting every eligible victim",
+                rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
+            )
+        placements.append(Placement(pod_uid=pod.uid, node=node))
+    groups = _groups(list(search.chosen.values()), config)
+    drains = [v.checkpoint_seconds for g in groups for v in g.victims if v.drain]
+    victim_pods = [p for u in search.chosen.values() for p in u.pods]
+    total = sum(g.lost_gpu_seconds for g in groups)
+    reason = (
+        f"evict {len(victim_pods)} pod(s) in {len(groups)} group(s), "
+        f"losing {total / 3600:.2f} GPU-h"
+        if groups
+        else "fits without preemption"
+    )
+    return Plan(
+        policy=POLICY,
+        preemptor=uids,
+        feasible=True,
+        reason=reason,
+        placements=tuple(placements),
+        victim_groups=tuple(groups),
+        pdb_violations=units.pdb_violations(victim_pods, snapshot.pdbs),
+        drain_deadline=snapshot.now + max(drains) if drains else (snapshot.now if groups else None),
+        rejections=tuple(search.rejections),
+        nodes_evaluated=search.evaluated,
+    )

@@ -1,0 +1,358 @@
+"""The event loop: one policy, one workload, from the first arrival to the last preemptor.
+
+Jobs arrive, wait, run and finish; high-priority jobs that do not fit ask the policy for a
+plan. Victims stop after the kill grace period (``grace_seconds``) or, when drained, after the
+drain deadline; the preemptor starts on the planned node at that moment (its capacity is
+reserved, as kube-scheduler's nominated node would be). Lost work is charged from the trace's
+ground truth at the moment each victim stops: drained victims lose their checkpoint time;
+others lose everything since their last periodic checkpoint. A victim of a kube-default plan
+that belongs to a gang breaks it: every member stops and loses its unsaved work.
+
+The run ends once the arrival window is over and no high-priority job is still pending;
+utilisation is measured over the arrival window, where the load applies.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from policies import kube_default, preemption
+from policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from policies.sim.trace import TraceNode
+from policies.sim.workload import Job, Workload
+
+Planner = Callable[[Snapshot, list[Pod], int], Plan]
+
+
+def _kube(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
+    return kube_default.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
+
+
+def _aware(drain: bool, max_ckpt: float) -> Planner:
+    cfg = preemption.PlannerConfig(
+        drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False
+    )
+    return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
+
+
+POLICIES = ("kube-default", "checkpoint-aware", "checkpoint-aware-drain")
+
+
+def planner_for(name: str, max_checkpoint_seconds: float) -> Planner:
+    if name == "kube-default":
+        return _kube
+    if name == "checkpoint-aware":
+        return _aware(False, max_checkpoint_seconds)
+    if name == "checkpoint-aware-drain":
+        return _aware(True, max_checkpoint_seconds)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    grace_seconds: float = 30.0  # default terminationGracePeriodSeconds
+    max_checkpoint_seconds: float = 600.0  # the controller's drain cap
+    retry_seconds: float = 60.0  # an unplaceable preemptor re-plans at most this often
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyResult:
+    policy: str
+    lost_gpu_hours: float
+    preemptions: int
+    victims: int
+    gangs_broken: int
+    preemptor_wait_p50_s: float
+    preemptor_wait_p95_s: float
+    high_jobs_waiting: int
+    gpu_utilisation: float
+    plans: int
+    plans_failed: int
+    plans_invalid: int
+    plan_latency_p50_ms: float
+    plan_latency_p99_ms: float
+    lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
+
+
+class _JobState:
+    __slots__ = ("job", "pods", "queued_at", "remaining", "retry_at", "start", "token")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.remaining = job.duration
+        self.queued_at = job.arrival
+        self.start = 0.0
+        self.token = 0
+        self.retry_at = 0.0
+        self.pods: list[tuple[Pod, int]] = []  # (model pod, node index) while running
+
+    def last_checkpoint(self, t: float) -> float:
+        j = self.job
+        if j.interval is None or t <= self.start:
+            return self.start
+        return self.start + ((t - self.start) // j.interval) * j.interval
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+class Simulation:
+    def __init__(
+        self, workload: Workload, nodes: list[TraceNode], policy: str,
+        config: SimConfig = SimConfig(), clock: Callable[[], float] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.w = workload
+        self.cfg = config
+        self.policy = policy
+        self.plan_fn = planner_for(policy, config.max_checkpoint_seconds)
+        self.clock = clock
+        self.progress = progress
+        self.nodes = tuple(
+            Node(name=n.name, allocatable=Resources(
+                cpu_milli=n.cpu_milli, memory_mib=n.memory_mib, gpus=n.gpus))
+            for n in nodes
+        )
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.free = [n.allocatable for n in self.nodes]
+        self.maxg = max(n.allocatable.gpus for n in self.nodes)
+        self.buckets: list[set[int]] = [set() for _ in range(self.maxg + 1)]
+        for i, n in enumerate(self.nodes):
+            self.buckets[n.allocatable.gpus].add(i)
+        self.events: list = []
+        self.seq = 0
+        self.running: dict[int, _JobState] = {}
+        self.high: list[_JobState] = []
+        self.low: dict[tuple[int, int], list] = {}
+        self.t = 0.0
+        self.busy = 0.0
+        self.lost = 0.0
+        self.series: list[tuple[float, float]] = []
+        self.latencies: list[float] = []
+        self.waits: list[float] = []
+        self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
+                           invalid=0, waiting=0)
+
+    # -- capacity bookkeeping -------------------------------------------------------------
+    def _take(self, i: int, r: Resources, sign: int) -> None:
+        f = self.free[i]
+        self.buckets[f.gpus].discard(i)
+        f = f + r if sign > 0 else f - r
+        self.free[i] = f
+        self.buckets[f.gpus].add(i)
+
+    def _best_fit(self, r: Resources) -> int | None:
+        for g in range(r.gpus, self.maxg + 1):
+            fits = [i for i in self.buckets[g] if r.fits_in(self.free[i])]
+            if fits:
+                return min(fits)
+        return None
+
+    def _push(self, t: float, kind: str, payload) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, payload))
+
+    # -- pods ----------------------------------------------------------------------------
+    def _model(self, js: _JobState, k: int, node: str | None, t: float) -> Pod:
+        j, m = js.job, js.job.members[k]
+        return Pod(
+            uid=f"{j.id}-{k}", name=m.name, priority=j.priority,
+            requests=Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus),
+            node=node, start_time=js.start if node else None, checkpoint=j.checkpoint,
+            checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
+            if j.is_gang else None,
+        )
+
+    def _start(self, js: _JobState, placed: list[int], at: float) -> None:
+        js.start = at
+        js.token += 1
+        js.pods = [
+            (self._model(js, k, self.nodes[i].name, at), i) for k, i in enumerate(placed)
+        ]
+        self.running[js.job.id] = js
+        self._push(at + js.remaining, "finish", (js, js.token))
+
+    def _try_place(self, js: _JobState) -> list[int] | None:
+        placed: list[tuple[int, Resources]] = []
+        for m in sorted(js.job.members, key=lambda m: -m.gpus):
+            r = Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus)
+            i = self._best_fit(r)
+            if i is None:
+                for j, rr in placed:
+                    self._take(j, rr, +1)
+                return None
+            self._take(i, r, -1)
+            placed.append((i, r))
+        # members were placed largest first; map back to member order
+        order = sorted(range(len(js.job.members)), key=lambda k: -js.job.members[k].gpus)
+        out = [0] * len(order)
+        for (i, _), k in zip(placed, order, strict=True):
+            out[k] = i
+        return out
+
+    def _stop(self, js: _JobState, at: float) -> None:
+        """Account busy GPU time and release capacity."""
+        w = self.w.window
+        for pod, i in js.pods:
+            self._take(i, pod.requests, +1)
+            self.busy += pod.gpus * max(0.0, min(at, w) - min(js.start, w))
+        js.pods = []
+        js.token += 1
+        self.running.pop(js.job.id, None)
+
+    def _enqueue(self, js: _JobState, at: float) -> None:
+        js.queued_at = at
+        if js.job.high:
+            self.high.append(js)
+        else:
+            key = (max(m.gpus for m in js.job.members), len(js.job.members))
+            heapq.heappush(self.low.setdefault(key, []), (at, js.job.id, js))
+
+    # -- preemption ----------------------------------------------------------------------
+    def _snapshot(self, pre: list[Pod]) -> Snapshot:
+        pods = []
+        t = self.t
+        for js in self.running.values():
+            last = js.last_checkpoint(t) if js.start < t else None
+            for pod, _ in js.pods:
+                if last != pod.last_checkpoint:
+                    pod = replace(pod, last_checkpoint=last)
+                pods.append(pod)
+        return Snapshot(now=t, nodes=self.nodes, pods=tuple(pods) + tuple(pre))
+
+    def _preempt(self, js: _JobState) -> bool:
+        pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
+        snap = self._snapshot(pre)
+        self.counts["plans"] += 1
+        t0 = self.clock() if self.clock else 0.0
+        plan = self.plan_fn(snap, pre, self.counts["plans"])
+        if self.clock:
+            self.latencies.append((self.clock() - t0) * 1000)
+        if not plan.feasible or not plan.victim_groups:
+            self.counts["failed"] += 1
+            return False
+        self._execute(js, plan, snap)
+        return True
+
+    def _execute(self, js: _JobState, plan: Plan, snap: Snapshot) -> None:
+        t = self.t
+        drained = {v.uid for v in plan.victims if v.drain}
+        drain_wait = max(
+            (v.checkpoint_seconds or 0.0 for v in plan.victims if v.drain), default=0.0
+        )
+        release = t + max(self.cfg.grace_seconds, drain_wait)
+        hit = sorted({int(v.uid.split("-")[0]) for v in plan.victims})
+        self.counts["preemptions"] += 1
+        for job_id in hit:
+            vs = self.running[job_id]
+            evicted = {f"{job_id}-{k}" for k in range(len(vs.job.members))}
+            named = {v.uid for v in plan.victims} & evicted
+            if vs.job.is_gang and named != evicted:
+                if plan.policy != kube_default.POLICY:
+                    self.counts["invalid"] += 1  # a gang-aware plan must take the whole gang
+                self.counts["gangs_broken"] += 1
+            self._charge(vs, t, release, drained & evicted)
+            self.counts["victims"] += len(vs.job.members)
+        placed = [0] * len(js.job.members)
+        by_uid = {p.pod_uid: p.node for p in plan.placements}
+        for k, m in enumerate(js.job.members):
+            i = self.index[by_uid[f"{js.job.id}-{k}"]]
+            r = Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus)
+            if not r.fits_in(self.free[i]):
+                self.counts["invalid"] += 1
+            self._take(i, r, -1)
+            placed[k] = i
+        self.high.remove(js)
+        self.waits.append(release - js.job.arrival)
+        self._start(js, placed, release)
+
+    def _charge(self, vs: _JobState, t: float, release: float, drained: set[str]) -> None:
+        job = vs.job
+        if drained and job.checkpoint is CheckpointMode.ON_REQUEST:
+            saved = t - vs.start
+            lost = job.gpus * (job.checkpoint_seconds or 0.0)
+        else:
+            last = vs.last_checkpoint(release)
+            saved = last - vs.start
+            lost = job.gpus * (release - last)
+        self._stop(vs, release)
+        vs.remaining = max(1.0, vs.remaining - saved)
+        self.lost += lost
+        self.series.append((t, self.lost / 3600))
+        self._push(release, "requeue", vs)
+
+    # -- main loop -----------------------------------------------------------------------
+    def _schedule(self) -> None:
+        self.high.sort(key=lambda s: (-s.job.priority, s.queued_at, s.job.id))
+        for js in list(self.high):
+            placed = self._try_place(js)
+            if placed is not None:
+                self.high.remove(js)
+                if self.t > js.job.arrival:
+                    self.waits.append(self.t - js.job.arrival)
+                self._start(js, placed, self.t)
+            elif js.retry_at <= self.t and not self._preempt(js):
+                js.retry_at = self.t + self.cfg.retry_seconds
+        for key in sorted(self.low, key=lambda k: self.low[k][0][0] if self.low[k] else 1e30):
+            q = self.low[key]
+            while q:
+                if key[0] > 0 and not any(self.buckets[g] for g in range(key[0], self.maxg + 1)):
+                    break
+                placed = self._try_place(q[0][2])
+                if placed is None:
+                    break
+                _, _, js = heapq.heappop(q)
+                self._start(js, placed, self.t)
+
+    def run(self) -> PolicyResult:
+        jobs = self.w.jobs
+        for j in jobs:
+            self._push(j.arrival, "arrive", _JobState(j))
+        arrived = 0
+        while self.events:
+            t, _, kind, payload = heapq.heappop(self.events)
+            if t > self.w.window and not self.high:
+                break
+            self.t = t
+            if kind == "arrive":
+                self._enqueue(payload, t)
+                arrived += 1
+                if self.progress and arrived % 200 == 0:
+                    self.progress(arrived / len(jobs))
+            elif kind == "finish":
+                js, token = payload
+                if js.token != token:
+                    continue
+                self._stop(js, t)
+            elif kind == "requeue":
+                self._enqueue(payload, t)
+            self._schedule()
+        end = min(self.t, self.w.window)
+        for js in list(self.running.values()):
+            self._stop(js, end)
+        self.counts["waiting"] = len(self.high)
+        if self.progress:
+            self.progress(1.0)
+        return PolicyResult(
+            policy=self.policy,
+            lost_gpu_hours=self.lost / 3600,
+            preemptions=self.counts["preemptions"],
+            victims=self.counts["victims"],
+            gangs_broken=self.counts["gangs_broken"],
+            preemptor_wait_p50_s=_percentile(self.waits, 0.5),
+            preemptor_wait_p95_s=_percentile(self.waits, 0.95),
+            high_jobs_waiting=self.counts["waiting"],
+            gpu_utilisation=self.busy / (self.w.capacity_gpus * self.w.window),
+            plans=self.counts["plans"],
+            plans_failed=self.counts["failed"],
+            plans_invalid=self.counts["invalid"],
+            plan_latency_p50_ms=_percentile(self.latencies, 0.5),
+            plan_latency_p99_ms=_percentile(self.latencies, 0.99),
+            lost_series=tuple(self.series),
+        )

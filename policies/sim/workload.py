@@ -1,0 +1,178 @@
+"""The seeded workload generator: trace pods become jobs with checkpoints and gangs.
+
+The trace records neither checkpoints nor much gang structure, so both are drawn here from a
+``random.Random(seed)``; every parameter is a field of ``WorkloadParams`` and is printed with
+each result.
+
+The load knob is arrival scaling, after the FGD paper's protocol of submitting sampled pods until
+demand reaches 130 % of capacity. The trace's arrivals are compressed into ``window_hours``
+(durations are kept); then low-priority pods drawn from the trace with replacement arrive
+uniformly in the window until the offered load reaches ``load``, where offered load is
+``Σ gpus × min(duration, time left in window) ÷ (cluster GPUs × window)``. The achieved load,
+the compression and the number of drawn pods are part of every result.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+from policies.model import CheckpointMode
+from policies.sim.trace import TraceNode, TracePod
+
+HIGH_QOS = ("LS", "Guaranteed")
+PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 10, "BE": 0}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadParams:
+    seed: int = 1
+    load: float = 1.3  # offered GPU load in the window (FGD drives demand to 130 %)
+    window_hours: float = 6.0  # arrivals of the whole trace are compressed into this window
+    checkpoint_intervals_min: tuple[int, ...] = (15, 30, 60, 180)
+    share_on_request: float = 0.3  # of low-priority jobs: checkpoint on request (and periodic)
+    share_periodic: float = 0.5  # periodic only; the rest never checkpoint
+    checkpoint_seconds: tuple[float, float] = (30.0, 180.0)  # uniform range
+    gang_share: float = 0.3  # chance a low-priority job absorbs its successors into a gang
+    gang_sizes: tuple[int, ...] = (2, 4, 8)
+    min_duration_s: float = 60.0  # shorter pods are lengthened: they are not training jobs
+
+    def describe(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    id: int
+    name: str
+    arrival: float
+    duration: float  # seconds of work needed
+    priority: int
+    qos: str
+    members: tuple[Member, ...]
+    checkpoint: CheckpointMode
+    interval: float | None  # periodic checkpoint interval, seconds
+    checkpoint_seconds: float | None
+
+    @property
+    def gpus(self) -> int:
+        return sum(m.gpus for m in self.members)
+
+    @property
+    def is_gang(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def high(self) -> bool:
+        return self.qos in HIGH_QOS
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    jobs: tuple[Job, ...]
+    compress: float
+    offered_load: float
+    extra_pods: int  # pods drawn with replacement on top of the trace
+    window: float  # arrival window after compression, seconds
+    capacity_gpus: int
+    params: WorkloadParams
+
+
+def _demand(gpus: int, arrival: float, duration: float, window: float) -> float:
+    return gpus * max(0.0, min(duration, window - arrival))
+
+
+def _draws(pods: list[TracePod], params: WorkloadParams, capacity: int, rng: random.Random):
+    """The trace, compressed into the window, plus seeded extra draws up to the target load.
+
+    Extra draws come from the low-priority (preemptible) pods only: the knob scales the
+    background training load, and the high-priority arrivals stay the trace's own.
+    """
+    window = params.window_hours * 3600
+    t0 = min(p.creation for p in pods)
+    span = max(1.0, max(p.creation for p in pods) - t0)
+    out = [(p, (p.creation - t0) / span * window) for p in pods]
+
+    def duration(p: TracePod) -> float:
+        return max(params.min_duration_s, p.deletion - p.creation)
+
+    demand = sum(_demand(p.gpus, a, duration(p), window) for p, a in out)
+    target = params.load * capacity * window
+    background = [p for p in pods if p.qos not in HIGH_QOS]
+    extra = 0
+    while demand < target and extra < 50 * len(pods):
+        p = rng.choice(background)
+        a = rng.uniform(0, window)
+        out.append((p, a))
+        demand += _demand(p.gpus, a, duration(p), window)
+        extra += 1
+    out.sort(key=lambda x: (x[1], x[0].name))
+    return out, extra, span / window
+
+
+def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParams) -> Workload:
+    rng = random.Random(params.seed)
+    capacity = sum(n.gpus for n in nodes)
+    biggest = max(n.gpus for n in nodes)
+    # CPU-only pods neither hold GPUs nor lose GPU work; pods bigger than any node never run.
+    usable = [p for p in pods if 0 < p.gpus <= biggest]
+    ordered, extra, compress = _draws(usable, params, capacity, rng)
+    window = params.window_hours * 3600
+    jobs: list[Job] = []
+    i = 0
+    while i < len(ordered):
+        lead, arrival = ordered[i]
+        group = [lead]
+        i += 1
+        high = lead.qos in HIGH_QOS
+        if not high and lead.gpus > 0 and rng.random() < params.gang_share:
+            size = rng.choice(params.gang_sizes)
+            while len(group) < size and i < len(ordered):
+                nxt = ordered[i][0]
+                if nxt.qos in HIGH_QOS or nxt.gpus != lead.gpus:
+                    break
+                group.append(nxt)
+                i += 1
+        if high:
+            mode, interval, ckpt = CheckpointMode.NONE, None, None
+        else:
+            r = rng.random()
+            interval = 60.0 * rng.choice(params.checkpoint_intervals_min)
+            ckpt = rng.uniform(*params.checkpoint_seconds)
+            if r < params.share_on_request:
+                mode = CheckpointMode.ON_REQUEST
+            elif r < params.share_on_request + params.share_periodic:
+                mode = CheckpointMode.PERIODIC
+            else:
+                mode, interval = CheckpointMode.NONE, None
+        jobs.append(Job(
+            id=len(jobs),
+            name=f"{lead.name}-{len(jobs)}" if len(group) == 1 else f"gang-{lead.name}-{len(jobs)}",
+            arrival=arrival,
+            duration=max(params.min_duration_s, lead.deletion - lead.creation),
+            priority=PRIORITY[lead.qos],
+            qos=lead.qos,
+            members=tuple(
+                Member(name=f"{p.name}-{len(jobs)}-{k}", cpu_milli=p.cpu_milli,
+                       memory_mib=p.memory_mib, gpus=p.gpus)
+                for k, p in enumerate(group)
+            ),
+            checkpoint=mode,
+            interval=interval,
+            checkpoint_seconds=ckpt,
+        ))
+    demand = sum(
+        _demand(j.gpus, j.arrival, j.duration, window) for j in jobs
+    )
+    return Workload(
+        jobs=tuple(jobs), compress=compress, offered_load=demand / (capacity * window),
+        window=window, capacity_gpus=capacity, extra_pods=extra, params=params,
+    )

@@ -1,0 +1,84 @@
+"""NVLink topology as the planner needs it, read from hwprobe's node annotation.
+
+The annotation ``hwprobe.ckpt-preempt.io/topology`` holds a ``hwprobe/v1`` report. The planner
+reads only ``schema``, ``gpu_count``, ``nvlink_domains`` and ``verified``; everything else in the
+report is for people and for hwprobe itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+SCHEMA = "hwprobe/v1"
+
+
+class TopologyError(ValueError):
+    """The annotation is not a usable ``hwprobe/v1`` report; treat the node as unknown."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeTopology:
+    gpu_count: int
+    domains: tuple[frozenset[int], ...]  # every GPU index in exactly one domain
+    verified: bool | None = None
+
+    @property
+    def largest_domain(self) -> int:
+        return max((len(d) for d in self.domains), default=0)
+
+    def nvlink_fits(self, free_gpus: int, need: int) -> bool:
+        """Can ``need`` free GPUs be guaranteed inside one NVLink domain?
+
+        Which device indices are free is not known to the planner (the device plugin picks
+        them), so assume the worst: the free GPUs sit outside a domain wherever they can.
+        Domain ``d`` then surely holds ``free - (gpu_count - |d|)`` free GPUs.
+        """
+        if need <= 1:
+            return free_gpus >= need
+        return any(
+            free_gpus - (self.gpu_count - len(d)) >= need and len(d) >= need
+            for d in self.domains
+        )
+
+
+def single_domain(gpu_count: int) -> NodeTopology:
+    """A node whose GPUs are all NVLink-connected (e.g. HGX behind NVSwitch)."""
+    return NodeTopology(gpu_count=gpu_count, domains=(frozenset(range(gpu_count)),))
+
+
+def parse_node_topology(value: str) -> NodeTopology:
+    """Strictly parse the compact report; raise TopologyError naming what is wrong."""
+    try:
+        doc = json.loads(value)
+    except (TypeError, ValueError) as e:
+        raise TopologyError(f"not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise TopologyError("report is not a JSON object")
+    if doc.get("schema") != SCHEMA:
+        raise TopologyError(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+    count = doc.get("gpu_count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise TopologyError(f"gpu_count must be a non-negative integer, got {count!r}")
+    raw = doc.get("nvlink_domains")
+    if not isinstance(raw, list):
+        raise TopologyError("nvlink_domains must be a list of lists of GPU indices")
+    seen: set[int] = set()
+    domains = []
+    for d in raw:
+        if not isinstance(d, list) or not d:
+            raise TopologyError(f"domain {d!r} is not a non-empty list")
+        for i in d:
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count:
+                raise TopologyError(f"GPU index {i!r} outside 0..{count - 1}")
+            if i in seen:
+                raise TopologyError(f"GPU {i} appears in two domains")
+            seen.add(i)
+        domains.append(frozenset(d))
+    if seen != set(range(count)):
+        missing = sorted(set(range(count)) - seen)
+        raise TopologyError(f"GPUs {missing} belong to no domain")
+    verified = doc.get("verified")
+    if verified is not None and not isinstance(verified, bool):
+        raise TopologyError(f"verified must be true, false or null, got {verified!r}")
+    return NodeTopology(gpu_count=count, domains=tuple(domains), verified=verified)

@@ -1,0 +1,228 @@
+"""Eviction units and the exact within-node search shared by the planner and the oracle.
+
+A unit is what one eviction decision removes: a single pod, or every running member of a gang
+(a gang goes whole or not at all). Its cost is the whole gang's lost work and it frees the
+whole gang's resources, on every node the gang occupies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from policies import cost
+from policies.model import ZERO, Pod, PodDisruptionBudget, Resources, Snapshot
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unit:
+    id: str  # gang key, or the pod uid for a pod outside any gang
+    gang: str | None
+    pods: tuple[Pod, ...]
+    losses: tuple[float, ...]  # per pod, GPU-seconds
+    drained: tuple[bool, ...]  # per pod
+    release: Mapping[str, Resources]  # node -> resources freed there
+
+    @property
+    def cost(self) -> float:
+        return sum(self.losses)
+
+
+class UnitBuilder:
+    """Builds units lazily, so a plan touches only the pods on the nodes it evaluates.
+
+    Eligibility is per unit: one ineligible member (higher priority, opted out, too young,
+    terminating) protects its whole gang.
+    """
+
+    def __init__(
+        self, snapshot: Snapshot, preemptor_priority: int, *, drain: bool,
+        max_checkpoint_seconds: float,
+    ) -> None:
+        self.s = snapshot
+        self.priority = preemptor_priority
+        self.drain = drain
+        self.max_checkpoint_seconds = max_checkpoint_seconds
+        self._why: dict[str, str | None] = {}
+        self._units: dict[str, Unit] = {}
+        self._loss: dict[str, tuple[float, bool]] = {}
+
+    def unit_id(self, pod: Pod) -> str:
+        return pod.gang or pod.uid
+
+    def members(self, unit_id: str, pod: Pod) -> list[Pod]:
+        if pod.gang is None:
+            return [pod]
+        by_uid = self.s.pod_by_uid
+        return [by_uid[u] for u in self.s.gangs[pod.gang].members if by_uid[u].node is not None]
+
+    def why_not(self, pod: Pod) -> str | None:
+        """None when the pod's unit may be evicted, else the reason it may not."""
+        uid = self.unit_id(pod)
+        if uid in self._why:
+            return self._why[uid]
+        why = None
+        for p in self.members(uid, pod):
+            r = cost.ineligibility(p, self.priority, self.s.now)
+            if r is not None:
+                why = str(r) if p is pod or pod.gang is None else f"gang-member-{r}"
+                break
+        self._why[uid] = why
+        return why
+
+    def loss(self, pod: Pod) -> tuple[float, bool]:
+        got = self._loss.get(pod.uid)
+        if got is None:
+            got = cost.lost_gpu_seconds(
+                pod, self.s.now, drain=self.drain,
+                max_checkpoint_seconds=self.max_checkpoint_seconds,
+            )
+            self._loss[pod.uid] = got
+        return got
+
+    def unit(self, pod: Pod) -> Unit:
+        uid = self.unit_id(pod)
+        got = self._units.get(uid)
+        if got is None:
+            pods = sorted(self.members(uid, pod), key=lambda p: p.uid)
+            lost = [self.loss(p) for p in pods]
+            release: dict[str, Resources] = {}
+            for p in pods:
+                release[p.node] = release.get(p.node, ZERO) + p.requests
+            got = Unit(
+                id=uid, gang=pod.gang, pods=tuple(pods), losses=tuple(x for x, _ in lost),
+                drained=tuple(d for _, d in lost), release=release,
+            )
+            self._units[uid] = got
+        return got
+
+    def units_on(self, node: str, exclude: Iterable[str] = ()) -> list[Unit]:
+        skip = set(exclude)
+        out: dict[str, Unit] = {}
+        for p in self.s.pods_on_node.get(node, ()):
+            uid = self.unit_id(p)
+            if uid in skip or uid in out or self.why_not(p) is not None:
+                continue
+            out[uid] = self.unit(p)
+        return list(out.values())
+
+    def all_units(self) -> list[Unit]:
+        out: dict[str, Unit] = {}
+        for p in self.s.pods:
+            if p.node is not None and self.why_not(p) is None:
+                out.setdefault(self.unit_id(p), self.unit(p))
+        return list(out.values())
+
+
+def pdb_violations(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> int:
+    """Victims whose eviction breaks a PDB, charging budgets in the given order."""
+    if not pdbs:
+        return 0
+    allowed = [b.disruptions_allowed for b in pdbs]
+    count = 0
+    for p in pods:
+        violated = False
+        for i, b in enumerate(pdbs):
+            if b.covers(p):
+                allowed[i] -= 1
+                violated |= allowed[i] < 0
+        count += violated
+    return count
+
+
+def covers(have: Resources, need: Resources) -> bool:
+    return need.fits_in(have)
+
+
+def deficit(need: Resources, free: Resources) -> Resources:
+    return Resources(
+        cpu_milli=max(0, need.cpu_milli - free.cpu_milli),
+        memory_mib=max(0, need.memory_mib - free.memory_mib),
+        gpus=max(0, need.gpus - free.gpus),
+    )
+
+
+def gpu_lower_bound(pieces: list[tuple[float, int]], need_gpus: int) -> float:
+    """Fractional-knapsack bound on the cost of freeing ``need_gpus`` GPUs.
+
+    ``pieces`` are (GPU-seconds lost per GPU, GPUs) for each evictable pod on the node. A unit
+    costs at least the sum of its pods' own losses, so relaxing units into pods keeps this a
+    lower bound on the exact cover.
+    """
+    if need_gpus <= 0:
+        return 0.0
+    bound, left = 0.0, need_gpus
+    for rate, gpus in sorted(pieces):
+        take = min(gpus, left)
+        bound += rate * take
+        left -= take
+        if left == 0:
+            return bound
+    return float("inf")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cover:
+    unit_ids: tuple[str, ...]
+    cost: float
+    pdb_violations: int
+    victims: int
+    exhausted: bool  # the search budget ran out; the cover is the best found, maybe not optimal
+
+
+def min_cover(
+    units: Sequence[Unit],
+    node: str,
+    need: Resources,
+    pdbs: Sequence[PodDisruptionBudget],
+    budget: int = 20_000,
+) -> Cover | None:
+    """Exact minimum of (lost work, PDB violations, victims) over unit subsets freeing ``need``.
+
+    Depth-first branch and bound over units sorted cheapest first; a branch is cut when it
+    already costs more than the best cover, or when everything left cannot cover the need.
+    """
+    order = sorted(units, key=lambda u: (u.cost, len(u.pods), u.id))
+    rel = [u.release[node] for u in order]
+    n = len(order)
+    suffix = [ZERO] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + rel[i]
+    if not covers(suffix[0], need):
+        return None
+    best: list = [None]  # (cost, pdb, victims, ids)
+    steps = 0
+    chosen: list[int] = []
+
+    def record(c: float, count: int) -> None:
+        ids = tuple(order[i].id for i in chosen)
+        pdb = pdb_violations((p for i in chosen for p in order[i].pods), pdbs)
+        key = (c, pdb, count, ids)
+        if best[0] is None or key < best[0]:
+            best[0] = key
+
+    def dfs(i: int, have: Resources, c: float, count: int) -> None:
+        nonlocal steps
+        steps += 1
+        if covers(have, need):
+            record(c, count)
+            return
+        if i == n or steps > budget:
+            return
+        b = best[0]
+        if b is not None and (c > b[0] or (c == b[0] and count >= b[2])):
+            return
+        if not covers(have + suffix[i], need):
+            return
+        chosen.append(i)
+        dfs(i + 1, have + rel[i], c + order[i].cost, count + len(order[i].pods))
+        chosen.pop()
+        dfs(i + 1, have, c, count)
+
+    dfs(0, ZERO, 0.0, 0)
+    if best[0] is None:
+        return None
+    c, pdb, count, ids = best[0]
+    return Cover(
+        unit_ids=ids, cost=c, pdb_violations=pdb, victims=count, exhausted=steps > budget
+    )
