@@ -115,10 +115,15 @@ def _read_topology(nvml: Any) -> Topology:
         else:
             gpus.append(_read_gpu(r, index, handle))
     pairs: dict[tuple[int, int], Pair] = {}
+    failed: dict[str, dict[str, int]] = {"pcie_level": {}, "p2p": {}}  # field -> reason -> pairs
     for a in range(count):
         for b in range(a + 1, count):
             if handles[a] is not None and handles[b] is not None:
-                pairs[(a, b)] = _read_pair(r, a, b, handles[a], handles[b])
+                pairs[(a, b)] = _read_pair(r, a, b, handles[a], handles[b], failed)
+    for key, reasons in failed.items():
+        if reasons:  # one line per field, e.g. "NotSupported (28 of 28 pairs)"
+            unavailable[key] = "; ".join(f"{why} ({n} of {len(pairs)} pairs)"
+                                         for why, n in sorted(reasons.items()))
     gpu_tuple = tuple(gpus)
     return Topology(gpus=gpu_tuple, pairs=_with_counts(gpu_tuple, pairs),
                     driver_version=_text(driver) if driver else None,
@@ -272,12 +277,18 @@ def _uuid_text(raw: bytes) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _read_pair(r: _Reader, a: int, b: int, ha: Any, hb: Any) -> Pair:
+def _read_pair(r: _Reader, a: int, b: int, ha: Any, hb: Any,
+               failed: dict[str, dict[str, int]]) -> Pair:
     nvml = r.nvml
-    level, _ = r.call(nvml.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
-    p2p = {}
+    level, why = r.call(nvml.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
+    if why:
+        failed["pcie_level"][why] = failed["pcie_level"].get(why, 0) + 1
+    p2p, p2p_why = {}, None
     for name, index in _P2P_INDEXES.items():
         status, why = r.call(nvml.nvmlDeviceGetP2PStatus, ha, hb, index)
         p2p[name] = _P2P_STATUS.get(status, str(status)) if why is None else f"unknown: {why}"
+        p2p_why = p2p_why or why
+    if p2p_why:
+        failed["p2p"][p2p_why] = failed["p2p"].get(p2p_why, 0) + 1
     pcie = PcieLevel(level) if level in PcieLevel._value2member_map_ else None
     return Pair(a=a, b=b, pcie=pcie, p2p=p2p)

@@ -39,9 +39,16 @@ def summary_text(topo: Topology) -> str:
     lines = [f"{topo.gpu_count} × {', '.join(names)}   driver {_na(topo.driver_version)}"]
     domains = topo.nvlink_domains
     linked = [d for d in domains if len(d) > 1]
+    unreadable = {g.index: g.unavailable["nvlink"] for g in topo.gpus
+                  if not g.links and "nvlink" in g.unavailable}
     if not linked:
-        lines.append("NVLink: no NVLink peers" + (" (links present, none active)" if any(
-            g.links for g in topo.gpus) else ""))
+        note = ""
+        if any(g.links for g in topo.gpus):
+            note = " (links present, none active)"
+        elif unreadable:  # a GPU without NVLink and a driver that will not say look the same
+            note = (f" (link state {'/'.join(sorted(set(unreadable.values())))} on GPU "
+                    + ",".join(map(str, unreadable)) + ")")
+        lines.append("NVLink: no NVLink peers" + note)
     else:
         kind = "NVSwitch" if topo.nvswitch else "direct bridges"
         lines.append(f"NVLink: {kind}; {len(domains)} domain(s)")
@@ -53,6 +60,11 @@ def summary_text(topo: Topology) -> str:
             gbps = topo.expected_gbps(d[0], d[1])
             lines.append(f"  GPUs {','.join(map(str, d))}: {'/'.join(levels)}, "
                          f"~{_na(gbps)} GB/s per pair per direction")
+    if "pcie_level" in topo.unavailable:
+        lines.append(f"PCIe: common ancestor unreadable: {topo.unavailable['pcie_level']}; "
+                     "N/A in the matrix")
+    if "p2p" in topo.unavailable:
+        lines.append(f"P2P: status unreadable: {topo.unavailable['p2p']}")
     cliques = {g.fabric.clique for g in topo.gpus if g.fabric and g.fabric.clique}
     states = sorted({g.fabric.state for g in topo.gpus if g.fabric})
     if cliques:

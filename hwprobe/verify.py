@@ -182,12 +182,24 @@ def _check_gpus(topo: Topology, spec: Spec) -> list[str]:
 
 def _check_nvlink(topo: Topology, nv: NvlinkRules, nvswitch: bool | None) -> list[str]:
     out = []
+    unreadable = {g.index: g.unavailable["nvlink"] for g in topo.gpus
+                  if not g.links and "nvlink" in g.unavailable}
     if nvswitch is not None and topo.nvswitch != nvswitch:
-        out.append("NVSwitch not detected" if nvswitch else "NVSwitch detected, expected none")
+        if not nvswitch:
+            out.append("NVSwitch detected, expected none")
+        elif unreadable:  # what NVML would not say cannot be confirmed
+            out.append(f"NVSwitch not detected (NVLink unreadable on {len(unreadable)} of "
+                       f"{topo.gpu_count} GPUs: {'/'.join(sorted(set(unreadable.values())))})")
+        else:
+            out.append("NVSwitch not detected")
     want_active = nv.active_links_per_gpu
     if want_active is not None:
         for gpu in topo.gpus:
             if gpu.lost or "handle" in gpu.unavailable:
+                continue
+            if gpu.index in unreadable:
+                out.append(f"GPU{gpu.index} NVLink unreadable ({unreadable[gpu.index]}): "
+                           f"cannot confirm {want_active} active links")
                 continue
             active = len(gpu.active_links)
             if active >= want_active:
@@ -230,6 +242,12 @@ def _check_pair(topo: Topology, a: int, b: int, nv: NvlinkRules) -> list[str]:
 
 def _check_pcie(topo: Topology, spec: Spec) -> list[str]:
     out = []
+    unknown = sum(1 for p in topo.pairs.values() if not p.nvlinks and p.pcie is None)
+    wanted = [f"{k} {v}" for k, v in (("same_numa", spec.pcie_same_numa),
+                                      ("cross_numa", spec.pcie_cross_numa)) if v]
+    if unknown and wanted:
+        why = topo.unavailable.get("pcie_level", f"{unknown} pair(s)")
+        out.append(f"PCIe level unreadable: {why}; cannot confirm " + " / ".join(wanted))
     for (a, b), pair in sorted(topo.pairs.items()):
         if pair.nvlinks or pair.pcie is None:
             continue

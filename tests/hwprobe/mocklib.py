@@ -43,9 +43,11 @@ class MockNvml:
     library: Path
     workdir: Path
 
-    def env(self, profile: str, faults: dict | None = None) -> dict[str, str]:
+    def env(self, profile: str | Path, faults: dict | None = None) -> dict[str, str]:
+        """``profile``: a name in ``hwprobe/profiles/`` or the path of a profile file."""
+        config = profile if isinstance(profile, Path) else PROFILES / f"{profile}.yaml"
         env = {**os.environ, "HWPROBE_NVML_LIBRARY": str(self.library),
-               "MOCK_NVML_CONFIG": str(PROFILES / f"{profile}.yaml")}
+               "MOCK_NVML_CONFIG": str(config)}
         env.pop("MOCK_NVML_FAULTS", None)
         if faults is not None:
             path = self.workdir / f"faults-{abs(hash(json.dumps(faults, sort_keys=True)))}.yaml"
@@ -53,12 +55,12 @@ class MockNvml:
             env["MOCK_NVML_FAULTS"] = str(path)
         return env
 
-    def run(self, profile: str, *args: str, faults: dict | None = None):
+    def run(self, profile: str | Path, *args: str, faults: dict | None = None):
         return subprocess.run([sys.executable, "-m", "hwprobe.cli", *args], cwd=REPO,
                               env=self.env(profile, faults), capture_output=True, text=True,
                               timeout=60)
 
-    def report(self, profile: str, *args: str, faults: dict | None = None) -> dict:
+    def report(self, profile: str | Path, *args: str, faults: dict | None = None) -> dict:
         done = self.run(profile, "report", "--json", *args, faults=faults)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)

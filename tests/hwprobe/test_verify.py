@@ -1,8 +1,11 @@
 """verify: findings a human can act on, from plain data."""
 
+import dataclasses
+
 import pytest
 
 from hwprobe.errors import SpecError
+from hwprobe.render import summary_text
 from hwprobe.verify import Spec, load_spec, reference_names, verify
 from tests.hwprobe import layouts
 
@@ -117,3 +120,37 @@ def test_bad_spec_files(tmp_path, text, message):
 def test_unknown_reference_lists_the_known_ones():
     with pytest.raises(SpecError, match="hgx-h100-8"):
         load_spec("hgx-h100-9")
+
+
+def nvlink_unreadable(gpus=8):
+    """What a driver (or a mock) that answers NotSupported for NVLink and topology gives."""
+    topo = layouts.make_topology(
+        [layouts.make_gpu(i, unavailable={"nvlink": "NotSupported"}) for i in range(gpus)],
+        pcie_of=lambda a, b: None, p2p_of=lambda a, b: {"nvlink": "unknown: NotSupported"})
+    pairs = gpus * (gpus - 1) // 2
+    return dataclasses.replace(
+        topo, unavailable={"pcie_level": f"NotSupported ({pairs} of {pairs} pairs)"})
+
+
+def test_unreadable_nvlink_is_named_not_called_inactive():
+    findings = verify(nvlink_unreadable(), load_spec("hgx-h100-8")).findings
+    assert findings[0] == "NVSwitch not detected (NVLink unreadable on 8 of 8 GPUs: NotSupported)"
+    assert findings[1:9] == tuple(
+        f"GPU{i} NVLink unreadable (NotSupported): cannot confirm 18 active links"
+        for i in range(8))
+    assert not any("inactive" in f or "P2P" in f for f in findings)
+
+
+def test_unreadable_pcie_levels_are_one_finding():
+    spec = Spec(name="t", pcie_same_numa="NODE", pcie_cross_numa="SYS")
+    assert verify(nvlink_unreadable(4), spec).findings == (
+        "PCIe level unreadable: NotSupported (6 of 6 pairs); "
+        "cannot confirm same_numa NODE / cross_numa SYS",)
+    assert verify(nvlink_unreadable(4), Spec(name="t", gpu_counts=(4,))).ok
+
+
+def test_show_gives_the_reasons():
+    text = summary_text(nvlink_unreadable(2))
+    assert "NVLink: no NVLink peers (link state NotSupported on GPU 0,1)" in text
+    assert ("PCIe: common ancestor unreadable: NotSupported (1 of 1 pairs); N/A in the matrix"
+            in text)

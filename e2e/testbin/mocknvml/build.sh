@@ -18,11 +18,29 @@ if [[ ! -f "$lib" ]]; then
   tmp="$(mktemp -d "${cache%/*}/.tmp.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   echo "mocknvml: building $lib"
+  src="$tmp/src"
+  mkdir -p "$src" && cp "$here"/go.mod "$here"/go.sum "$here"/*.go "$here"/*.h "$src/"
   # The soname matters: pynvml dlopens "libnvidia-ml.so.1", and a library already loaded under
   # that soname (ctypes.CDLL of the full path) satisfies it.
-  (cd "$here" && CGO_ENABLED=1 go build -trimpath -buildmode=c-shared \
-     -ldflags "-s -w -extldflags -Wl,-soname,libnvidia-ml.so.1" \
-     -o "$tmp/libnvidia-ml.so.1" .)
+  link() {
+    (cd "$src" && CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
+       go build -trimpath -buildmode=c-shared \
+       -ldflags "-s -w -extldflags -Wl,-soname,libnvidia-ml.so.1" \
+       -o "$tmp/libnvidia-ml.so.1" .)
+  }
+  link
+  # go-nvml's nvml package (imported for its mock machines) wraps every NVML function of the
+  # real library and leaves each one this mock does not define undefined, which ctypes, loading
+  # with RTLD_NOW, refuses. Define each as a stub answering NVML_ERROR_FUNCTION_NOT_FOUND (13),
+  # as a driver without that function would, and link again.
+  nm -D --undefined-only "$tmp/libnvidia-ml.so.1" |
+    awk '$2 ~ /^nvml/ { print "int " $2 "(void) { return 13; }" }' > "$src/zz_stubs.c"
+  echo "mocknvml: $(wc -l < "$src/zz_stubs.c") NVML functions answer FUNCTION_NOT_FOUND"
+  link
+  if nm -D --undefined-only "$tmp/libnvidia-ml.so.1" | grep -q ' nvml'; then
+    echo "mocknvml: undefined NVML symbols remain" >&2; exit 1
+  fi
+  rm -rf "$src"
   rm -f "$tmp"/*.h  # cgo writes the export header beside the library
   ln -sf libnvidia-ml.so.1 "$tmp/libnvidia-ml.so"
   mkdir -p "$tmp/profiles"

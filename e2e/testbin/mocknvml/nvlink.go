@@ -3,7 +3,11 @@ package main
 // #include "abi.h"
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
 
 // Field ids and enums from nvml.h.
 const (
@@ -25,8 +29,8 @@ const (
 
 func link(device C.uintptr_t, l C.uint, fn string) (int, int, C.int) {
 	g, r := gpu(device, fn)
-	if r != rSuccess {
-		return 0, 0, r
+	if r != rSuccess || prof.nv != nil {
+		return g, int(l), r
 	}
 	if prof.Defaults.NVLink.Links == 0 {
 		return 0, 0, rNotSupported
@@ -43,6 +47,16 @@ func nvmlDeviceGetNvLinkState(device C.uintptr_t, l C.uint, active *C.uint) C.in
 	if r != rSuccess {
 		return r
 	}
+	if d := prof.dev(g); d != nil {
+		state, r := call(func() (nvml.EnableState, nvml.Return) { return d.GetNvLinkState(n) })
+		if r == rSuccess {
+			*active = C.uint(state)
+			if prof.linkDown(g, n) {
+				*active = 0
+			}
+		}
+		return r
+	}
 	*active = 0
 	if prof.linkActive(g, n) {
 		*active = 1
@@ -52,7 +66,15 @@ func nvmlDeviceGetNvLinkState(device C.uintptr_t, l C.uint, active *C.uint) C.in
 
 //export nvmlDeviceGetNvLinkVersion
 func nvmlDeviceGetNvLinkVersion(device C.uintptr_t, l C.uint, version *C.uint) C.int {
-	if _, _, r := link(device, l, "nvmlDeviceGetNvLinkVersion"); r != rSuccess {
+	g, n, r := link(device, l, "nvmlDeviceGetNvLinkVersion")
+	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		v, r := call(func() (uint32, nvml.Return) { return d.GetNvLinkVersion(n) })
+		if r == rSuccess {
+			*version = C.uint(v)
+		}
 		return r
 	}
 	*version = C.uint(prof.Defaults.NVLink.Version)
@@ -81,6 +103,13 @@ func nvmlDeviceGetNvLinkRemotePciInfo_v2(device C.uintptr_t, l C.uint, info *C.p
 	if r != rSuccess {
 		return r
 	}
+	if d := prof.dev(g); d != nil {
+		p, r := call(func() (nvml.PciInfo, nvml.Return) { return d.GetNvLinkRemotePciInfo(n) })
+		if r == rSuccess {
+			putPCI(info, p, nil)
+		}
+		return r
+	}
 	_, busID, ok := remote(g, n)
 	if !ok || busID == "" {
 		return rNotSupported
@@ -93,6 +122,13 @@ func nvmlDeviceGetNvLinkRemotePciInfo_v2(device C.uintptr_t, l C.uint, info *C.p
 func nvmlDeviceGetNvLinkRemoteDeviceType(device C.uintptr_t, l C.uint, kind *C.uint) C.int {
 	g, n, r := link(device, l, "nvmlDeviceGetNvLinkRemoteDeviceType")
 	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		k, r := call(func() (nvml.IntNvLinkDeviceType, nvml.Return) { return d.GetNvLinkRemoteDeviceType(n) })
+		if r == rSuccess {
+			*kind = C.uint(k)
+		}
 		return r
 	}
 	k, _, ok := remote(g, n)
@@ -109,6 +145,15 @@ func nvmlDeviceGetNvLinkCapability(device C.uintptr_t, l, capability C.uint, res
 	if r != rSuccess {
 		return r
 	}
+	if d := prof.dev(g); d != nil {
+		v, r := call(func() (uint32, nvml.Return) {
+			return d.GetNvLinkCapability(n, nvml.NvLinkCapability(capability))
+		})
+		if r == rSuccess {
+			*result = C.uint(v)
+		}
+		return r
+	}
 	*result = 0
 	if prof.linkActive(g, n) {
 		*result = 1
@@ -122,6 +167,18 @@ func nvmlDeviceGetNvLinkErrorCounter(device C.uintptr_t, l, counter C.uint, valu
 	if r != rSuccess {
 		return r
 	}
+	if d := prof.dev(g); d != nil {
+		v, r := call(func() (uint64, nvml.Return) {
+			return d.GetNvLinkErrorCounter(n, nvml.NvLinkErrorCounter(counter))
+		})
+		if r == rSuccess {
+			if injected, ok := prof.injectedError(g, n, uint32(counter)); ok {
+				v = injected
+			}
+			*value = C.ulonglong(v)
+		}
+		return r
+	}
 	*value = C.ulonglong(prof.errorCounter(g, n, uint32(counter)))
 	return rSuccess
 }
@@ -131,6 +188,9 @@ func nvmlDeviceGetFieldValues(device C.uintptr_t, count C.int, values *C.fieldVa
 	g, r := gpu(device, "nvmlDeviceGetFieldValues")
 	if r != rSuccess {
 		return r
+	}
+	if d := prof.dev(g); d != nil {
+		return nvFieldValues(g, d, unsafe.Slice(values, int(count)))
 	}
 	nv := prof.Defaults.NVLink
 	for i := range unsafe.Slice(values, int(count)) {
@@ -172,6 +232,13 @@ func nvmlDeviceGetTopologyCommonAncestor(d1, d2 C.uintptr_t, level *C.uint) C.in
 	if r != rSuccess {
 		return r
 	}
+	if da, db := prof.dev(a), prof.dev(b); da != nil {
+		lv, r := call(func() (nvml.GpuTopologyLevel, nvml.Return) { return da.GetTopologyCommonAncestor(db) })
+		if r == rSuccess {
+			*level = C.uint(lv)
+		}
+		return r
+	}
 	*level = C.uint(prof.commonAncestor(a, b))
 	return rSuccess
 }
@@ -184,6 +251,18 @@ func nvmlDeviceGetP2PStatus(d1, d2 C.uintptr_t, index C.uint, status *C.uint) C.
 	}
 	b, r := gpu(d2, "nvmlDeviceGetP2PStatus")
 	if r != rSuccess {
+		return r
+	}
+	if da, db := prof.dev(a), prof.dev(b); da != nil {
+		st, r := call(func() (nvml.GpuP2PStatus, nvml.Return) {
+			return da.GetP2PStatus(db, nvml.GpuP2PCapsIndex(index))
+		})
+		if r == rSuccess {
+			*status = C.uint(st)
+			if a != b && prof.p2pDisabled(a, b) {
+				*status = p2pRegkey
+			}
+		}
 		return r
 	}
 	nvlinked := prof.Defaults.NVLink.Links > 0 && prof.nvlinkCount(a, b) > 0
@@ -203,6 +282,29 @@ func nvmlDeviceGetP2PStatus(d1, d2 C.uintptr_t, index C.uint, status *C.uint) C.
 		*status = p2pOK
 	default:
 		*status = p2pChipset
+	}
+	return rSuccess
+}
+
+// nvFieldValues passes a field-value request to go-nvml's mock; an injected link fault then
+// zeroes the state and speed fields of that link.
+func nvFieldValues(g int, d nvml.Device, vals []C.fieldValue) C.int {
+	in := make([]nvml.FieldValue, len(vals))
+	for i := range vals {
+		in[i].FieldId, in[i].ScopeId = uint32(vals[i].fieldId), uint32(vals[i].scopeId)
+	}
+	if r := call0(func() nvml.Return { return d.GetFieldValues(in) }); r != rSuccess {
+		return r
+	}
+	for i := range vals {
+		v := &vals[i]
+		v.timestamp, v.latencyUsec = C.longlong(in[i].Timestamp), C.longlong(in[i].LatencyUsec)
+		v.valueType, v.nvmlReturn = C.uint(in[i].ValueType), C.uint(in[i].NvmlReturn)
+		*(*[8]byte)(unsafe.Pointer(&v.value)) = in[i].Value
+		down := prof.linkDown(g, int(in[i].ScopeId))
+		if down && in[i].NvmlReturn == rSuccess && (in[i].FieldId == fiLinkState || in[i].FieldId == fiLinkSpeed) {
+			*(*[8]byte)(unsafe.Pointer(&v.value)) = [8]byte{}
+		}
 	}
 	return rSuccess
 }

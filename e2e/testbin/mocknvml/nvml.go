@@ -1,6 +1,9 @@
 // Command mocknvml is a stand-in libnvidia-ml.so.1 for tests: it implements the part of the NVML
-// C ABI that hwprobe reads, answering from a YAML profile named by MOCK_NVML_CONFIG (see
-// profile.go). Build with -buildmode=c-shared; build.sh sets the soname.
+// C ABI that hwprobe reads. MOCK_NVML_CONFIG names a YAML profile: either a machine of our own
+// (profile.go), or `nvidia-mock: <name>`, one of the mock machines NVIDIA ships in
+// github.com/NVIDIA/go-nvml, whose nvml.Interface then answers every call (nvidia.go). Faults
+// apply to both. Build with -buildmode=c-shared; build.sh sets the soname and stubs the rest of
+// the NVML API.
 package main
 
 // #include "abi.h"
@@ -13,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // nvmlReturn_t values (nvml.h).
@@ -110,6 +115,13 @@ func nvmlSystemGetDriverVersion(version *C.char, size C.uint) C.int {
 	if refs == 0 {
 		return rUninitialized
 	}
+	if prof.nv != nil {
+		v, r := call(prof.nv.srv.SystemGetDriverVersion)
+		if r != rSuccess {
+			return r
+		}
+		return putString(version, size, v)
+	}
 	return putString(version, size, prof.Driver)
 }
 
@@ -118,7 +130,7 @@ func nvmlDeviceGetCount_v2(count *C.uint) C.int {
 	if refs == 0 {
 		return rUninitialized
 	}
-	*count = C.uint(len(prof.GPUs))
+	*count = C.uint(prof.count())
 	return rSuccess
 }
 
@@ -127,7 +139,7 @@ func nvmlDeviceGetHandleByIndex_v2(index C.uint, device *C.uintptr_t) C.int {
 	if refs == 0 {
 		return rUninitialized
 	}
-	if int(index) >= len(prof.GPUs) {
+	if int(index) >= prof.count() {
 		return rInvalidArgument
 	}
 	if prof.lost(int(index)) {
@@ -143,7 +155,7 @@ func gpu(device C.uintptr_t, fn string) (int, C.int) {
 		return 0, rUninitialized
 	}
 	g := int(device) - handleBase
-	if g < 0 || g >= len(prof.GPUs) {
+	if g < 0 || g >= prof.count() {
 		return 0, rInvalidArgument
 	}
 	if prof.lost(g) {
@@ -164,17 +176,29 @@ func nvmlDeviceGetUUID(device C.uintptr_t, out *C.char, size C.uint) C.int {
 	if m := int(device) - migHandleBase; refs > 0 && m >= 0 && m < 1<<12 {
 		return putString(out, size, fmt.Sprintf("MIG-%s-%04x-%012x", prof.UUIDPrefix, m>>4, m&15))
 	}
+	if prof != nil && prof.nv != nil && refs > 0 {
+		if d := prof.nv.mig(device); d != nil {
+			return putNv(d.GetUUID, out, size)
+		}
+	}
 	g, r := gpu(device, "nvmlDeviceGetUUID")
 	if r != rSuccess {
 		return r
+	}
+	if d := prof.dev(g); d != nil {
+		return putNv(d.GetUUID, out, size)
 	}
 	return putString(out, size, uuid(g))
 }
 
 //export nvmlDeviceGetName
 func nvmlDeviceGetName(device C.uintptr_t, out *C.char, size C.uint) C.int {
-	if _, r := gpu(device, "nvmlDeviceGetName"); r != rSuccess {
+	g, r := gpu(device, "nvmlDeviceGetName")
+	if r != rSuccess {
 		return r
+	}
+	if d := prof.dev(g); d != nil {
+		return putNv(d.GetName, out, size)
 	}
 	return putString(out, size, prof.Defaults.Name)
 }
@@ -195,13 +219,28 @@ func nvmlDeviceGetPciInfo_v3(device C.uintptr_t, info *C.pciInfo) C.int {
 	if r != rSuccess {
 		return r
 	}
+	if d := prof.dev(g); d != nil {
+		p, r := call(d.GetPciInfo)
+		if r == rSuccess {
+			putPCI(info, p, d)
+		}
+		return r
+	}
 	fillPCI(info, prof.GPUs[g].BusID)
 	return rSuccess
 }
 
 //export nvmlDeviceGetMemoryInfo
 func nvmlDeviceGetMemoryInfo(device C.uintptr_t, mem *C.memInfo) C.int {
-	if _, r := gpu(device, "nvmlDeviceGetMemoryInfo"); r != rSuccess {
+	g, r := gpu(device, "nvmlDeviceGetMemoryInfo")
+	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		m, r := call(d.GetMemoryInfo)
+		if r == rSuccess {
+			mem.total, mem.free, mem.used = C.ulonglong(m.Total), C.ulonglong(m.Free), C.ulonglong(m.Used)
+		}
 		return r
 	}
 	total := C.ulonglong(prof.Defaults.MemoryMiB << 20)
@@ -211,7 +250,15 @@ func nvmlDeviceGetMemoryInfo(device C.uintptr_t, mem *C.memInfo) C.int {
 
 //export nvmlDeviceGetArchitecture
 func nvmlDeviceGetArchitecture(device C.uintptr_t, arch *C.uint) C.int {
-	if _, r := gpu(device, "nvmlDeviceGetArchitecture"); r != rSuccess {
+	g, r := gpu(device, "nvmlDeviceGetArchitecture")
+	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		a, r := call(d.GetArchitecture)
+		if r == rSuccess {
+			*arch = C.uint(a)
+		}
 		return r
 	}
 	*arch = C.uint(prof.Defaults.Arch)
@@ -220,7 +267,18 @@ func nvmlDeviceGetArchitecture(device C.uintptr_t, arch *C.uint) C.int {
 
 //export nvmlDeviceGetCudaComputeCapability
 func nvmlDeviceGetCudaComputeCapability(device C.uintptr_t, major, minor *C.int) C.int {
-	if _, r := gpu(device, "nvmlDeviceGetCudaComputeCapability"); r != rSuccess {
+	g, r := gpu(device, "nvmlDeviceGetCudaComputeCapability")
+	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		cc, r := call(func() ([2]int, nvml.Return) {
+			major, minor, r := d.GetCudaComputeCapability()
+			return [2]int{major, minor}, r
+		})
+		if r == rSuccess {
+			*major, *minor = C.int(cc[0]), C.int(cc[1])
+		}
 		return r
 	}
 	*major, *minor = C.int(prof.Defaults.CC[0]), C.int(prof.Defaults.CC[1])
@@ -229,7 +287,18 @@ func nvmlDeviceGetCudaComputeCapability(device C.uintptr_t, major, minor *C.int)
 
 //export nvmlDeviceGetMigMode
 func nvmlDeviceGetMigMode(device C.uintptr_t, current, pending *C.uint) C.int {
-	if _, r := gpu(device, "nvmlDeviceGetMigMode"); r != rSuccess {
+	g, r := gpu(device, "nvmlDeviceGetMigMode")
+	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		mode, r := call(func() ([2]int, nvml.Return) {
+			c, p, r := d.GetMigMode()
+			return [2]int{c, p}, r
+		})
+		if r == rSuccess {
+			*current, *pending = C.uint(mode[0]), C.uint(mode[1])
+		}
 		return r
 	}
 	switch prof.Defaults.MIG {
@@ -245,7 +314,15 @@ func nvmlDeviceGetMigMode(device C.uintptr_t, current, pending *C.uint) C.int {
 
 //export nvmlDeviceGetMaxMigDeviceCount
 func nvmlDeviceGetMaxMigDeviceCount(device C.uintptr_t, count *C.uint) C.int {
-	if _, r := gpu(device, "nvmlDeviceGetMaxMigDeviceCount"); r != rSuccess {
+	g, r := gpu(device, "nvmlDeviceGetMaxMigDeviceCount")
+	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		n, r := call(d.GetMaxMigDeviceCount)
+		if r == rSuccess {
+			*count = C.uint(n)
+		}
 		return r
 	}
 	if prof.Defaults.MIG != "enabled" {
@@ -262,6 +339,13 @@ func nvmlDeviceGetMigDeviceHandleByIndex(device C.uintptr_t, index C.uint, mig *
 	if r != rSuccess {
 		return r
 	}
+	if d := prof.dev(g); d != nil {
+		m, r := call(func() (nvml.Device, nvml.Return) { return d.GetMigDeviceHandleByIndex(int(index)) })
+		if r == rSuccess {
+			*mig = prof.nv.migHandle(m)
+		}
+		return r
+	}
 	if prof.Defaults.MIG != "enabled" || int(index) >= prof.Defaults.MIGDevices {
 		return rNotFound
 	}
@@ -276,6 +360,16 @@ func nvmlDeviceGetCpuAffinity(device C.uintptr_t, size C.uint, set *C.ulong) C.i
 		return r
 	}
 	words := unsafe.Slice((*uint64)(unsafe.Pointer(set)), int(size))
+	if d := prof.dev(g); d != nil {
+		got, r := call(func() ([]uint, nvml.Return) { return d.GetCpuAffinity(int(size)) })
+		if r == rSuccess {
+			clear(words)
+			for i := 0; i < len(got) && i < len(words); i++ {
+				words[i] = uint64(got[i])
+			}
+		}
+		return r
+	}
 	clear(words)
 	lo, hi := prof.GPUs[g].CPUs[0], prof.GPUs[g].CPUs[1]
 	for cpu := lo; cpu <= hi && cpu/64 < len(words); cpu++ {
@@ -288,6 +382,13 @@ func nvmlDeviceGetCpuAffinity(device C.uintptr_t, size C.uint, set *C.ulong) C.i
 func nvmlDeviceGetNumaNodeId(device C.uintptr_t, node *C.uint) C.int {
 	g, r := gpu(device, "nvmlDeviceGetNumaNodeId")
 	if r != rSuccess {
+		return r
+	}
+	if d := prof.dev(g); d != nil {
+		n, r := call(d.GetNumaNodeId)
+		if r == rSuccess {
+			*node = C.uint(n)
+		}
 		return r
 	}
 	if prof.GPUs[g].GPUNUMA == nil {
@@ -313,7 +414,10 @@ func nvmlDeviceGetGpuFabricInfoV(device C.uintptr_t, info *C.fabricInfoV2) C.int
 	if info.version != fabricInfoV2Ver {
 		return rVersionMismatch
 	}
-	f := prof.fabric(g)
+	f, r := fabricOf(g)
+	if r != rSuccess {
+		return r
+	}
 	if f == nil {
 		return rNotSupported
 	}
@@ -329,7 +433,10 @@ func nvmlDeviceGetGpuFabricInfo(device C.uintptr_t, info *C.fabricInfoV1) C.int 
 	if r != rSuccess {
 		return r
 	}
-	f := prof.fabric(g)
+	f, r := fabricOf(g)
+	if r != rSuccess {
+		return r
+	}
 	if f == nil {
 		return rNotSupported
 	}
@@ -337,4 +444,31 @@ func nvmlDeviceGetGpuFabricInfo(device C.uintptr_t, info *C.fabricInfoV1) C.int 
 	fabricUUID(&info.clusterUuid, f.ClusterUUID)
 	info.status, info.cliqueId, info.state = C.uint(f.Status), C.uint(f.CliqueID), C.uint(f.State)
 	return rSuccess
+}
+
+// fabricOf answers a GPU's fabric info: from the profile, or from go-nvml's mock (its v1 call),
+// with an injected fabric fault replacing what the mock said.
+func fabricOf(g int) (*fabricSpec, C.int) {
+	d := prof.dev(g)
+	if d == nil {
+		return prof.fabric(g), rSuccess
+	}
+	info, r := call(d.GetGpuFabricInfo)
+	if r != rSuccess {
+		return nil, r
+	}
+	if f := prof.fabricFault(g); f != nil {
+		return f, rSuccess
+	}
+	return &fabricSpec{State: uint32(info.State), Status: info.Status, CliqueID: info.CliqueId,
+		ClusterUUID: hex.EncodeToString(info.ClusterUuid[:])}, rSuccess
+}
+
+// putNv writes the string a go-nvml mock method answers.
+func putNv(fn func() (string, nvml.Return), out *C.char, size C.uint) C.int {
+	v, r := call(fn)
+	if r != rSuccess {
+		return r
+	}
+	return putString(out, size, v)
 }

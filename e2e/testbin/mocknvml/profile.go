@@ -1,7 +1,8 @@
 package main
 
 // The profile model: a YAML description of one machine (GPUs, PCIe paths, NVSwitches, direct
-// NVLink bridges, fabric state) plus injected faults. Everything NVML answers is derived from it.
+// NVLink bridges, fabric state) plus injected faults. Everything NVML answers is derived from it,
+// unless the profile names one of NVIDIA's go-nvml mock machines (`nvidia-mock:`, nvidia.go).
 
 // #include <stdlib.h>
 import "C"
@@ -73,6 +74,7 @@ type faults struct {
 }
 
 type profile struct {
+	NvidiaMock  string      `yaml:"nvidia-mock"` // answer from go-nvml's mock of this machine
 	Driver      string      `yaml:"driver_version"`
 	UUIDPrefix  string      `yaml:"uuid_prefix"`
 	Defaults    gpuDefaults `yaml:"defaults"`
@@ -83,6 +85,7 @@ type profile struct {
 	Faults      faults      `yaml:"faults"`
 
 	links [][]linkEnd // per GPU, per link
+	nv    *nvidiaMock // set when NvidiaMock names one of go-nvml's machines
 }
 
 // linkEnd is what one physical link of a GPU is cabled to.
@@ -116,6 +119,14 @@ func loadProfile() (*profile, error) {
 		if err := readYAML(fp, &p.Faults); err != nil {
 			return nil, err
 		}
+	}
+	if p.NvidiaMock != "" {
+		nv, err := newNvidiaMock(p.NvidiaMock, &p.Faults)
+		if err != nil {
+			return nil, err
+		}
+		p.nv = nv
+		return p, nil
 	}
 	if p.Faults.Hidden > 0 && p.Faults.Hidden <= len(p.GPUs) {
 		p.GPUs = p.GPUs[:len(p.GPUs)-p.Faults.Hidden]
@@ -169,12 +180,15 @@ func (p *profile) linkActive(gpu, link int) bool {
 	if end.peerGPU < 0 && end.switchID < 0 {
 		return false
 	}
-	for _, f := range p.Faults.NVLinkDown {
-		if f.GPU == gpu && f.Link == link {
-			return false
-		}
+	return !p.linkDown(gpu, link)
+}
+
+// count is the number of GPUs on the bus.
+func (p *profile) count() int {
+	if p.nv != nil {
+		return len(p.nv.devs)
 	}
-	return true
+	return len(p.GPUs)
 }
 
 // nvlinkCount is the number of active links joining two GPUs: direct bridges, or for a switch
@@ -255,13 +269,8 @@ func (p *profile) pciPath(g int) []string {
 }
 
 func (p *profile) errorCounter(gpu, link int, counter uint32) uint64 {
-	for _, f := range p.Faults.LinkErrors {
-		if f.GPU == gpu && f.Link == link && f.Counter == counter {
-			n := f.reads.Add(1) - 1
-			return f.Value + f.Step*n
-		}
-	}
-	return 0
+	v, _ := p.injectedError(gpu, link, counter)
+	return v
 }
 
 func (p *profile) fabric(gpu int) *fabricSpec {
