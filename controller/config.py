@@ -1,0 +1,91 @@
+"""The controller's config file (YAML or JSON), parsed strictly into a frozen ``Config``.
+
+    namespaces: [team-a, team-b]     # scope: preemptors and victims (empty = all)
+    priorityClasses: [training-high] # scope: preemptor priority classes (empty = all)
+    maxCheckpointSeconds: 600        # cap on a victim's checkpoint-seconds (drain deadline)
+    maxMinRuntimeSeconds: 3600       # cap on min-runtime
+    evictionTimeoutSeconds: 120      # after the deadline: give up evicting and re-plan
+    evictAttempts: 4                 # Eviction API calls per victim per pass (429/5xx retried)
+    gangTimeoutSeconds: 600          # a gated gang waiting this long gets GangTimedOut
+    retrySeconds: 5                  # wait before planning the same preemptor again
+    drain: true                      # ask on-request victims to checkpoint first
+    dryRun: false                    # plan and emit Events only
+    leaseName: ckpt-preempt-controller
+    leaseNamespace: kube-system
+    leaseDurationSeconds: 15
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """The config file is unreadable or has an unknown key or a bad value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    namespaces: tuple[str, ...] = ()
+    priority_classes: tuple[str, ...] = ()
+    max_checkpoint_seconds: float = 600.0
+    max_min_runtime_seconds: float = 3600.0
+    eviction_timeout_seconds: float = 120.0
+    evict_attempts: int = 4
+    gang_timeout_seconds: float = 600.0
+    retry_seconds: float = 5.0
+    drain: bool = True
+    dry_run: bool = False
+    lease_name: str = "ckpt-preempt-controller"
+    lease_namespace: str = "kube-system"
+    lease_duration_seconds: float = 15.0
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    out = head + "".join(w.capitalize() for w in rest)
+    return out
+
+
+def parse(data: object) -> Config:
+    if data is None:
+        return Config()
+    if not isinstance(data, dict):
+        raise ConfigError("config: expected a mapping at the top level")
+    by_key = {_camel(f.name): f for f in fields(Config)}
+    kw = {}
+    for key, value in data.items():
+        f = by_key.get(key)
+        if f is None:
+            raise ConfigError(f"config: unknown key {key!r} (known: {', '.join(sorted(by_key))})")
+        default = getattr(Config(), f.name)
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise ConfigError(f"config: {key} must be a list of strings")
+            value = tuple(value)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"config: {key} must be true or false")
+        elif isinstance(default, int | float):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"config: {key} must be a positive number")
+            value = type(default)(value)
+        elif not isinstance(value, str) or not value:
+            raise ConfigError(f"config: {key} must be a non-empty string")
+        kw[f.name] = value
+    return Config(**kw)
+
+
+def load(path: str | Path | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        text = Path(path).read_text()
+        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"config {path}: {e}") from e
+    return parse(data)

@@ -1,0 +1,382 @@
+"""The reconcile pass: carry every persisted plan one step further, then plan for new preemptors.
+
+One ``tick()`` reads the watch cache (never the API server, except inside the named actions),
+so a pass is cheap and a restarted controller rebuilds everything from annotations:
+
+1. **Active plans.** Every pod carrying a non-terminal ``ckpt-preempt.io/plan`` is advanced with
+   ``policies.drain.next_step``. Transitions are written first, then the step's action runs.
+2. **New preemptors**, in queue order (priority, then gang size, then age, then uid):
+   (a) pods ``PodScheduled=False/Unschedulable`` with ``preemptionPolicy: Never``;
+   (b) gangs whose members carry the ``ckpt-preempt.io/admission`` gate, once every member of
+   the declared gang-total exists. Nodes targeted by active plans and their victims are held
+   back from new plans.
+
+Anything unexpected in one plan or one preemptor is logged, counted and skipped: the loop never
+dies of bad input, and evicts only victims listed in a persisted plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from kubernetes.client.rest import ApiException
+
+from controller import convert
+from controller.actions import Actions, Blocked, Conflict
+from controller.config import Config
+from controller.convert import ADMISSION_GATE, PodInfo
+from controller.metrics import Metrics
+from controller.watch import ClusterCache
+from policies import annotations as ann
+from policies import drain, kube_default, preemption
+from policies.drain import Mode, PlanRecord, State, StepKind
+from policies.model import Plan
+
+log = logging.getLogger("ckpt_preempt.reconcile")
+
+
+@dataclass
+class _Memory:
+    """What this process did, so a stale cache never makes it repeat an action."""
+
+    requested: set[tuple[str, str]] = field(default_factory=set)  # (plan, uid)
+    evicted: set[tuple[str, str]] = field(default_factory=set)
+    steered: set[tuple[str, str]] = field(default_factory=set)
+    acked: set[tuple[str, str]] = field(default_factory=set)
+    emitted: set[tuple] = field(default_factory=set)
+    next_try: dict[str, float] = field(default_factory=dict)
+    gang_waiting: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    mode: Mode
+    key: str  # gang key, or the pod key
+    members: tuple[PodInfo, ...]
+
+    @property
+    def anchor(self) -> PodInfo:
+        return min(self.members, key=lambda p: p.name)
+
+    def order(self) -> tuple:
+        """1. priority (high first) 2. gang size (large first) 3. age (old first) 4. uid."""
+        return (-max(p.priority for p in self.members), -len(self.members),
+                min(p.created for p in self.members), self.anchor.uid)
+
+
+class Reconciler:
+    def __init__(self, cache: ClusterCache, actions: Actions, cfg: Config, metrics: Metrics,
+                 *, clock: Callable[[], float] = time.time) -> None:
+        self.cache, self.actions, self.cfg, self.metrics = cache, actions, cfg, metrics
+        self.clock = clock
+        self.mem = _Memory()
+        self.scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
+                                   priority_classes=frozenset(cfg.priority_classes))
+        self.limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
+                                 max_min_runtime=cfg.max_min_runtime_seconds)
+
+    # ----------------------------------------------------------------------------- one pass
+    def tick(self) -> None:
+        now = self.clock()
+        pods = [p for p in self.cache.pods.items() if not p.done]
+        by_uid = {p.uid: p for p in pods}
+        active: list[tuple[PodInfo, PlanRecord, str]] = []
+        previous: dict[str, str] = {}  # anchor uid -> its terminal or malformed plan value
+        for p in pods:
+            raw = p.annotations.get(drain.PLAN_ANNOTATION)
+            if raw is None:
+                continue
+            try:
+                record = drain.plan_from_annotation(raw)
+            except drain.PlanFormatError as e:
+                self._warn_once(p, "InvalidPlan", f"{drain.PLAN_ANNOTATION}: {e}; ignored "
+                                "(nothing is evicted for it); the pod may be planned anew")
+                previous[p.uid] = raw
+                continue
+            if record.state.terminal:
+                previous[p.uid] = raw
+            else:
+                active.append((p, record, raw))
+        self.metrics.active_plans.set(len(active))
+        for anchor, record, raw in active:
+            try:
+                self._advance(anchor, record, raw, by_uid, now)
+            except Conflict as e:
+                log.info("plan %s: %s; will re-read", record.id, e)
+            except Exception:
+                log.exception("plan %s: step failed", record.id)
+                self.metrics.loop_errors.inc()
+        self._plan_new(pods, by_uid, active, previous, now)
+
+    # ------------------------------------------------------------------------- active plans
+    def _observe(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> drain.Observed:
+        victims = {}
+        for v in r.victims:
+            p = by_uid.get(v.uid)
+            if p is None:
+                continue
+            victims[v.uid] = drain.VictimObs(
+                uid=p.uid, node=p.node,
+                terminating=p.deleting or (r.id, v.uid) in self.mem.evicted,
+                acked=drain.acked(p.annotations, r.id),
+                drain_requested=drain.drain_requested(p.annotations, r.id)
+                or (r.id, v.uid) in self.mem.requested)
+        preemptors = {}
+        for pl in r.placements:
+            p = by_uid.get(pl.uid)
+            if p is None or p.deleting:
+                continue
+            steered = (r.id, p.uid) in self.mem.steered or (
+                p.nominated == pl.node if r.mode is Mode.NOMINATE
+                else ADMISSION_GATE not in p.gates)
+            preemptors[pl.uid] = drain.PreemptorObs(uid=p.uid, node=p.node, steered=steered)
+        return drain.Observed(victims=victims, preemptors=preemptors)
+
+    def _advance(self, anchor: PodInfo, r: PlanRecord, raw: str,
+                 by_uid: Mapping[str, PodInfo], now: float) -> None:
+        for _ in range(8):  # transitions chain within a pass; one action ends it
+            observed = self._observe(r, by_uid)
+            self._report_acks(r, observed, by_uid)
+            step = drain.next_step(r, observed, now)
+            if step.kind is StepKind.TRANSITION:
+                new = r.with_state(step.to_state, step.reason)
+                self.actions.write_plan(anchor, new, previous=raw)
+                log.info("plan %s: %s -> %s (%s)", r.id, r.state, new.state, step.reason,
+                         extra={"plan": r.id, "pod": anchor.key})
+                self._on_transition(anchor, r, new, observed, by_uid, now)
+                r, raw = new, drain.plan_to_annotation(new)
+                continue
+            if step.kind is StepKind.REQUEST_CHECKPOINT:
+                self._request(r, step.victims, by_uid, now)
+            elif step.kind is StepKind.EVICT:
+                self._evict(anchor, r, step.victims, by_uid)
+            elif step.kind is StepKind.STEER:
+                self._steer(r, by_uid)
+            return
+
+    def _report_acks(self, r: PlanRecord, observed: drain.Observed,
+                     by_uid: Mapping[str, PodInfo]) -> None:
+        if r.state is not State.DRAINING:
+            return
+        for uid, seen in observed.victims.items():
+            if seen.acked and (r.id, uid) not in self.mem.acked:
+                self.mem.acked.add((r.id, uid))
+                self.actions.emit(by_uid[uid], "CheckpointCompleted",
+                                  f"checkpoint for plan {r.id} acknowledged")
+
+    def _on_transition(self, anchor: PodInfo, old: PlanRecord, new: PlanRecord,
+                       observed: drain.Observed, by_uid: Mapping[str, PodInfo],
+                       now: float) -> None:
+        if new.state is State.EVICTING:
+            self.metrics.drain_seconds.observe(max(0.0, now - old.created))
+            for v in old.victims:
+                seen = observed.victims.get(v.uid)
+                if v.drain and seen is not None and not seen.acked:
+                    self.actions.emit(by_uid[v.uid], "CheckpointDeadlineExceeded",
+                                      f"no checkpoint acknowledgement for plan {old.id} by its "
+                                      "deadline; evicting", warning=True)
+        elif new.state is State.DONE:
+            self.metrics.plans.labels("done").inc()
+            for pl in new.placements:
+                p = by_uid.get(pl.uid)
+                if p is not None and new.mode is Mode.ADMIT:
+                    self.actions.emit(p, "GangAdmitted",
+                                      f"plan {new.id}: pinned to {pl.node} and admitted")
+        elif new.state is State.ABORTED:
+            self.metrics.plans.labels("aborted").inc()
+            self.actions.emit(anchor, "PreemptionAborted", f"plan {new.id}: {new.reason}",
+                              warning=True)
+            for pl in new.placements:
+                self.mem.next_try.pop(pl.uid, None)
+
+    def _request(self, r: PlanRecord, uids: tuple[str, ...], by_uid: Mapping[str, PodInfo],
+                 now: float) -> None:
+        req = drain.DrainRequest(plan=r.id, requested=now, deadline=r.deadline)
+        for uid in uids:
+            p = by_uid[uid]
+            if self.actions.request_checkpoint(p, req):
+                self.actions.emit(p, "CheckpointRequested",
+                                  f"plan {r.id}: please checkpoint before "
+                                  f"{drain.drain_to_annotation(req)}")
+            self.mem.requested.add((r.id, uid))
+
+    def _evict(self, anchor: PodInfo, r: PlanRecord, uids: tuple[str, ...],
+               by_uid: Mapping[str, PodInfo]) -> None:
+        for uid in uids:
+            if (r.id, uid) in self.mem.evicted:
+                continue
+            p = by_uid[uid]
+            try:
+                done = self.actions.evict(p)
+            except Blocked as e:
+                log.info("plan %s: %s", r.id, e, extra={"plan": r.id})
+                self._warn_once(anchor, "EvictionBlocked", f"plan {r.id}: {e}")
+                continue
+            self.mem.evicted.add((r.id, uid))
+            if done:
+                self.metrics.victims.inc()
+                for_ = ", ".join(f"{pl.namespace}/{pl.name}" for pl in r.placements)
+                self.actions.emit(p, "Evicted", f"evicted by plan {r.id} for {for_}")
+
+    def _steer(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> None:
+        members = [(by_uid[pl.uid], pl.node) for pl in r.placements]
+        if r.mode is Mode.NOMINATE:
+            for p, node in members:
+                self.actions.nominate(p, node)
+        else:  # every member is pinned before any gate is lifted
+            for p, node in members:
+                self.actions.pin(p, node)
+            for p, _ in members:
+                self.actions.ungate(p)
+        for p, _ in members:
+            self.mem.steered.add((r.id, p.uid))
+
+    # ---------------------------------------------------------------------------- new plans
+    def _candidates(self, pods: list[PodInfo], conv: convert.Converted,
+                    planned: set[str], now: float) -> list[Candidate]:
+        model = conv.snapshot.pod_by_uid
+        out: list[Candidate] = []
+        gangs: dict[str, list[PodInfo]] = {}
+        for p in pods:
+            if p.node or p.deleting or p.uid in planned or not self.scope.covers(p):
+                continue
+            if ADMISSION_GATE in p.gates:
+                gangs.setdefault(model[p.uid].gang or p.key, []).append(p)
+            elif not p.gates and p.unschedulable and p.preemption_policy == "Never":
+                out.append(Candidate(mode=Mode.NOMINATE, key=p.key, members=(p,)))
+        for key, members in gangs.items():
+            first = model[members[0].uid]
+            total = first.gang_total
+            bound = [u for u in conv.snapshot.gangs.get(key, None).members
+                     if model[u].node is not None] if first.gang else []
+            have = len(members) + len(bound)
+            if first.gang and total is not None and have > total:
+                for p in members:
+                    self._warn_once(p, "GangTotalMismatch",
+                                    f"gang {key} declares {total} members but {have} exist; "
+                                    "not admitted until that is fixed")
+                continue
+            if first.gang and total is not None and have < total:
+                continue  # the rest of the gang is not created yet
+            out.append(Candidate(mode=Mode.ADMIT, key=key, members=tuple(members)))
+        return sorted(out, key=Candidate.order)
+
+    def _plan_new(self, pods: list[PodInfo], by_uid: Mapping[str, PodInfo],
+                  active: list[tuple[PodInfo, PlanRecord, str]], previous: Mapping[str, str],
+                  now: float) -> None:
+        planned = {pl.uid for _, r, _ in active for pl in r.placements}
+        if not any(not p.node and not p.deleting and p.uid not in planned and (
+                ADMISSION_GATE in p.gates or (p.unschedulable and p.preemption_policy == "Never"))
+                for p in pods):
+            return
+        conv = convert.snapshot(now=now, nodes=self.cache.nodes.items(), pods=pods,
+                                pdbs=self.cache.pdbs.items(), scope=self.scope,
+                                limits=self.limits)
+        nodes = {n.name: n for n in self.cache.nodes.items()}
+        reserved = {pl.node for _, r, _ in active for pl in r.placements}
+        busy = {v.uid for _, r, _ in active for v in r.victims}
+        for cand in self._candidates(pods, conv, planned, now):
+            if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
+                continue
+            try:
+                record = self._plan_one(cand, conv, nodes, frozenset(reserved), frozenset(busy),
+                                        previous, now)
+            except Conflict as e:
+                log.info("%s: %s", cand.key, e)
+                continue
+            except ApiException as e:
+                log.warning("%s: plan not persisted: %s", cand.key, e.reason)
+                continue
+            if record is not None:
+                reserved |= {pl.node for pl in record.placements}
+                busy |= record.victim_uids
+                with contextlib.suppress(Conflict):  # the next pass re-reads and resumes
+                    self._advance(cand.anchor, record, drain.plan_to_annotation(record), by_uid,
+                                  now)
+
+    def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
+                  previous: Mapping[str, str], now: float) -> PlanRecord | None:
+        model = conv.snapshot.pod_by_uid
+        for p in cand.members:
+            for problem in conv.problems.get(p.uid, ()):
+                self._warn_once(p, "InvalidAnnotation", problem)
+        snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
+                                     reserved_nodes=reserved, busy_pods=busy)
+        members = [model[p.uid] for p in cand.members]
+        t0 = time.perf_counter()
+        plan = preemption.plan(snap, members, preemption.PlannerConfig(
+            drain=self.cfg.drain, max_checkpoint_seconds=self.cfg.max_checkpoint_seconds))
+        self.metrics.plan_latency.observe(time.perf_counter() - t0)
+        self.mem.next_try[cand.anchor.uid] = now + self.cfg.retry_seconds
+        if not plan.feasible or (cand.mode is Mode.NOMINATE and not plan.victim_groups):
+            if not plan.feasible:
+                self.metrics.plans.labels("infeasible").inc()
+                self._note_once(cand.anchor, "PreemptionNotPossible", plan.reason)
+                self._gang_timeout(cand, now)
+            return None
+        self.mem.gang_waiting.pop(cand.key, None)
+        kd = kube_default.plan(snap, members, kube_default.KubeDefaultConfig(seed=0))
+        saved = (kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600 if kd.feasible else 0.0
+        record = self._record(cand, plan, now)
+        body = plan.reason
+        if plan.victim_groups:
+            body += (f"; victims {', '.join(f'{v.namespace}/{v.name}' for v in plan.victims)} "
+                     f"on {', '.join(plan.target_nodes)}")
+        if kd.feasible and plan.victim_groups:
+            body += f"; kube-default would lose {kd.lost_gpu_seconds / 3600:.2f} GPU-h"
+        message = f"plan {record.id}: {body}"
+        if self.cfg.dry_run:
+            self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body)
+            return None
+        self.actions.write_plan(cand.anchor, record, previous=previous.get(cand.anchor.uid))
+        self.metrics.plans.labels("planned").inc()
+        self.metrics.lost_gpu_hours.inc(plan.lost_gpu_seconds / 3600)
+        if saved > 0:
+            self.metrics.saved_gpu_hours.inc(saved)
+        for p in cand.members:
+            self.actions.emit(p, "PreemptionPlanned", message)
+        log.info("planned %s", record.id, extra={"plan": record.id, "preemptor": cand.key,
+                                                  "victims": len(record.victims),
+                                                  "lost_gpu_h": plan.lost_gpu_seconds / 3600})
+        return record
+
+    def _record(self, cand: Candidate, plan: Plan, now: float) -> PlanRecord:
+        pods = {p.uid: p for p in cand.members}
+        deadline = min(plan.drain_deadline or now, now + self.cfg.max_checkpoint_seconds)
+        return PlanRecord(
+            id=f"{int(now):x}-{uuid.uuid4().hex[:8]}", state=State.PLANNED, mode=cand.mode,
+            created=now, deadline=max(deadline, now),
+            evict_by=max(deadline, now) + self.cfg.eviction_timeout_seconds,
+            placements=tuple(drain.PlannedPlacement(
+                uid=pl.pod_uid, namespace=pods[pl.pod_uid].namespace,
+                name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
+            victims=tuple(drain.PlannedVictim(uid=v.uid, namespace=v.namespace, name=v.name,
+                                              node=v.node, drain=v.drain)
+                          for v in plan.victims),
+            lost_gpu_seconds=plan.lost_gpu_seconds,
+        )
+
+    def _gang_timeout(self, cand: Candidate, now: float) -> None:
+        if cand.mode is not Mode.ADMIT:
+            return
+        since = self.mem.gang_waiting.setdefault(cand.key, now)
+        if now - since >= self.cfg.gang_timeout_seconds:
+            for p in cand.members:
+                self._note_once(p, "GangTimedOut", f"gang {cand.key} could not be placed for "
+                                f"{now - since:.0f}s", warning=True)
+
+    # -------------------------------------------------------------------------------- events
+    def _warn_once(self, pod: PodInfo, reason: str, message: str) -> None:
+        self._note_once(pod, reason, message, warning=True)
+
+    def _note_once(self, pod: PodInfo, reason: str, message: str, *,
+                   warning: bool = False) -> None:
+        key = (pod.uid, reason, message)
+        if key not in self.mem.emitted:
+            self.mem.emitted.add(key)
+            self.actions.emit(pod, reason, message, warning=warning)

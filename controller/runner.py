@@ -1,0 +1,83 @@
+"""Wires the controller together: cache, leader election, HTTP endpoints, the reconcile loop.
+
+``Controller(api, cfg).run(stop)`` blocks until ``stop`` is set; e2e tests run it in a thread
+or, through ``ckpt-preempt run``, as a subprocess. Only the Lease holder acts; every replica
+keeps its cache warm so a new leader starts from a synced view.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from kubernetes import client
+
+from controller.actions import Actions
+from controller.config import Config
+from controller.leader import LeaseElector
+from controller.metrics import Metrics
+from controller.reconcile import Reconciler
+from controller.server import serve
+from controller.watch import ClusterCache
+
+log = logging.getLogger("ckpt_preempt.controller")
+TICK_SECONDS = 1.0
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient, cfg: Config, *, identity: str | None = None,
+                 listen: tuple[str, int] | None = None, elect: bool = True) -> None:
+        self.cfg = cfg
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.metrics = Metrics()
+        self.cache = ClusterCache(api)
+        self.actions = Actions(api, dry_run=cfg.dry_run, evict_attempts=cfg.evict_attempts,
+                               on_retry=self.metrics.eviction_retries.inc)
+        self.reconciler = Reconciler(self.cache, self.actions, cfg, self.metrics)
+        self.elector = LeaseElector(
+            api, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=self.identity,
+            duration=cfg.lease_duration_seconds,
+            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
+        ) if elect else None
+        self.listen = listen
+        self.server = None
+        self._last_tick = time.monotonic()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self._last_tick < 30
+
+    def run(self, stop: threading.Event) -> None:
+        self.cache.start()
+        if self.elector:
+            self.elector.start()
+        if self.listen:
+            self.server = serve(*self.listen, self.metrics.registry, healthy=self.healthy,
+                                ready=self.cache.synced)
+        log.info("controller started", extra={"identity": self.identity,
+                                              "dry_run": self.cfg.dry_run})
+        try:
+            while not stop.is_set():
+                self.cache.changed.wait(TICK_SECONDS)
+                self.cache.changed.clear()
+                self._last_tick = time.monotonic()
+                if stop.is_set() or not self.cache.synced() or not self.is_leader:
+                    continue
+                try:
+                    self.reconciler.tick()
+                except Exception:
+                    log.exception("reconcile pass failed")
+                    self.metrics.loop_errors.inc()
+        finally:
+            if self.elector:
+                self.elector.stop()
+            self.cache.stop()
+            if self.server:
+                self.server.shutdown()

@@ -1,0 +1,169 @@
+"""List + watch into a small in-memory cache, one thread per resource kind.
+
+Each ``Informer`` lists (paged, 500 at a time), then watches from the list's resourceVersion with
+bookmarks. A 410 Gone (or an ERROR event) relists; a broken connection reconnects with
+exponential backoff and jitter. Objects are decoded from raw JSON (``_preload_content=False``)
+and trimmed by ``convert.*_info`` right away, so the cache holds compact records only.
+``synced`` is set after the first complete list (``/readyz`` waits for it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger("ckpt_preempt.watch")
+PAGE = 500
+WATCH_SECONDS = 240
+
+
+class Informer:
+    def __init__(self, kind: str, list_fn: Callable[..., Any], trim: Callable[[dict], Any],
+                 key: Callable[[dict], str], changed: threading.Event) -> None:
+        self.kind = kind
+        self._list_fn = list_fn
+        self._trim = trim
+        self._key = key
+        self._changed = changed
+        self._lock = threading.Lock()
+        self._items: dict[str, Any] = {}
+        self.synced = threading.Event()
+        self.relists = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def items(self) -> list[Any]:
+        with self._lock:
+            return list(self._items.values())
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self._items.get(key)
+
+    def _relist(self) -> str:
+        items: dict[str, Any] = {}
+        cont, rv = None, ""
+        while True:
+            kw = {"limit": PAGE, "_preload_content": False, "_request_timeout": 60}
+            if cont:
+                kw["_continue"] = cont
+            body = json.loads(self._list_fn(**kw).data)
+            for d in body.get("items") or []:
+                items[self._key(d)] = self._trim(d)
+            meta = body.get("metadata") or {}
+            cont, rv = meta.get("continue"), meta.get("resourceVersion", rv)
+            if not cont:
+                break
+        with self._lock:
+            self._items = items
+        self.relists += 1
+        self.synced.set()
+        self._changed.set()
+        return rv
+
+    def _watch(self, rv: str) -> str | None:
+        """Stream events from rv; returns the last resourceVersion, or None to relist."""
+        resp = self._list_fn(watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                             timeout_seconds=WATCH_SECONDS, _preload_content=False,
+                             _request_timeout=(10, WATCH_SECONDS + 30))
+        try:
+            buf = b""
+            for chunk in resp.stream(65536, decode_content=True):
+                if self._stop.is_set():
+                    return rv
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    ev = json.loads(line)
+                    kind, obj = ev.get("type"), ev.get("object") or {}
+                    if kind == "ERROR":
+                        log.info("watch %s: %s; relisting", self.kind, obj.get("message"))
+                        return None
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if kind == "BOOKMARK":
+                        continue
+                    k = self._key(obj)
+                    with self._lock:
+                        if kind == "DELETED":
+                            self._items.pop(k, None)
+                        else:
+                            self._items[k] = self._trim(obj)
+                    self._changed.set()
+        finally:
+            resp.release_conn()
+        return rv
+
+    def _run(self) -> None:
+        rv: str | None = None
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist()
+                rv = self._watch(rv)
+                failures = 0
+            except ApiException as e:
+                if e.status == 410:
+                    rv = None
+                    continue
+                failures += 1
+                log.warning("watch %s failed: %s", self.kind, e.reason)
+            except Exception as e:  # connection reset, timeouts, bad JSON: reconnect
+                failures += 1
+                log.warning("watch %s interrupted: %s", self.kind, e)
+            if failures:
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                self._stop.wait(delay)
+
+
+def _ns_key(d: dict) -> str:
+    m = d["metadata"]
+    return f"{m.get('namespace', '')}/{m['name']}"
+
+
+class ClusterCache:
+    """Nodes, Pods and PDBs, each watched by its own Informer. ``changed`` wakes the loop."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        from controller import convert
+
+        core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+        self.changed = threading.Event()
+        self.nodes = Informer("nodes", core.list_node, convert.node_info,
+                              lambda d: d["metadata"]["name"], self.changed)
+        self.pods = Informer("pods", core.list_pod_for_all_namespaces, convert.pod_info,
+                             _ns_key, self.changed)
+        self.pdbs = Informer("pdbs", policy.list_pod_disruption_budget_for_all_namespaces,
+                             convert.pdb_info, _ns_key, self.changed)
+        self.informers = (self.nodes, self.pods, self.pdbs)
+
+    def start(self) -> None:
+        for i in self.informers:
+            i.start()
+
+    def stop(self) -> None:
+        for i in self.informers:
+            i.stop()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)

@@ -1,0 +1,93 @@
+"""Shared helpers for the controller e2e tests (no tests here): start the controller in-process
+or as a subprocess against the test cluster, and read back what it did from API state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from controller.config import Config
+from controller.runner import Controller
+from e2e import kube
+
+REPO = Path(__file__).resolve().parents[1]
+HIGH_NEVER, HIGH_KUBE = "e2e-ckpt-high-never", "e2e-ckpt-high-kube"
+LOW, LOWER = "e2e-ckpt-low", "e2e-ckpt-lower"
+
+
+def priority_classes(c: kube.Cluster) -> None:
+    kube.ensure_priority_class(c, HIGH_NEVER, 1000, preemption_policy="Never")
+    kube.ensure_priority_class(c, HIGH_KUBE, 1000)
+    kube.ensure_priority_class(c, LOW, 100)
+    kube.ensure_priority_class(c, LOWER, 50)
+
+
+def rfc3339(ago_seconds: float = 0.0) -> str:
+    t = datetime.now(UTC) - timedelta(seconds=ago_seconds)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def config_for(namespace: str, **kw) -> Config:
+    base = {"namespaces": (namespace,), "lease_namespace": namespace, "retry_seconds": 1.0,
+            "lease_duration_seconds": 4.0}
+    return Config(**{**base, **kw})
+
+
+@contextmanager
+def running_controller(c: kube.Cluster, cfg: Config, *, identity: str = "c1",
+                       api: client.ApiClient | None = None) -> Iterator[Controller]:
+    ctl = Controller(api or kube.client_copy(c.api), cfg, identity=identity)
+    stop = threading.Event()
+    t = threading.Thread(target=ctl.run, args=(stop,), name=f"controller-{identity}", daemon=True)
+    t.start()
+    try:
+        yield ctl
+    finally:
+        stop.set()
+        t.join(timeout=15)
+
+
+def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identity: str,
+                             log_name: str) -> subprocess.Popen:
+    data = {"namespaces": list(cfg.namespaces), "leaseNamespace": cfg.lease_namespace,
+            "retrySeconds": cfg.retry_seconds, "leaseDurationSeconds": cfg.lease_duration_seconds,
+            "maxCheckpointSeconds": cfg.max_checkpoint_seconds,
+            "evictionTimeoutSeconds": cfg.eviction_timeout_seconds}
+    path = tmp / "controller.yaml"
+    path.write_text(yaml.safe_dump(data))
+    log = open(tmp / log_name, "wb")  # noqa: SIM115 (lives as long as the process)
+    return subprocess.Popen(
+        [sys.executable, "-m", "controller.cmd_run", "--kubeconfig", str(c.kubeconfig),
+         "--config", str(path), "--identity", identity, "--listen", "127.0.0.1:0"],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def pod_events(c: kube.Cluster, namespace: str) -> list[client.CoreV1Event]:
+    """Events by our controller, oldest first (creation order by resourceVersion)."""
+    items = c.core.list_namespaced_event(namespace).items
+    ours = [e for e in items if e.source and e.source.component == "ckpt-preempt-controller"]
+    return sorted(ours, key=lambda e: int(e.metadata.resource_version))
+
+
+def reasons(c: kube.Cluster, namespace: str, name: str | None = None) -> list[str]:
+    return [e.reason for e in pod_events(c, namespace)
+            if name is None or e.involved_object.name == name]
+
+
+def exists(c: kube.Cluster, namespace: str, name: str) -> bool:
+    try:
+        pod = c.core.read_namespaced_pod(name, namespace)
+    except client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return pod.metadata.deletion_timestamp is None
