@@ -12,9 +12,9 @@ from types import ModuleType
 
 
 def _commands() -> list[ModuleType]:
-    from controller import cmd_explain, cmd_simulate
+    from controller import cmd_agent, cmd_explain, cmd_run, cmd_simulate
 
-    return [cmd_simulate, cmd_explain]
+    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,9 @@ from e2e.test_controller_support import (
     LOW,
     LOWER,
     config_for,
+    event_time,
     exists,
+    pod_events,
     priority_classes,
     reasons,
     rfc3339,
@@ -65,3 +67,47 @@ def test_scenario1_freshest_checkpoint_is_preempted_where_kube_default_picks_low
         assert reasons(cluster, namespace, f"fresh-{pool}") == ["Evicted"]
     finally:
         kube.delete_nodes(cluster, theirs)
+
+
+def test_scenario2_a_gang_is_evicted_whole(cluster, namespace, pool, gpu_nodes):
+    """A 4-pod gang (2 per node, 4 GPUs each) checkpointed just now; `solo` on a third node has
+    not. An 8-GPU preemptor frees one node; the gang's members on *both* nodes go, together."""
+    priority_classes(cluster)
+    nodes = gpu_nodes(3)
+    for i in range(4):
+        kube.create_pod(cluster, namespace, f"g-{i}", gpus=4, pool=pool, priority_class=LOW,
+                        gang="g", gang_total=4, node_name=nodes[i // 2])
+    kube.create_pod(cluster, namespace, "solo", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=nodes[2])
+    for name in ("g-0", "g-1", "g-2", "g-3", "solo"):
+        kube.wait_pod_running(cluster, namespace, name)
+    time.sleep(3)
+    for i in range(4):
+        cluster.core.patch_namespaced_pod(f"g-{i}", namespace, {"metadata": {"annotations": {
+            "ckpt-preempt.io/last-checkpoint": rfc3339()}}})
+    with running_controller(cluster, config_for(namespace)):
+        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+        pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+    assert pod.spec.node_name in nodes[:2]
+    for i in range(4):
+        assert not exists(cluster, namespace, f"g-{i}")
+        assert reasons(cluster, namespace, f"g-{i}") == ["Evicted"]
+    assert exists(cluster, namespace, "solo")
+
+
+def test_scenario4_a_victim_that_never_acks_is_evicted_at_its_deadline(
+        cluster, namespace, pool, gpu_nodes):
+    priority_classes(cluster)
+    (node,) = gpu_nodes(1)
+    kube.create_pod(cluster, namespace, "mute", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=node, checkpoint="on-request", checkpoint_seconds=3)
+    kube.wait_pod_running(cluster, namespace, "mute")
+    time.sleep(6)  # draining must beat losing its work so far: 8 GPUs x 3 s < 8 GPUs x 6 s
+    with running_controller(cluster, config_for(namespace)):
+        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+        kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+    events = {e.reason: e for e in pod_events(cluster, namespace)
+              if e.involved_object.name == "mute"}
+    assert list(events) == ["CheckpointRequested", "CheckpointDeadlineExceeded", "Evicted"]
+    waited = event_time(events["Evicted"]) - event_time(events["CheckpointRequested"])
+    assert 2 <= waited <= 10, waited  # deadline 3 s; event times have 1 s resolution

@@ -91,3 +91,48 @@ def exists(c: kube.Cluster, namespace: str, name: str) -> bool:
             return False
         raise
     return pod.metadata.deletion_timestamp is None
+
+
+def user_kubeconfig(c: kube.Cluster, user: str, path: Path) -> Path:
+    """A kubeconfig for an RBAC-limited test user (token auth; the local CA is not pinned)."""
+    c.client_for(user)  # skips on backends without test users
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "u",
+           "clusters": [{"name": "c", "cluster": {"server": c.api.configuration.host,
+                                                  "insecure-skip-tls-verify": True}}],
+           "users": [{"name": user, "user": {"token": c.user_tokens[user]}}],
+           "contexts": [{"name": "u", "context": {"cluster": "c", "user": user}}]}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def grant_agent(c: kube.Cluster, namespace: str, pod: str, user: str = "ckpt-preempt-agent"):
+    """The agent's RBAC: get/watch/patch on its own pod only (as deploy/rbac does per pod)."""
+    c.rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": f"agent-{pod}"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "resourceNames": [pod],
+                   "verbs": ["get", "list", "watch", "patch"]}]})
+    c.rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": f"agent-{pod}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": f"agent-{pod}"},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+
+
+def start_agent(c: kube.Cluster, kubeconfig: Path, namespace: str, pod: str, tmp: Path,
+                *hook: str, port: int) -> subprocess.Popen:
+    log = open(tmp / f"agent-{pod}.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, "-m", "controller.cmd_agent", "--kubeconfig", str(kubeconfig),
+         "--pod", pod, "--namespace", namespace, "--listen", f"127.0.0.1:{port}", *hook],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def event_time(e: client.CoreV1Event) -> float:
+    return (e.last_timestamp or e.first_timestamp or e.event_time).timestamp()
