@@ -125,8 +125,13 @@ class Actions:
     def nominate(self, pod: PodInfo, node: str) -> None:
         if pod.deleting or pod.node or pod.nominated == node:
             return
-        self.core.patch_namespaced_pod_status(
-            pod.name, pod.namespace, {"status": {"nominatedNodeName": node}}, _content_type=MERGE)
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod.name, pod.namespace, {"status": {"nominatedNodeName": node}},
+                _content_type=MERGE)
+        except ApiException as e:
+            if e.status not in (404, 422):  # 422: bound meanwhile (our cache lagged): done
+                raise
 
     def pin(self, pod: PodInfo, node: str) -> None:
         """Narrow required node affinity to `node` (allowed while the pod is gated)."""

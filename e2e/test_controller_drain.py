@@ -1,0 +1,172 @@
+"""Controller scenarios: the agent's acknowledgement, a restart mid-drain, two replicas."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from e2e import kube
+from e2e.test_controller_support import (
+    HIGH_NEVER,
+    LOW,
+    REPO,
+    config_for,
+    exists,
+    free_port,
+    grant_agent,
+    pod_events,
+    priority_classes,
+    running_controller,
+    start_agent,
+    start_controller_process,
+    user_kubeconfig,
+)
+from policies import drain
+
+pytestmark = pytest.mark.e2e
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
+        cluster, namespace, pool, gpu_nodes, tmp_path):
+    """The victim runs the example training loop with the agent (RBAC: its own pod only) as a
+    process. Order, by Event resourceVersion: CheckpointRequested → CheckpointCompleted →
+    Evicted, and the ack came from the workload's own save (the loop exits 0 after saving)."""
+    priority_classes(cluster)
+    (node,) = gpu_nodes(1)
+    kube.create_pod(cluster, namespace, "trainer", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=node, checkpoint="on-request", checkpoint_seconds=20)
+    started = time.time()
+    kube.wait_pod_running(cluster, namespace, "trainer")
+    grant_agent(cluster, namespace, "trainer")
+    kubeconfig = user_kubeconfig(cluster, "ckpt-preempt-agent", tmp_path / "agent.kubeconfig")
+    port = free_port()
+    run = tmp_path / "run"
+    train = subprocess.Popen(
+        [sys.executable, str(REPO / "examples/tiny_training/train.py"), "--dir", str(run),
+         "--steps", "1000000", "--every", "1000000", "--pidfile", str(tmp_path / "train.pid"),
+         "--agent-url", f"http://127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    agent = start_agent(cluster, kubeconfig, namespace, "trainer", tmp_path,
+                        "--signal-pidfile", str(tmp_path / "train.pid"), port=port)
+    try:
+        kube.wait_for("the agent's local endpoint", lambda: _listening(port), timeout=30)
+        time.sleep(max(0.0, 22 - (time.time() - started)))  # draining (20 s) beats 22 s of work
+        with running_controller(cluster, config_for(namespace)):
+            t0 = time.monotonic()
+            kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool,
+                            priority_class=HIGH_NEVER)
+            kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+            took = time.monotonic() - t0
+        out, _ = train.communicate(timeout=10)
+    finally:
+        _stop(agent)
+        if train.poll() is None:
+            train.kill()
+    assert train.returncode == 0 and "checkpoint on request" in out, out
+    state = json.loads((run / "checkpoint.json").read_text())
+    assert state["step"] > 0
+    order = [e.reason for e in pod_events(cluster, namespace)
+             if e.involved_object.name == "trainer"]
+    assert order == ["CheckpointRequested", "CheckpointCompleted", "Evicted"], order
+    assert took < 15, f"took {took:.1f}s: the ack did not cut the 20 s deadline short"
+
+    # resume: the loop picks up from the checkpoint it saved on request
+    again = subprocess.run(
+        [sys.executable, str(REPO / "examples/tiny_training/train.py"), "--dir", str(run),
+         "--steps", str(state["step"] + 5), "--agent-url", "http://127.0.0.1:1"],
+        capture_output=True, text=True, timeout=30)
+    assert f"resumed from step {state['step']}" in again.stdout, again.stdout
+
+
+def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplanned_eviction(
+        cluster, namespace, pool, gpu_nodes, tmp_path):
+    priority_classes(cluster)
+    nodes = gpu_nodes(2)
+    kube.create_pod(cluster, namespace, "victim", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=nodes[0], checkpoint="on-request", checkpoint_seconds=8)
+    kube.create_pod(cluster, namespace, "other", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=nodes[1])
+    kube.wait_pod_running(cluster, namespace, "victim")
+    kube.wait_pod_running(cluster, namespace, "other")
+    time.sleep(10)  # both have run 10 s: draining `victim` (8 s) is the cheapest choice
+    cfg = config_for(namespace)
+    first = start_controller_process(cluster, cfg, tmp_path, identity="first", log_name="c1.log")
+    try:
+        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+
+        def draining():
+            pod = cluster.core.read_namespaced_pod("big", namespace)
+            raw = (pod.metadata.annotations or {}).get(drain.PLAN_ANNOTATION)
+            rec = drain.plan_from_annotation(raw) if raw else None
+            asked = drain.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
+                "victim", namespace).metadata.annotations or {})
+            return rec if rec and rec.state is drain.State.DRAINING and asked else \
+                kube.NotYet(f"plan={rec and rec.state} asked={asked}")
+        before = kube.wait_for("the plan to be Draining", draining, timeout=60)
+    finally:
+        first.kill()  # SIGKILL: no cleanup, no lease release
+        first.wait()
+    assert exists(cluster, namespace, "victim") and exists(cluster, namespace, "other")
+    second = start_controller_process(cluster, cfg, tmp_path, identity="second",
+                                      log_name="c2.log")
+    try:
+        pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+    finally:
+        _stop(second)
+    after = drain.plan_from_annotation(
+        cluster.core.read_namespaced_pod("big", namespace).metadata.annotations[
+            drain.PLAN_ANNOTATION])
+    assert after.id == before.id and after.state is drain.State.DONE
+    assert [v.name for v in after.victims] == ["victim"]
+    assert pod.spec.node_name == nodes[0]
+    assert exists(cluster, namespace, "other")
+    evicted = [e.involved_object.name for e in pod_events(cluster, namespace)
+               if e.reason == "Evicted"]
+    assert evicted == ["victim"]
+    plans = [e for e in pod_events(cluster, namespace) if e.reason == "PreemptionPlanned"]
+    assert len(plans) == 1
+
+
+def test_two_replicas_only_the_lease_holder_acts(cluster, namespace, pool, gpu_nodes):
+    priority_classes(cluster)
+    (node,) = gpu_nodes(1)
+    kube.create_pod(cluster, namespace, "low", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=node)
+    kube.wait_pod_running(cluster, namespace, "low")
+    cfg = config_for(namespace)
+    with running_controller(cluster, cfg, identity="a") as a, \
+            running_controller(cluster, cfg, identity="b") as b:
+        kube.wait_for("a leader", lambda: a.is_leader or b.is_leader, timeout=30)
+        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+        kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+        assert a.is_leader != b.is_leader
+        leader, follower = (a, b) if a.is_leader else (b, a)
+        lease = cluster.coordination.read_namespaced_lease(cfg.lease_name, namespace)
+        assert lease.spec.holder_identity == leader.identity
+
+        def planned(c):
+            return c.metrics.plans.labels("planned")._value.get()
+        assert planned(leader) == 1 and planned(follower) == 0
+    assert [e.reason for e in pod_events(cluster, namespace)
+            if e.involved_object.name == "low"] == ["Evicted"]
