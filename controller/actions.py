@@ -35,7 +35,7 @@ from controller.convert import ADMISSION_GATE, PodInfo
 from policies import drain
 
 log = logging.getLogger("ckpt_preempt.actions")
-COMPONENT = "ckpt-preempt-controller"
+COMPONENT = "ckpt-preempt.io/controller"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
@@ -56,6 +56,8 @@ class Actions:
     def __init__(self, api: client.ApiClient, *, dry_run: bool = False,
                  evict_attempts: int = 4, on_retry=None) -> None:
         self.core = client.CoreV1Api(api)
+        self.events = client.EventsV1Api(api)
+        self.instance = COMPONENT
         self.dry_run = dry_run
         self.evict_attempts = evict_attempts
         self._on_retry = on_retry or (lambda: None)
@@ -176,19 +178,19 @@ class Actions:
 
     # -------------------------------------------------------------------------------- events
     def emit(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
-        now = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=f"{pod.name}.{uuid.uuid4().hex[:12]}",
-                                         namespace=pod.namespace),
-            involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace,
-                uid=pod.uid),
-            reason=reason, message=message[:1024], type="Warning" if warning else "Normal",
-            source=client.V1EventSource(component=COMPONENT), reporting_component=COMPONENT,
-            reporting_instance=COMPONENT, first_timestamp=now, last_timestamp=now, count=1,
-            event_time=None)
+        """An events.k8s.io/v1 Event regarding the pod (also listed by core/v1 readers)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "metadata": {"name": f"{pod.name}.{uuid.uuid4().hex[:12]}",
+                         "namespace": pod.namespace},
+            "eventTime": now, "reportingController": COMPONENT,
+            "reportingInstance": self.instance, "action": reason, "reason": reason,
+            "note": message[:1024], "type": "Warning" if warning else "Normal",
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "name": pod.name,
+                          "namespace": pod.namespace, "uid": pod.uid},
+        }
         try:
-            self.core.create_namespaced_event(pod.namespace, body)
+            self.events.create_namespaced_event(pod.namespace, body)
         except ApiException as e:  # an Event is best effort; never fail an action over it
             log.warning("event %s on %s not recorded: %s", reason, pod.key, e.reason)
 

@@ -6,6 +6,7 @@
     maxMinRuntimeSeconds: 3600       # cap on min-runtime
     evictionTimeoutSeconds: 120      # after the deadline: give up evicting and re-plan
     evictAttempts: 4                 # Eviction API calls per victim per pass (429/5xx retried)
+    blockedVictimSeconds: 300        # a victim still refused at evictBy is skipped this long
     gangTimeoutSeconds: 600          # a gated gang waiting this long gets GangTimedOut
     retrySeconds: 5                  # wait before planning the same preemptor again
     drain: true                      # ask on-request victims to checkpoint first
@@ -36,6 +37,7 @@ class Config:
     max_min_runtime_seconds: float = 3600.0
     eviction_timeout_seconds: float = 120.0
     evict_attempts: int = 4
+    blocked_victim_seconds: float = 300.0
     gang_timeout_seconds: float = 600.0
     retry_seconds: float = 5.0
     drain: bool = True

@@ -51,6 +51,7 @@ class _Memory:
     emitted: set[tuple] = field(default_factory=set)
     next_try: dict[str, float] = field(default_factory=dict)
     gang_waiting: dict[str, float] = field(default_factory=dict)
+    blocked: dict[str, float] = field(default_factory=dict)  # victim uid -> not before
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +192,11 @@ class Reconciler:
             self.metrics.plans.labels("aborted").inc()
             self.actions.emit(anchor, "PreemptionAborted", f"plan {new.id}: {new.reason}",
                               warning=True)
+            if old.state is State.EVICTING:  # still refused at evictBy (a PDB): plan around it
+                for v in old.victims:
+                    seen = observed.victims.get(v.uid)
+                    if seen is not None and not seen.terminating:
+                        self.mem.blocked[v.uid] = now + self.cfg.blocked_victim_seconds
             for pl in new.placements:
                 self.mem.next_try.pop(pl.uid, None)
 
@@ -280,6 +286,7 @@ class Reconciler:
         nodes = {n.name: n for n in self.cache.nodes.items()}
         reserved = {pl.node for _, r, _ in active for pl in r.placements}
         busy = {v.uid for _, r, _ in active for v in r.victims}
+        busy |= {uid for uid, until in self.mem.blocked.items() if until > now}
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue

@@ -37,6 +37,7 @@ class Controller:
         self.cache = ClusterCache(api)
         self.actions = Actions(api, dry_run=cfg.dry_run, evict_attempts=cfg.evict_attempts,
                                on_retry=self.metrics.eviction_retries.inc)
+        self.actions.instance = self.identity[:128]
         self.reconciler = Reconciler(self.cache, self.actions, cfg, self.metrics)
         self.elector = LeaseElector(
             api, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=self.identity,

@@ -74,7 +74,7 @@ def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identit
 def pod_events(c: kube.Cluster, namespace: str) -> list[client.CoreV1Event]:
     """Events by our controller, oldest first (creation order by resourceVersion)."""
     items = c.core.list_namespaced_event(namespace).items
-    ours = [e for e in items if e.source and e.source.component == "ckpt-preempt-controller"]
+    ours = [e for e in items if e.reporting_component == "ckpt-preempt.io/controller"]
     return sorted(ours, key=lambda e: int(e.metadata.resource_version))
 
 
