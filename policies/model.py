@@ -145,41 +145,56 @@ class Snapshot:
         return {p.uid: p for p in self.pods}
 
     @cached_property
-    def pods_on_node(self) -> dict[str, tuple[Pod, ...]]:
-        out: dict[str, list[Pod]] = {}
+    def _index(self) -> tuple[dict[str, tuple[Pod, ...]], dict[str, Resources], dict]:
+        """One pass over the pods: pods per node, resources held per node, gang members."""
+        on_node: dict[str, list[Pod]] = {}
+        held: dict[str, list[int]] = {}
+        gang_pods: dict[str, list[Pod]] = {}
         for p in self.pods:
             if p.node is not None:
-                out.setdefault(p.node, []).append(p)
-        return {k: tuple(v) for k, v in out.items()}
+                on_node.setdefault(p.node, []).append(p)
+                r = p.requests
+                h = held.get(p.node)
+                if h is None:
+                    held[p.node] = [r.cpu_milli, r.memory_mib, r.gpus]
+                else:
+                    h[0] += r.cpu_milli
+                    h[1] += r.memory_mib
+                    h[2] += r.gpus
+            if p.gang is not None:
+                gang_pods.setdefault(p.gang, []).append(p)
+        return (
+            {k: tuple(v) for k, v in on_node.items()},
+            {k: Resources(cpu_milli=c, memory_mib=m, gpus=g) for k, (c, m, g) in held.items()},
+            gang_pods,
+        )
 
-    @cached_property
-    def requested(self) -> dict[str, Resources]:
-        """Resources held on each node by bound pods (terminating ones still hold theirs)."""
-        out: dict[str, Resources] = {}
-        for name, pods in self.pods_on_node.items():
-            total = ZERO
-            for p in pods:
-                total = total + p.requests
-            out[name] = total
-        return out
+    @property
+    def pods_on_node(self) -> dict[str, tuple[Pod, ...]]:
+        return self._index[0]
+
+    def requested(self, node: str) -> Resources:
+        """Resources held on ``node`` by bound pods (terminating ones still hold theirs)."""
+        return self._index[1].get(node, ZERO)
 
     def free(self, node: str) -> Resources:
-        return self.node_by_name[node].allocatable - self.requested.get(node, ZERO)
+        return self.node_by_name[node].allocatable - self.requested(node)
+
+    def gang_pods(self, key: str) -> list[Pod]:
+        """Every pod of gang ``key`` in the snapshot, bound or pending."""
+        return self._index[2].get(key, [])
 
     @cached_property
     def gangs(self) -> dict[str, Gang]:
-        members: dict[str, list[Pod]] = {}
-        for p in self.pods:
-            if p.gang is not None:
-                members.setdefault(p.gang, []).append(p)
-        return {
-            key: Gang(
+        out = {}
+        for key, ps in self._index[2].items():
+            declared = [p.gang_total for p in ps if p.gang_total]
+            out[key] = Gang(
                 key=key,
                 members=tuple(sorted(p.uid for p in ps)),
-                expected=max((p.gang_total or 0 for p in ps), default=0) or None,
+                expected=max(declared) if declared else None,
             )
-            for key, ps in members.items()
-        }
+        return out
 
 
 class RejectReason(enum.StrEnum):

@@ -5,16 +5,18 @@ first, on a working copy of free capacity so later members see earlier choices):
 
 1. fits already? place it best-fit, no victims;
 2. filter nodes (allocatable, cordon, NVLink) and bound each node's cost from below;
-3. evaluate nodes cheapest-bound first with the exact within-node search
-   (``units.min_cover``); stop when the bound exceeds the best plan, or after
-   ``max(10 % of nodes, 100)`` feasible nodes as kube-scheduler samples candidates;
-4. pick the node minimising (lost work, PDB violations, victims, name).
+3. sample candidates as kube-scheduler does: scan nodes from a per-pod offset until
+   ``max(10 % of nodes, 100)`` could free enough capacity;
+4. evaluate those cheapest-bound first with the exact within-node search
+   (``units.min_cover``), stopping once the bound exceeds the best plan found;
+5. pick the node minimising (lost work, PDB violations, victims, name).
 
 A gang victim frees its resources on every node it occupies, so later members may land there.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,6 +84,9 @@ class _Search:
         return self.free[node]
 
     def need_on(self, pod: Pod, node) -> tuple[Resources | None, RejectReason | None]:
+        if not node.unschedulable and pod.nvlink is not NvlinkNeed.REQUIRED \
+                and pod.requests.fits_in(node.allocatable):
+            return pod.requests, None
         if node.unschedulable:
             return None, RejectReason.UNSCHEDULABLE
         if not pod.requests.fits_in(node.allocatable):
@@ -116,45 +121,54 @@ class _Search:
         if target is not None:
             self.free[target] = self.free_on(target) - pod.requests
             return target
+        nodes = self.s.nodes
+        limit = num_candidates(len(nodes), self.cfg)
+        offset = zlib.crc32(pod.uid.encode()) % len(nodes)  # spreads load, deterministic
         candidates = []
-        b = self.units
-        for i, node in enumerate(self.s.nodes):
+        scanned = 0
+        for scanned in range(1, len(nodes) + 1):
+            i = (offset + scanned - 1) % len(nodes)
+            node = nodes[i]
             need, why = self.need_on(pod, node)
             if need is None:
                 self.reject(pod, node.name, why)
                 continue
-            gap = units.deficit(need, self.free_on(node.name))
+            free = self.free_on(node.name)
+            gap_gpus = max(0, need.gpus - free.gpus)
+            gap_cpu = max(0, need.cpu_milli - free.cpu_milli)
+            gap_mem = max(0, need.memory_mib - free.memory_mib)
             pieces, cpu, mem, gpus = [], 0, 0, 0
-            for p in self.s.pods_on_node.get(node.name, ()):
-                if b.unit_id(p) in self.chosen or b.why_not(p) is not None:
+            for rate, g, c, m, unit_id in self.units.evictable_on(node.name):
+                if unit_id in self.chosen:
                     continue
-                cpu += p.requests.cpu_milli
-                mem += p.requests.memory_mib
-                if p.gpus:
-                    gpus += p.gpus
-                    pieces.append((b.loss(p)[0] / p.gpus, p.gpus))
-            if gap.gpus > gpus or gap.cpu_milli > cpu or gap.memory_mib > mem:
+                cpu += c
+                mem += m
+                if g:
+                    gpus += g
+                    pieces.append((rate, g))
+            if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
                 self.reject(pod, node.name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 continue
-            candidates.append((units.gpu_lower_bound(pieces, gap.gpus), i, node.name, gap))
+            gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
+            candidates.append((units.gpu_lower_bound(pieces, gap_gpus), i, node.name, gap))
+            if len(candidates) >= limit:
+                break
+        if self.cfg.record_rejections:
+            for k in range(scanned, len(nodes)):
+                name = nodes[(offset + k) % len(nodes)].name
+                self.reject(pod, name, RejectReason.NOT_SAMPLED)
         candidates.sort(key=lambda c: (c[0], c[1]))
-        limit = num_candidates(len(self.s.nodes), self.cfg)
         best = None  # (cost, pdb, victims, node, cover, units there)
-        feasible = 0
         for bound, _, name, gap in candidates:
             if best is not None and bound > best[0]:
                 self.reject(pod, name, RejectReason.COSTLIER, f"loses at least {bound:.0f} GPU-s")
                 continue
-            if feasible >= limit:
-                self.reject(pod, name, RejectReason.NOT_SAMPLED)
-                continue
             self.evaluated += 1
-            here = b.units_on(name, exclude=self.chosen)
+            here = self.units.units_on(name, exclude=self.chosen)
             cover = units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget)
             if cover is None:
                 self.reject(pod, name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 continue
-            feasible += 1
             key = (cover.cost, cover.pdb_violations, cover.victims, name)
             if best is None or key < best[:4]:
                 if best is not None:

@@ -46,6 +46,7 @@ class UnitBuilder:
         self._why: dict[str, str | None] = {}
         self._units: dict[str, Unit] = {}
         self._loss: dict[str, tuple[float, bool]] = {}
+        self._evictable: dict[str, list[tuple[float, int, int, int, str]]] = {}
 
     def unit_id(self, pod: Pod) -> str:
         return pod.gang or pod.uid
@@ -53,19 +54,21 @@ class UnitBuilder:
     def members(self, unit_id: str, pod: Pod) -> list[Pod]:
         if pod.gang is None:
             return [pod]
-        by_uid = self.s.pod_by_uid
-        return [by_uid[u] for u in self.s.gangs[pod.gang].members if by_uid[u].node is not None]
+        return [p for p in self.s.gang_pods(pod.gang) if p.node is not None]
 
     def why_not(self, pod: Pod) -> str | None:
         """None when the pod's unit may be evicted, else the reason it may not."""
-        uid = self.unit_id(pod)
+        if pod.gang is None:
+            r = cost.ineligibility(pod, self.priority, self.s.now)
+            return None if r is None else str(r)
+        uid = pod.gang
         if uid in self._why:
             return self._why[uid]
         why = None
         for p in self.members(uid, pod):
             r = cost.ineligibility(p, self.priority, self.s.now)
             if r is not None:
-                why = str(r) if p is pod or pod.gang is None else f"gang-member-{r}"
+                why = f"gang-member-{r}"
                 break
         self._why[uid] = why
         return why
@@ -94,6 +97,20 @@ class UnitBuilder:
                 drained=tuple(d for _, d in lost), release=release,
             )
             self._units[uid] = got
+        return got
+
+    def evictable_on(self, node: str) -> list[tuple[float, int, int, int, str]]:
+        """(lost GPU-s per GPU, gpus, cpu, memory, unit id) of each evictable pod on ``node``."""
+        got = self._evictable.get(node)
+        if got is None:
+            got = []
+            for p in self.s.pods_on_node.get(node, ()):
+                if self.why_not(p) is not None:
+                    continue
+                r = p.requests
+                rate = self.loss(p)[0] / r.gpus if r.gpus else 0.0
+                got.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
+            self._evictable[node] = got
         return got
 
     def units_on(self, node: str, exclude: Iterable[str] = ()) -> list[Unit]:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from policies import kube_default, preemption
-from policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
 from policies.sim.trace import TraceNode
 from policies.sim.workload import Job, Workload
 
@@ -77,7 +77,7 @@ class PolicyResult:
 
 
 class _JobState:
-    __slots__ = ("job", "pods", "queued_at", "remaining", "retry_at", "start", "token")
+    __slots__ = ("job", "models", "pods", "queued_at", "remaining", "retry_at", "start", "token")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -87,6 +87,7 @@ class _JobState:
         self.token = 0
         self.retry_at = 0.0
         self.pods: list[tuple[Pod, int]] = []  # (model pod, node index) while running
+        self.models: tuple[Pod, ...] = ()  # the same pods, last checkpoint kept current
 
     def last_checkpoint(self, t: float) -> float:
         j = self.job
@@ -128,6 +129,10 @@ class Simulation:
         self.events: list = []
         self.seq = 0
         self.running: dict[int, _JobState] = {}
+        # capacity held per node by each priority; pods a preemptor may not evict enter the
+        # planner's snapshot as one non-preemptible pod per node (exact for fit and victims)
+        self.held: list[dict[int, Resources]] = [{} for _ in self.nodes]
+        self.held_pods: dict[int, dict[int, Pod | None]] = {}
         self.high: list[_JobState] = []
         self.low: dict[tuple[int, int], list] = {}
         self.t = 0.0
@@ -146,6 +151,27 @@ class Simulation:
         f = f + r if sign > 0 else f - r
         self.free[i] = f
         self.buckets[f.gpus].add(i)
+
+    def _hold(self, i: int, pod: Pod, sign: int) -> None:
+        h = self.held[i]
+        have = h.get(pod.priority, ZERO)
+        h[pod.priority] = have + pod.requests if sign > 0 else have - pod.requests
+        self.held_pods.pop(i, None)
+
+    def _held_pod(self, i: int, priority: int) -> Pod | None:
+        """All capacity on node ``i`` held at ``priority`` or above, as one pod."""
+        cache = self.held_pods.setdefault(i, {})
+        if priority not in cache:
+            total, top = ZERO, priority
+            for prio, r in self.held[i].items():
+                if prio >= priority:
+                    total = total + r
+                    top = max(top, prio)
+            cache[priority] = None if total == ZERO else Pod(
+                uid=f"held-{i}", name=f"held-by-priority-{top}", priority=top, requests=total,
+                node=self.nodes[i].name, start_time=0.0, preemptible=False,
+            )
+        return cache[priority]
 
     def _best_fit(self, r: Resources) -> int | None:
         for g in range(r.gpus, self.maxg + 1):
@@ -175,7 +201,10 @@ class Simulation:
         js.pods = [
             (self._model(js, k, self.nodes[i].name, at), i) for k, i in enumerate(placed)
         ]
+        js.models = tuple(pod for pod, _ in js.pods)
         self.running[js.job.id] = js
+        for pod, i in js.pods:
+            self._hold(i, pod, +1)
         self._push(at + js.remaining, "finish", (js, js.token))
 
     def _try_place(self, js: _JobState) -> list[int] | None:
@@ -201,8 +230,10 @@ class Simulation:
         w = self.w.window
         for pod, i in js.pods:
             self._take(i, pod.requests, +1)
+            self._hold(i, pod, -1)
             self.busy += pod.gpus * max(0.0, min(at, w) - min(js.start, w))
         js.pods = []
+        js.models = ()
         js.token += 1
         self.running.pop(js.job.id, None)
 
@@ -216,14 +247,20 @@ class Simulation:
 
     # -- preemption ----------------------------------------------------------------------
     def _snapshot(self, pre: list[Pod]) -> Snapshot:
+        priority = min(p.priority for p in pre)
         pods = []
         t = self.t
         for js in self.running.values():
+            if js.job.priority >= priority:
+                continue
             last = js.last_checkpoint(t) if js.start < t else None
-            for pod, _ in js.pods:
-                if last != pod.last_checkpoint:
-                    pod = replace(pod, last_checkpoint=last)
-                pods.append(pod)
+            if js.models and js.models[0].last_checkpoint != last:
+                js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
+            pods.extend(js.models)
+        for i in range(len(self.nodes)):
+            held = self._held_pod(i, priority)
+            if held is not None:
+                pods.append(held)
         return Snapshot(now=t, nodes=self.nodes, pods=tuple(pods) + tuple(pre))
 
     def _preempt(self, js: _JobState) -> bool:

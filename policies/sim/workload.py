@@ -27,6 +27,7 @@ PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 10, "BE": 0}
 @dataclass(frozen=True, kw_only=True)
 class WorkloadParams:
     seed: int = 1
+    scale: float = 0.25  # share of the openb GPU nodes and of the trace's pods simulated
     load: float = 1.3  # offered GPU load in the window (FGD drives demand to 130 %)
     window_hours: float = 6.0  # arrivals of the whole trace are compressed into this window
     checkpoint_intervals_min: tuple[int, ...] = (15, 30, 60, 180)
@@ -118,7 +119,22 @@ def _draws(pods: list[TracePod], params: WorkloadParams, capacity: int, rng: ran
     return out, extra, span / window
 
 
+def scale_down(
+    pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParams
+) -> tuple[list[TracePod], list[TraceNode]]:
+    """Keep a seeded ``scale`` share of nodes and of pods, so load and mix are unchanged."""
+    if not 0 < params.scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {params.scale}")
+    if params.scale == 1:
+        return pods, nodes
+    rng = random.Random(f"scale-{params.seed}")
+    keep = max(1, round(params.scale * len(nodes)))
+    picked = sorted(rng.sample(range(len(nodes)), keep))
+    return [p for p in pods if rng.random() < params.scale], [nodes[i] for i in picked]
+
+
 def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParams) -> Workload:
+    """Build the seeded workload on ``nodes``; scale both with ``scale_down`` first."""
     rng = random.Random(params.seed)
     capacity = sum(n.gpus for n in nodes)
     biggest = max(n.gpus for n in nodes)
