@@ -1,0 +1,116 @@
+"""``explain POD`` on a live cluster: the plan the controller would make for it right now.
+
+One-shot lists (no watch), the same conversion and the same planner as the controller, plus
+kube-scheduler's DefaultPreemption on the same snapshot for comparison. Nothing is written.
+For the CLI (controller/cmd_explain.py)::
+
+    from controller import explain_live
+    result = explain_live.explain(api, "team-a", "big-job")   # or "team-a/big-job"
+    print(explain_live.render(result))
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from kubernetes import client
+
+from controller import convert
+from controller.config import Config
+from policies import annotations as ann
+from policies import drain, kube_default, preemption
+from policies.model import Plan
+
+
+class PodNotFound(LookupError):
+    """The named pod does not exist."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Explanation:
+    pod: str
+    members: tuple[str, ...]  # the whole gang when the pod belongs to one
+    plan: Plan
+    kube_default: Plan
+    persisted: drain.PlanRecord | None  # the plan the controller is executing, if any
+    warnings: tuple[str, ...]
+
+
+def _list(fn) -> list[dict]:
+    return json.loads(fn(_preload_content=False).data).get("items") or []
+
+
+def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None = None,
+            *, now: float | None = None) -> Explanation:
+    cfg = cfg or Config()
+    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    now = time.time() if now is None else now
+    pods = [convert.pod_info(d) for d in _list(core.list_pod_for_all_namespaces)]
+    nodes = [convert.node_info(d) for d in _list(core.list_node)]
+    pdbs = [convert.pdb_info(d) for d in
+            _list(policy.list_pod_disruption_budget_for_all_namespaces)]
+    target = next((p for p in pods if p.namespace == namespace and p.name == name), None)
+    if target is None:
+        raise PodNotFound(f"pod {namespace}/{name} not found")
+    scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
+                          priority_classes=frozenset(cfg.priority_classes))
+    limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
+                        max_min_runtime=cfg.max_min_runtime_seconds)
+    conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
+                            limits=limits)
+    model = conv.snapshot.pod_by_uid
+    gang = model[target.uid].gang
+    members = [p for p in pods if not p.node and not p.done and (
+        p.uid == target.uid or (gang is not None and model.get(p.uid) is not None
+                                and model[p.uid].gang == gang))]
+    snap = convert.for_preemptor(conv.snapshot, {n.name: n for n in nodes}, members,
+                                 reserved_nodes=frozenset(), busy_pods=frozenset())
+    mpods = [model[p.uid] for p in members]
+    ours = preemption.plan(snap, mpods, preemption.PlannerConfig(
+        drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds))
+    theirs = kube_default.plan(snap, mpods, kube_default.KubeDefaultConfig(seed=0))
+    persisted = None
+    raw = target.annotations.get(drain.PLAN_ANNOTATION)
+    warnings = [w for p in members for w in conv.problems.get(p.uid, ())]
+    if raw:
+        try:
+            persisted = drain.plan_from_annotation(raw)
+        except drain.PlanFormatError as e:
+            warnings.append(f"{drain.PLAN_ANNOTATION}: {e}")
+    if target.node:
+        warnings.append(f"the pod is already bound to {target.node}; shown: a plan as if pending")
+    return Explanation(pod=target.key, members=tuple(p.key for p in members), plan=ours,
+                       kube_default=theirs, persisted=persisted, warnings=tuple(warnings))
+
+
+def render(e: Explanation) -> str:
+    out = [f"pod {e.pod}" + (f" (gang of {len(e.members)})" if len(e.members) > 1 else "")]
+    for w in e.warnings:
+        out.append(f"  warning: {w}")
+    if e.persisted is not None:
+        out.append(f"  persisted plan {e.persisted.id}: {e.persisted.state}"
+                   + (f" ({e.persisted.reason})" if e.persisted.reason else ""))
+    p = e.plan
+    out.append(f"  ckpt-preempt: {p.reason}")
+    for pl in p.placements:
+        out.append(f"    place {pl.pod_uid} on {pl.node}")
+    for g in p.victim_groups:
+        out.append(f"    evict {'gang ' + g.gang if g.gang else 'pod'}: "
+                   f"{g.lost_gpu_seconds / 3600:.2f} GPU-h ({g.reason})")
+        for v in g.victims:
+            how = f"drain {v.checkpoint_seconds:g}s first" if v.drain else "no checkpoint request"
+            out.append(f"      {v.namespace}/{v.name} on {v.node}: {v.gpus} GPU, "
+                       f"loses {v.lost_gpu_seconds / 3600:.2f} GPU-h, {how}")
+    k = e.kube_default
+    out.append(f"  kube-default: {k.reason}"
+               + (f", losing {k.lost_gpu_seconds / 3600:.2f} GPU-h" if k.feasible else ""))
+    for v in k.victims:
+        out.append(f"    {v.namespace}/{v.name} on {v.node}: loses "
+                   f"{v.lost_gpu_seconds / 3600:.2f} GPU-h")
+    if p.rejections:
+        out.append("  why other nodes lost:")
+        for r in p.rejections:
+            out.append(f"    {r.node}: {r.reason}" + (f" ({r.detail})" if r.detail else ""))
+    return "\n".join(out)
