@@ -100,8 +100,8 @@ class _Search:
 
     def reject(self, pod: Pod, node: str, reason: RejectReason, detail: str = "") -> None:
         if self.cfg.record_rejections:
-            prefix = f"{pod.name}: " if detail or reason else ""
-            self.rejections.append(NodeRejection(node=node, reason=reason, detail=prefix + detail))
+            text = f"{pod.name}: {detail}" if detail else pod.name
+            self.rejections.append(NodeRejection(node=node, reason=reason, detail=text))
 
     def fit_without_preemption(self, pod: Pod) -> str | None:
         best = None

@@ -1,0 +1,79 @@
+"""Explain the plan ckpt-preempt would make for a snapshot: victims, lost GPU-hours, and why
+every other node lost.
+
+The snapshot file (JSON or YAML) holds ``now``, ``nodes``, ``pods``, optional ``pdbs`` and
+``preemptor`` (a pod name, or a list of names for a gang); see ``policies.snapshot_io``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from policies import kube_default, preemption, snapshot_io
+from policies.model import Plan
+
+NAME = "explain"
+HELP = "explain the preemption plan for a snapshot file"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--snapshot", type=Path, required=True, help="snapshot file (JSON or YAML)")
+    p.add_argument("--no-drain", action="store_true", help="plan without draining victims")
+    p.add_argument("--max-checkpoint-seconds", type=float, default=600.0)
+    p.add_argument("--compare", action="store_true", help="also show kube-default's choice")
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        doc = yaml.safe_load(args.snapshot.read_text())
+        snap, preemptor, problems = snapshot_io.from_dict(doc)
+    except (OSError, yaml.YAMLError, snapshot_io.SnapshotError) as e:
+        print(f"ckpt-preempt explain: {args.snapshot}: {e}", file=sys.stderr)
+        return 2
+    for p in problems:
+        print(f"warning: {p}", file=sys.stderr)
+    cfg = preemption.PlannerConfig(
+        drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds
+    )
+    plans = [preemption.plan(snap, preemptor, cfg)]
+    if args.compare:
+        plans.append(kube_default.plan(snap, preemptor))
+    if args.output == "text":
+        print("\n\n".join(render(p, snap.now) for p in plans))
+    else:
+        data = [snapshot_io.plan_to_dict(p) for p in plans]
+        out = data[0] if len(data) == 1 else data
+        print(json.dumps(out, indent=2) if args.output == "json" else yaml.safe_dump(out))
+    return 0 if plans[0].feasible else 1
+
+
+def render(plan: Plan, now: float) -> str:
+    lines = [f"[{plan.policy}] {'PLAN' if plan.feasible else 'NO PLAN'}: {plan.reason}"]
+    for pl in plan.placements:
+        lines.append(f"  place {pl.pod_uid} on {pl.node}")
+    for g in plan.victim_groups:
+        label = f"gang {g.gang}" if g.gang else "pod"
+        lines.append(f"  evict {label}: {g.lost_gpu_seconds / 3600:.2f} GPU-h lost ({g.reason})")
+        for v in g.victims:
+            how = f"drain {v.checkpoint_seconds:.0f}s then evict" if v.drain else "evict"
+            lines.append(
+                f"    {v.namespace}/{v.name} on {v.node}: {v.gpus} GPU(s), priority "
+                f"{v.priority}, {v.lost_gpu_seconds / 3600:.2f} GPU-h, {how}"
+            )
+    if plan.drain_deadline is not None and plan.victim_groups:
+        lines.append(f"  drain deadline: now + {plan.drain_deadline - now:.0f}s")
+    if plan.pdb_violations:
+        lines.append(f"  PDB violations: {plan.pdb_violations}")
+    if plan.rejections:
+        lines.append("  other nodes:")
+        for r in plan.rejections:
+            detail = f" ({r.detail})" if r.detail else ""
+            lines.append(f"    {r.node}: {r.reason}{detail}")
+    return "\n".join(lines)
+

@@ -1,0 +1,190 @@
+"""Snapshots and plans as plain data (JSON/YAML documents), parsed strictly.
+
+Document shape (times are RFC 3339 strings or Unix seconds; resources in millicores, MiB and
+whole GPUs)::
+
+    now: 2026-12-02T10:00:00Z
+    nodes:
+      - {name: n1, gpus: 8, cpu_milli: 96000, memory_mib: 1048576,
+         annotations: {hwprobe.ckpt-preempt.io/topology: '{...}'}, unschedulable: false}
+    pods:
+      - {name: a, namespace: ml, priority: 0, gpus: 4, node: n1, start_time: ...,
+         labels: {...}, annotations: {ckpt-preempt.io/last-checkpoint: ...}}
+    pdbs:
+      - {name: b, namespace: ml, match_labels: {app: x}, disruptions_allowed: 0}
+    preemptor: ml/big      # or a list of pod names: the members of a pending gang
+
+Pod annotations go through ``policies.annotations`` exactly as the controller's do, so a
+snapshot explains what the live controller would decide.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict
+from typing import Any
+
+from policies import annotations as ann
+from policies.model import Node, Plan, Pod, PodDisruptionBudget, Resources, Snapshot
+from policies.topology import TopologyError, parse_node_topology
+
+TOPOLOGY_ANNOTATION = "hwprobe.ckpt-preempt.io/topology"
+
+
+class SnapshotError(ValueError):
+    """The document is not a valid snapshot; the message names the field."""
+
+
+def _time(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise SnapshotError(f"{where}: expected a time, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return ann.parse_rfc3339(value)
+        except ValueError as e:
+            raise SnapshotError(f"{where}: {e}") from None
+    if hasattr(value, "timestamp"):  # YAML parses unquoted timestamps into datetimes
+        if getattr(value, "tzinfo", None) is None:
+            raise SnapshotError(f"{where}: time needs a zone offset")
+        return value.timestamp()
+    raise SnapshotError(f"{where}: expected a time, got {value!r}")
+
+
+def _int(d: dict, key: str, where: str, default: int | None = None) -> int:
+    v = d.get(key, default)
+    if v is None:
+        raise SnapshotError(f"{where}: missing {key}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise SnapshotError(f"{where}: {key} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _strmap(d: dict, key: str, where: str) -> dict[str, str]:
+    v = d.get(key) or {}
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise SnapshotError(f"{where}: {key} must be a mapping of strings")
+    return {k: str(x) for k, x in v.items()}
+
+
+def _list(doc: dict, key: str) -> list:
+    v = doc.get(key) or []
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise SnapshotError(f"{key} must be a list of mappings")
+    return v
+
+
+def _node(d: dict, i: int, problems: list[str]) -> Node:
+    where = f"nodes[{i}]"
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise SnapshotError(f"{where}: missing name")
+    topo = None
+    raw = _strmap(d, "annotations", where).get(TOPOLOGY_ANNOTATION)
+    if raw is not None:
+        try:
+            topo = parse_node_topology(raw)
+        except TopologyError as e:
+            problems.append(f"node {name}: {TOPOLOGY_ANNOTATION}: {e}; topology unknown")
+    return Node(
+        name=name,
+        allocatable=Resources(
+            cpu_milli=_int(d, "cpu_milli", where, 1_000_000),
+            memory_mib=_int(d, "memory_mib", where, 1 << 30),
+            gpus=_int(d, "gpus", where, 0),
+        ),
+        topology=topo,
+        unschedulable=bool(d.get("unschedulable", False)),
+    )
+
+
+def _pod(d: dict, i: int, now: float, problems: list[str]) -> Pod:
+    where = f"pods[{i}]"
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise SnapshotError(f"{where}: missing name")
+    ns = str(d.get("namespace", "default"))
+    labels = _strmap(d, "labels", where)
+    fields = ann.parse_pod_fields(
+        namespace=ns, labels=labels, annotations=_strmap(d, "annotations", where), now=now
+    )
+    problems.extend(f"pod {ns}/{name}: {p}" for p in fields.problems)
+    node = d.get("node")
+    start = d.get("start_time")
+    return Pod(
+        uid=str(d.get("uid", f"{ns}/{name}")),
+        name=name,
+        namespace=ns,
+        priority=int(d.get("priority", 0)),
+        requests=Resources(
+            cpu_milli=_int(d, "cpu_milli", where, 0),
+            memory_mib=_int(d, "memory_mib", where, 0),
+            gpus=_int(d, "gpus", where, 0),
+        ),
+        node=str(node) if node else None,
+        start_time=None if start is None else _time(start, f"{where}.start_time"),
+        checkpoint=fields.checkpoint,
+        last_checkpoint=fields.last_checkpoint,
+        checkpoint_seconds=fields.checkpoint_seconds,
+        min_runtime=fields.min_runtime,
+        preemptible=fields.preemptible,
+        nvlink=fields.nvlink,
+        gang=fields.gang,
+        gang_total=fields.gang_total,
+        labels=labels,
+    )
+
+
+def from_dict(doc: Any) -> tuple[Snapshot, list[Pod], list[str]]:
+    """(snapshot, preemptor pods, warnings); SnapshotError when the document is unusable."""
+    if not isinstance(doc, dict):
+        raise SnapshotError("a snapshot must be a mapping with now, nodes and pods")
+    problems: list[str] = []
+    now = _time(doc.get("now"), "now")
+    nodes = [_node(d, i, problems) for i, d in enumerate(_list(doc, "nodes"))]
+    pods = [_pod(d, i, now, problems) for i, d in enumerate(_list(doc, "pods"))]
+    pdbs = [
+        PodDisruptionBudget(
+            name=str(d.get("name")), namespace=str(d.get("namespace", "default")),
+            match_labels=_strmap(d, "match_labels", f"pdbs[{i}]"),
+            disruptions_allowed=_int(d, "disruptions_allowed", f"pdbs[{i}]"),
+        )
+        for i, d in enumerate(_list(doc, "pdbs"))
+    ]
+    names = {n.name for n in nodes}
+    for p in pods:
+        if p.node is not None and p.node not in names:
+            raise SnapshotError(f"pod {p.key} is bound to unknown node {p.node}")
+    wanted = doc.get("preemptor")
+    wanted = [wanted] if isinstance(wanted, str) else wanted
+    if not wanted or not isinstance(wanted, list):
+        raise SnapshotError("preemptor must name a pending pod or a list of them")
+    by_name = {p.key: p for p in pods} | {p.name: p for p in pods if p.namespace == "default"}
+    preemptor = []
+    for w in wanted:
+        pod = by_name.get(str(w))
+        if pod is None:
+            raise SnapshotError(f"preemptor {w!r} is not among the pods")
+        if pod.node is not None:
+            raise SnapshotError(f"preemptor {w!r} is already bound to {pod.node}")
+        preemptor.append(pod)
+    snap = Snapshot(now=now, nodes=tuple(nodes), pods=tuple(pods), pdbs=tuple(pdbs))
+    return snap, preemptor, problems
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    out = _plain(asdict(plan))
+    out["lost_gpu_seconds"] = plan.lost_gpu_seconds
+    out["lost_gpu_hours"] = round(plan.lost_gpu_seconds / 3600, 4)
+    return out
