@@ -41,6 +41,7 @@ def make_pod(
     mode: CheckpointMode = CheckpointMode.NONE, checkpoint_seconds: float | None = None,
     gang: str | None = None, labels: dict | None = None, preemptible: bool = True,
     min_runtime: float = 0.0, nvlink: NvlinkNeed = NvlinkNeed.NONE, namespace: str = "default",
+    gang_total: int | None = None, terminating: bool = False,
 ) -> Pod:
     name = name or f"pod-{next(_ids)}"
     running = node is not None
@@ -59,8 +60,40 @@ def make_pod(
         preemptible=preemptible,
         nvlink=nvlink,
         gang=gang,
+        gang_total=gang_total,
         labels=labels or {},
+        terminating=terminating,
     )
+
+
+def hgx_h100(name: str) -> Node:
+    """An 8-GPU HGX H100 board: every GPU behind NVSwitch, one NVLink domain."""
+    return hgx(name)
+
+
+def split_domains(name: str, *sizes: int) -> Node:
+    """A node whose GPUs form NVLink islands of the given sizes (e.g. 4+4 bridged pairs)."""
+    domains, first = [], 0
+    for size in sizes:
+        domains.append(frozenset(range(first, first + size)))
+        first += size
+    return gpu_node(name, first, topology=NodeTopology(gpu_count=first, domains=tuple(domains)))
+
+
+def pending(name: str, *, priority: int = 100, gpus: int = 1, **kw) -> Pod:
+    """A pending preemptor (no node, no start time)."""
+    return make_pod(name, priority=priority, gpus=gpus, **kw)
+
+
+def gang(name: str, nodes, *, gpus: int = 1, priority: int = 0, namespace: str = "default",
+         **kw) -> list[Pod]:
+    """One bound (or, with ``None`` nodes, pending) member per entry of ``nodes``."""
+    key = f"{namespace}/seed/{name}"
+    return [
+        make_pod(f"{name}-{i}", node=n, gpus=gpus, priority=priority, gang=key,
+                 gang_total=len(nodes), namespace=namespace, **kw)
+        for i, n in enumerate(nodes)
+    ]
 
 
 def pdb(name: str, selector: dict, allowed: int, namespace: str = "default"):
