@@ -5,6 +5,9 @@
 - ``request_checkpoint``: the victim's ``drain`` annotation (skipped if terminating or asked).
 - ``evict``: policy/v1 Eviction with a uid precondition (never a same-named newer pod);
   429 and 5xx are retried with exponential backoff and jitter, bounded; 404 counts as done.
+- ``reserve`` / ``tolerate`` / ``unreserve``: mode (a)'s reservation, a
+  ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint on the target node for the drain window
+  and the matching toleration on the preemptor.
 - ``nominate``: ``status.nominatedNodeName`` (mode a).
 - ``pin`` then ``ungate``: narrow required node affinity to the planned node while the pod is
   gated, then lift ``ckpt-preempt.io/admission`` (mode b).
@@ -38,6 +41,18 @@ log = logging.getLogger("ckpt_preempt.actions")
 COMPONENT = "ckpt-preempt.io/controller"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+
+
+RESERVED_TAINT = "ckpt-preempt.io/reserved"
+
+
+def has_reservation_toleration(pod: PodInfo, plan: str) -> bool:
+    return any(t.get("key") == RESERVED_TAINT and t.get("value") == plan
+               for t in pod.tolerations)
+
+
+def node_reserved_for(taints, plan: str) -> bool:
+    return any(t.get("key") == RESERVED_TAINT and t.get("value") == plan for t in taints)
 
 
 class Blocked(Exception):
@@ -78,7 +93,7 @@ class Actions:
                 self.core.patch_namespaced_pod(pod.name, pod.namespace, ops,
                                                _content_type=JSON_PATCH)
         except ApiException as e:
-            if e.status in (409, 422):  # 422: the JSON-patch test failed
+            if e.status in (404, 409, 422):  # 422: the JSON-patch test failed; 404: pod gone
                 raise Conflict(f"plan on {pod.key} changed: {e.reason}") from e
             raise
 
@@ -175,6 +190,55 @@ class Actions:
             if e.status == 409:
                 raise Conflict(f"{pod.key} changed: {e.reason}") from e
             raise
+
+    # ------------------------------------------------------------- mode (a) node reservation
+    def reserve(self, node: str, plan: str) -> None:
+        """Taint `node` with RESERVED_TAINT=<plan>:NoSchedule (pods already there stay)."""
+        live = self.core.read_node(node)
+        taints = [t.to_dict() for t in live.spec.taints or []]
+        if any(t["key"] == RESERVED_TAINT and t.get("value") == plan for t in taints):
+            return
+        taints = [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
+                  for t in taints if t["key"] != RESERVED_TAINT]
+        taints.append({"key": RESERVED_TAINT, "value": plan, "effect": "NoSchedule"})
+        self._patch_node(live, taints)
+
+    def unreserve(self, node: str, plan: str) -> None:
+        try:
+            live = self.core.read_node(node)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        taints = [t.to_dict() for t in live.spec.taints or []]
+        if not any(t["key"] == RESERVED_TAINT and t.get("value") == plan for t in taints):
+            return
+        self._patch_node(live, [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
+                                for t in taints if t["key"] != RESERVED_TAINT])
+
+    def _patch_node(self, live, taints: list[dict]) -> None:
+        body = {"metadata": {"resourceVersion": live.metadata.resource_version},
+                "spec": {"taints": [{k: v for k, v in t.items() if v is not None}
+                                    for t in taints] or None}}
+        try:
+            self.core.patch_node(live.metadata.name, body, _content_type=MERGE)
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict(f"node {live.metadata.name} changed: {e.reason}") from e
+            raise
+
+    def tolerate(self, pod: PodInfo, plan: str) -> None:
+        """Add the reservation toleration to the preemptor (a pod update may add tolerations)."""
+        if pod.deleting or pod.node or has_reservation_toleration(pod, plan):
+            return
+        live = self.core.api_client.sanitize_for_serialization(
+            self.core.read_namespaced_pod(pod.name, pod.namespace))
+        tolerations = [*(live["spec"].get("tolerations") or []),
+                       {"key": RESERVED_TAINT, "operator": "Equal", "value": plan,
+                        "effect": "NoSchedule"}]
+        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
+                "spec": {"tolerations": tolerations}}
+        self._patch_guarded(pod, body)
 
     # -------------------------------------------------------------------------------- events
     def emit(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:

@@ -10,6 +10,7 @@
     gangTimeoutSeconds: 600          # a gated gang waiting this long gets GangTimedOut
     retrySeconds: 5                  # wait before planning the same preemptor again
     drain: true                      # ask on-request victims to checkpoint first
+    reserveNodes: true               # mode (a): taint the target node while it is freed
     dryRun: false                    # plan and emit Events only
     leaseName: ckpt-preempt-controller
     leaseNamespace: kube-system
@@ -41,6 +42,7 @@ class Config:
     gang_timeout_seconds: float = 600.0
     retry_seconds: float = 5.0
     drain: bool = True
+    reserve_nodes: bool = True
     dry_run: bool = False
     lease_name: str = "ckpt-preempt-controller"
     lease_namespace: str = "kube-system"

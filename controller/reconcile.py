@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from kubernetes.client.rest import ApiException
 
 from controller import convert
-from controller.actions import Actions, Blocked, Conflict
+from controller.actions import (
+    RESERVED_TAINT,
+    Actions,
+    Blocked,
+    Conflict,
+    has_reservation_toleration,
+    node_reserved_for,
+)
 from controller.config import Config
 from controller.convert import ADMISSION_GATE, PodInfo
 from controller.metrics import Metrics
@@ -38,6 +45,7 @@ from policies.drain import Mode, PlanRecord, State, StepKind
 from policies.model import Plan
 
 log = logging.getLogger("ckpt_preempt.reconcile")
+RESERVATION_GRACE_SECONDS = 60.0  # after evictBy, a reservation is lifted whatever happened
 
 
 @dataclass
@@ -52,6 +60,7 @@ class _Memory:
     next_try: dict[str, float] = field(default_factory=dict)
     gang_waiting: dict[str, float] = field(default_factory=dict)
     blocked: dict[str, float] = field(default_factory=dict)  # victim uid -> not before
+    reserved: set[tuple[str, str]] = field(default_factory=set)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +113,7 @@ class Reconciler:
             else:
                 active.append((p, record, raw))
         self.metrics.active_plans.set(len(active))
+        self._release_reservations(pods, now)
         for anchor, record, raw in active:
             try:
                 self._advance(anchor, record, raw, by_uid, now)
@@ -113,6 +123,33 @@ class Reconciler:
                 log.exception("plan %s: step failed", record.id)
                 self.metrics.loop_errors.inc()
         self._plan_new(pods, by_uid, active, previous, now)
+
+    def _release_reservations(self, pods: list[PodInfo], now: float) -> None:
+        """Lift a reservation taint once its plan is over: aborted, gone, past evictBy plus a
+        grace period, or every preemptor bound (or gone)."""
+        records: dict[str, tuple[PlanRecord, list[PodInfo]]] = {}
+        by_uid = {p.uid: p for p in pods}
+        for p in pods:
+            raw = p.annotations.get(drain.PLAN_ANNOTATION)
+            if raw:
+                with contextlib.suppress(drain.PlanFormatError):
+                    r = drain.plan_from_annotation(raw)
+                    records[r.id] = (r, [by_uid[pl.uid] for pl in r.placements
+                                         if pl.uid in by_uid])
+        for node in self.cache.nodes.items():
+            for t in node.taints:
+                if t.get("key") != RESERVED_TAINT:
+                    continue
+                plan = t.get("value", "")
+                r, pre = records.get(plan, (None, []))
+                over = (r is None or r.state is State.ABORTED
+                        or now > r.evict_by + RESERVATION_GRACE_SECONDS
+                        or (r.state is State.DONE and all(p.node for p in pre)))
+                if over:
+                    try:
+                        self.actions.unreserve(node.name, plan)
+                    except (Conflict, ApiException) as e:
+                        log.info("reservation on %s not lifted yet: %s", node.name, e)
 
     # ------------------------------------------------------------------------- active plans
     def _observe(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> drain.Observed:
@@ -135,7 +172,12 @@ class Reconciler:
             steered = (r.id, p.uid) in self.mem.steered or (
                 p.nominated == pl.node if r.mode is Mode.NOMINATE
                 else ADMISSION_GATE not in p.gates)
-            preemptors[pl.uid] = drain.PreemptorObs(uid=p.uid, node=p.node, steered=steered)
+            node = self.cache.nodes.get(pl.node)
+            reserved = not self.cfg.reserve_nodes or (r.id, p.uid) in self.mem.reserved or (
+                has_reservation_toleration(p, r.id) and node is not None
+                and node_reserved_for(node.taints, r.id))
+            preemptors[pl.uid] = drain.PreemptorObs(uid=p.uid, node=p.node, steered=steered,
+                                                    reserved=reserved)
         return drain.Observed(victims=victims, preemptors=preemptors)
 
     def _advance(self, anchor: PodInfo, r: PlanRecord, raw: str,
@@ -158,6 +200,12 @@ class Reconciler:
                 self._evict(anchor, r, step.victims, by_uid)
             elif step.kind is StepKind.STEER:
                 self._steer(r, by_uid)
+            elif step.kind is StepKind.RESERVE:
+                for pl in r.placements:
+                    self.actions.reserve(pl.node, r.id)
+                    self.actions.tolerate(by_uid[pl.uid], r.id)
+                    self.mem.reserved.add((r.id, pl.uid))
+                continue  # evict in the same pass: the reservation is in place
             return
 
     def _report_acks(self, r: PlanRecord, observed: drain.Observed,

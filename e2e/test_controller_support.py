@@ -57,7 +57,7 @@ def running_controller(c: kube.Cluster, cfg: Config, *, identity: str = "c1",
 
 
 def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identity: str,
-                             log_name: str) -> subprocess.Popen:
+                             log_name: str, listen: str = "127.0.0.1:0") -> subprocess.Popen:
     data = {"namespaces": list(cfg.namespaces), "leaseNamespace": cfg.lease_namespace,
             "retrySeconds": cfg.retry_seconds, "leaseDurationSeconds": cfg.lease_duration_seconds,
             "maxCheckpointSeconds": cfg.max_checkpoint_seconds,
@@ -67,7 +67,7 @@ def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identit
     log = open(tmp / log_name, "wb")  # noqa: SIM115 (lives as long as the process)
     return subprocess.Popen(
         [sys.executable, "-m", "controller.cmd_run", "--kubeconfig", str(c.kubeconfig),
-         "--config", str(path), "--identity", identity, "--listen", "127.0.0.1:0"],
+         "--config", str(path), "--identity", identity, "--listen", listen],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 

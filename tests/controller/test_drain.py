@@ -79,6 +79,12 @@ CASES = [
                  id="Draining: preemptor scheduled elsewhere aborts"),
     pytest.param(make_plan(State.EVICTING), obs([seen("v0", acked=True), seen("v1")]), T0 + 1,
                  StepKind.EVICT, None, ("v0", "v1"), id="Evicting: evicts every live victim"),
+    pytest.param(make_plan(State.EVICTING), obs(preemptor=PreemptorObs(
+                 uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
+                 StepKind.RESERVE, None, (), id="Evicting: mode (a) reserves the node first"),
+    pytest.param(make_plan(State.EVICTING, mode=Mode.ADMIT), obs(preemptor=PreemptorObs(
+                 uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
+                 StepKind.EVICT, None, ("v0", "v1"), id="Evicting: gated gangs need no taint"),
     pytest.param(make_plan(State.EVICTING), obs([seen("v0", terminating=True), seen("v1")]),
                  T0 + 1, StepKind.EVICT, None, ("v1",),
                  id="Evicting: a terminating victim is not evicted again"),
@@ -175,7 +181,7 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
     record = make_plan(State.PLANNED, victims=victims)
     alive = {v.uid: seen(v.uid) for v in victims}
     evicted: list[str] = []
-    pre = PreemptorObs(uid="pre", node=None, steered=False)
+    pre = PreemptorObs(uid="pre", node=None, steered=False, reserved=False)
     now = T0
     for _ in range(50):
         step = drain.next_step(record, Observed(victims=alive, preemptors={"pre": pre}), now)
@@ -197,6 +203,9 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
                     alive[uid] = replace(alive[uid], terminating=True)
         elif step.kind is StepKind.STEER:
             pre = replace(pre, steered=True)
+        elif step.kind is StepKind.RESERVE:
+            assert not evicted
+            pre = replace(pre, reserved=True)
         elif step.kind is StepKind.WAIT:
             now = step.wait_until
     assert record.state is State.DONE
