@@ -177,8 +177,14 @@ class Snapshot:
         """Resources held on ``node`` by bound pods (terminating ones still hold theirs)."""
         return self._index[1].get(node, ZERO)
 
+    @cached_property
+    def free_by_node(self) -> dict[str, Resources]:
+        """Allocatable minus what bound pods hold, for every node."""
+        held = self._index[1]
+        return {n.name: n.allocatable - held.get(n.name, ZERO) for n in self.nodes}
+
     def free(self, node: str) -> Resources:
-        return self.node_by_name[node].allocatable - self.requested(node)
+        return self.free_by_node[node]
 
     def gang_pods(self, key: str) -> list[Pod]:
         """Every pod of gang ``key`` in the snapshot, bound or pending."""

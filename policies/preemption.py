@@ -104,16 +104,24 @@ class _Search:
             self.rejections.append(NodeRejection(node=node, reason=reason, detail=text))
 
     def fit_without_preemption(self, pod: Pod) -> str | None:
+        """Best fit (fewest GPUs left over) among nodes where the pod fits as things stand."""
+        r = pod.requests
+        simple = pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1
+        free = self.s.free_by_node
         best = None
         for node in self.s.nodes:
-            need, _ = self.need_on(pod, node)
-            if need is None:
+            f = self.free.get(node.name) or free[node.name]
+            if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib:
                 continue
-            free = self.free_on(node.name)
-            if need.fits_in(free):
-                key = (free.gpus - pod.gpus, node.name)
-                if best is None or key < best:
-                    best = key
+            if node.unschedulable:
+                continue
+            if not simple:
+                need, _ = self.need_on(pod, node)
+                if need is None or not need.fits_in(f):
+                    continue
+            key = (f.gpus - r.gpus, node.name)
+            if best is None or key < best:
+                best = key
         return None if best is None else best[1]
 
     def place(self, pod: Pod) -> str | None:

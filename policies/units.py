@@ -196,15 +196,30 @@ def min_cover(
 ) -> Cover | None:
     """Exact minimum of (lost work, PDB violations, victims) over unit subsets freeing ``need``.
 
-    Depth-first branch and bound over units sorted cheapest first; a branch is cut when it
-    already costs more than the best cover, or when everything left cannot cover the need.
+    Depth-first branch and bound over units sorted cheapest first. A branch is cut when
+    everything left cannot cover the need, or when its cost plus a bound on the GPUs still
+    missing (at the cheapest per-GPU rate left) cannot beat the best cover. Units that free
+    nothing the need lacks are dropped first: they only add victims.
     """
-    order = sorted(units, key=lambda u: (u.cost, len(u.pods), u.id))
+
+    def useful(r: Resources) -> bool:
+        return (
+            (need.gpus > 0 and r.gpus > 0)
+            or (need.cpu_milli > 0 and r.cpu_milli > 0)
+            or (need.memory_mib > 0 and r.memory_mib > 0)
+        )
+
+    order = sorted(
+        (u for u in units if useful(u.release[node])), key=lambda u: (u.cost, len(u.pods), u.id)
+    )
     rel = [u.release[node] for u in order]
     n = len(order)
     suffix = [ZERO] * (n + 1)
+    rate = [float("inf")] * (n + 1)  # cheapest lost GPU-seconds per freed GPU from i on
     for i in range(n - 1, -1, -1):
         suffix[i] = suffix[i + 1] + rel[i]
+        own = order[i].cost / rel[i].gpus if rel[i].gpus else float("inf")
+        rate[i] = min(rate[i + 1], own)
     if not covers(suffix[0], need):
         return None
     best: list = [None]  # (cost, pdb, victims, ids)
@@ -227,8 +242,11 @@ def min_cover(
         if i == n or steps > budget:
             return
         b = best[0]
-        if b is not None and (c > b[0] or (c == b[0] and count >= b[2])):
-            return
+        if b is not None:
+            missing = need.gpus - have.gpus
+            bound = c + (missing * rate[i] if missing > 0 else 0.0)
+            if bound > b[0] or (c == b[0] and count >= b[2]):
+                return
         if not covers(have + suffix[i], need):
             return
         chosen.append(i)
