@@ -1,0 +1,315 @@
+"""Strict parsing of the ckpt-preempt.io annotations, and the safe choice for each bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import annotations as ann
+from policies.annotations import Limits, parse_duration, parse_pod_fields, parse_rfc3339
+from policies.model import CheckpointMode, NvlinkNeed
+
+T0 = "2026-12-02T09:00:00Z"
+NOW = 1796202000.0  # T0 as Unix seconds
+
+
+def _parse(annotations, labels=None, limits=Limits(), now=NOW):
+    return parse_pod_fields(
+        namespace="ns", labels=labels or {}, annotations=annotations, now=now, limits=limits
+    )
+
+
+def _keys(fields):
+    return [p.key for p in fields.problems]
+
+
+# --- durations ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        pytest.param("90", 90.0, id="bare seconds"),
+        pytest.param("90.5", 90.5, id="fractional bare seconds"),
+        pytest.param("90s", 90.0, id="seconds unit"),
+        pytest.param("15m", 900.0, id="minutes"),
+        pytest.param("1h30m", 5400.0, id="hours and minutes"),
+        pytest.param("1h30m15s", 5415.0, id="all three units"),
+        pytest.param("1.5h", 5400.0, id="fractional hours"),
+        pytest.param("2h15s", 7215.0, id="hours and seconds, no minutes"),
+        pytest.param(" 10m ", 600.0, id="surrounding blanks"),
+        pytest.param("0", 0.0, id="zero"),
+    ],
+)
+def test_parse_duration_accepts(value, seconds):
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("  ", id="blank"),
+        pytest.param("-5", id="negative"),
+        pytest.param("+5", id="explicit plus"),
+        pytest.param("1e3", id="exponent"),
+        pytest.param("inf", id="infinity"),
+        pytest.param("nan", id="not a number"),
+        pytest.param("30m1h", id="units out of order"),
+        pytest.param("1d", id="days are not a unit"),
+        pytest.param("1H", id="upper-case unit"),
+        pytest.param("h", id="unit without a number"),
+        pytest.param("1.h", id="dangling decimal point"),
+        pytest.param("10 m", id="blank inside"),
+        pytest.param("1h 30m", id="blank between units"),
+        pytest.param("PT15M", id="ISO 8601 duration"),
+        pytest.param("10m\n5s", id="embedded newline"),
+    ],
+)
+def test_parse_duration_rejects(value):
+    with pytest.raises(ValueError):
+        parse_duration(value)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: \\d in the duration regexes accepts non-ASCII digits")
+@pytest.mark.parametrize(
+    "value",
+    [pytest.param("٣٠", id="Arabic-Indic digits"), pytest.param("１０m", id="full-width digits")],
+)
+def test_parse_duration_rejects_non_ascii_digits(value):
+    with pytest.raises(ValueError):
+        parse_duration(value)
+
+
+# --- RFC 3339 ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        pytest.param(T0, NOW, id="UTC with Z"),
+        pytest.param("2026-12-02T09:00:00z", NOW, id="lower-case z"),
+        pytest.param("2026-12-02T10:00:00+01:00", NOW, id="positive offset"),
+        pytest.param("2026-12-02T04:30:00-04:30", NOW, id="negative offset with minutes"),
+        pytest.param("2026-12-02T09:00:00+00:00", NOW, id="zero offset"),
+        pytest.param("2026-12-02T09:00:00.250Z", NOW + 0.25, id="fractional seconds"),
+        pytest.param("2026-12-02T09:00:00.123456789Z", NOW + 0.123456,
+                     id="nanoseconds as Go writes them (truncated to microseconds)"),
+        pytest.param("2026-12-02t09:00:00Z", NOW, id="lower-case t"),
+        pytest.param(" 2026-12-02T09:00:00Z ", NOW, id="surrounding blanks"),
+    ],
+)
+def test_parse_rfc3339_accepts(value, seconds):
+    assert parse_rfc3339(value) == pytest.approx(seconds, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("2026-12-02", id="date only"),
+        pytest.param("2026-12-02T09:00:00", id="no offset"),
+        pytest.param("2026-12-02 09:00:00Z", id="space instead of T"),
+        pytest.param("2026-13-02T09:00:00Z", id="month 13"),
+        pytest.param("2026-02-30T09:00:00Z", id="30 February"),
+        pytest.param("2026-12-02T25:00:00Z", id="hour 25"),
+        pytest.param("1796202000", id="Unix seconds"),
+        pytest.param("yesterday", id="prose"),
+        pytest.param("2026-12-02T09:00:00+25:00", id="offset beyond a day"),
+        pytest.param("T", id="a lone T"),
+    ],
+)
+def test_parse_rfc3339_rejects(value):
+    with pytest.raises(ValueError):
+        parse_rfc3339(value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: parse_rfc3339 uses datetime.fromisoformat, which also accepts ISO 8601 forms "
+    "that are not RFC 3339",
+)
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("20261202T090000Z", id="ISO basic format"),
+        pytest.param("2026-W49-3T09:00:00Z", id="ISO week date"),
+        pytest.param("2026-12-02T09Z", id="hour only"),
+        pytest.param("2026-12-02T09:00Z", id="no seconds"),
+        pytest.param("2026-12-02T09:00:00+0100", id="offset without a colon"),
+    ],
+)
+def test_parse_rfc3339_rejects_other_iso_forms(value):
+    with pytest.raises(ValueError):
+        parse_rfc3339(value)
+
+
+# --- checkpoint annotations ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("annotations", "mode", "last", "seconds"),
+    [
+        pytest.param({}, CheckpointMode.NONE, None, None, id="nothing: no checkpoint information"),
+        pytest.param({ann.CHECKPOINT: "on-request"}, CheckpointMode.ON_REQUEST, None, None,
+                     id="on-request"),
+        pytest.param({ann.CHECKPOINT: " periodic "}, CheckpointMode.PERIODIC, None, None,
+                     id="periodic, blanks stripped"),
+        pytest.param({ann.CHECKPOINT: "none"}, CheckpointMode.NONE, None, None, id="none"),
+        pytest.param({ann.LAST_CHECKPOINT: "2026-12-02T08:00:00Z"}, CheckpointMode.NONE,
+                     NOW - 3600, None, id="last checkpoint an hour ago"),
+        pytest.param({ann.LAST_CHECKPOINT: "2026-12-02T09:00:59Z"}, CheckpointMode.NONE, NOW,
+                     None, id="slightly in the future (clock skew): clamped to now"),
+        pytest.param({ann.LAST_CHECKPOINT: "2026-12-02T09:01:00Z"}, CheckpointMode.NONE, NOW,
+                     None, id="exactly the skew allowance: clamped to now"),
+        pytest.param({ann.CHECKPOINT: "on-request", ann.CHECKPOINT_SECONDS: "2m"},
+                     CheckpointMode.ON_REQUEST, None, 120.0, id="checkpoint-seconds as duration"),
+        pytest.param({ann.CHECKPOINT_SECONDS: "45"}, CheckpointMode.NONE, None, 45.0,
+                     id="checkpoint-seconds as bare seconds"),
+    ],
+)
+def test_checkpoint_fields_accepted(annotations, mode, last, seconds):
+    got = _parse(annotations)
+    assert (got.checkpoint, got.last_checkpoint, got.checkpoint_seconds) == (mode, last, seconds)
+    assert got.problems == ()
+
+
+VALID = {
+    ann.CHECKPOINT: "on-request",
+    ann.LAST_CHECKPOINT: "2026-12-02T08:30:00Z",
+    ann.CHECKPOINT_SECONDS: "60",
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        pytest.param(ann.CHECKPOINT, "On-Request", id="checkpoint mode is case-sensitive"),
+        pytest.param(ann.CHECKPOINT, "", id="empty checkpoint mode"),
+        pytest.param(ann.CHECKPOINT, "always", id="unknown checkpoint mode"),
+        pytest.param(ann.LAST_CHECKPOINT, "2026-12-02T08:30:00", id="last-checkpoint without zone"),
+        pytest.param(ann.LAST_CHECKPOINT, "08:30", id="last-checkpoint time only"),
+        pytest.param(ann.LAST_CHECKPOINT, "2026-12-02T09:01:01Z",
+                     id="last-checkpoint just past the skew allowance"),
+        pytest.param(ann.LAST_CHECKPOINT, "2030-01-01T00:00:00Z",
+                     id="last-checkpoint years in the future"),
+        pytest.param(ann.CHECKPOINT_SECONDS, "0", id="zero checkpoint-seconds"),
+        pytest.param(ann.CHECKPOINT_SECONDS, "0s", id="zero checkpoint-seconds with unit"),
+        pytest.param(ann.CHECKPOINT_SECONDS, "-30", id="negative checkpoint-seconds"),
+        pytest.param(ann.CHECKPOINT_SECONDS, "fast", id="prose checkpoint-seconds"),
+        pytest.param(ann.CHECKPOINT_SECONDS, "9" * 400, id="checkpoint-seconds overflowing to inf"),
+    ],
+)
+def test_any_bad_checkpoint_annotation_drops_all_checkpoint_information(key, bad):
+    got = _parse({**VALID, key: bad})
+    assert (got.checkpoint, got.last_checkpoint, got.checkpoint_seconds) == (
+        CheckpointMode.NONE, None, None
+    )
+    (problem,) = got.problems
+    assert (problem.key, problem.value) == (key, bad)
+    assert "no checkpoint information" in problem.consequence
+    assert key in str(problem) and repr(bad) in str(problem)
+    # the other fields are untouched
+    assert got.preemptible and got.min_runtime == 0.0
+
+
+def test_valid_checkpoint_annotations_all_together():
+    got = _parse(VALID)
+    assert got.problems == ()
+    assert got.checkpoint is CheckpointMode.ON_REQUEST
+    assert got.last_checkpoint == NOW - 1800
+    assert got.checkpoint_seconds == 60.0
+
+
+# --- min-runtime, preemptible, nvlink ----------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("value", "limits", "want", "problem"),
+    [
+        pytest.param("10m", Limits(), 600.0, False, id="ten minutes"),
+        pytest.param("0", Limits(), 0.0, False, id="zero"),
+        pytest.param("5h", Limits(), 3600.0, False, id="capped at the configured maximum"),
+        pytest.param("5h", Limits(max_min_runtime=7200.0), 7200.0, False, id="a custom cap"),
+        pytest.param("soon", Limits(), 3600.0, True, id="garbage takes the cap"),
+        pytest.param("-1m", Limits(max_min_runtime=60.0), 60.0, True,
+                     id="negative takes the (custom) cap"),
+        pytest.param("", Limits(), 3600.0, True, id="empty takes the cap"),
+    ],
+)
+def test_min_runtime(value, limits, want, problem):
+    got = _parse({ann.MIN_RUNTIME: value}, limits=limits)
+    assert got.min_runtime == want
+    assert _keys(got) == ([ann.MIN_RUNTIME] if problem else [])
+
+
+@pytest.mark.parametrize(
+    ("value", "want", "problem"),
+    [
+        pytest.param("true", True, False, id="true"),
+        pytest.param("false", False, False, id="false opts out"),
+        pytest.param(" FALSE ", False, False, id="case and blanks are forgiven"),
+        pytest.param("True", True, False, id="capitalised true"),
+        pytest.param("no", False, True, id="'no' is malformed: opted out"),
+        pytest.param("yes", False, True, id="'yes' is malformed: opted out all the same"),
+        pytest.param("1", False, True, id="'1' is malformed: opted out"),
+        pytest.param("", False, True, id="empty is malformed: opted out"),
+    ],
+)
+def test_preemptible(value, want, problem):
+    got = _parse({ann.PREEMPTIBLE: value})
+    assert got.preemptible is want
+    assert _keys(got) == ([ann.PREEMPTIBLE] if problem else [])
+
+
+def test_preemptible_by_default():
+    assert _parse({}).preemptible is True
+
+
+@pytest.mark.parametrize(
+    ("value", "want", "problem"),
+    [
+        pytest.param("required", NvlinkNeed.REQUIRED, False, id="required"),
+        pytest.param("preferred", NvlinkNeed.PREFERRED, False, id="preferred"),
+        pytest.param(" none ", NvlinkNeed.NONE, False, id="none, blanks stripped"),
+        pytest.param("Required", NvlinkNeed.NONE, True, id="case-sensitive: treated as none"),
+        pytest.param("yes", NvlinkNeed.NONE, True, id="garbage: treated as none"),
+    ],
+)
+def test_nvlink(value, want, problem):
+    got = _parse({ann.NVLINK: value})
+    assert got.nvlink is want
+    assert _keys(got) == ([ann.NVLINK] if problem else [])
+
+
+# --- gangs through the annotation parser --------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "key"),
+    [
+        pytest.param({"scheduling.ai/gang-name": "-bad"}, {}, "scheduling.ai/gang-name",
+                     id="malformed gang name label"),
+        pytest.param({"scheduling.ai/gang-name": "ok", "scheduling.ai/gang-total": "zero"}, {},
+                     "scheduling.ai/gang-total", id="malformed gang total"),
+        pytest.param({}, {"scheduling.k8s.io/group-name": "a b"}, "scheduling.k8s.io/group-name",
+                     id="malformed Volcano annotation"),
+    ],
+)
+def test_bad_gang_makes_the_pod_non_preemptible(labels, annotations, key):
+    got = _parse({ann.PREEMPTIBLE: "true", **annotations}, labels=labels)
+    assert got.preemptible is False
+    assert got.gang is None and got.gang_total is None
+    assert _keys(got) == [key]
+    assert "not preempted" in got.problems[0].consequence
+
+
+def test_gang_fields_from_labels():
+    got = _parse({}, labels={"kueue.x-k8s.io/pod-group-name": "job",
+                             "kueue.x-k8s.io/pod-group-total-count": "4"})
+    assert (got.gang, got.gang_total, got.problems) == ("ns/kueue/job", 4, ())
+
+
+def test_every_problem_is_reported_once():
+    got = _parse(
+        {ann.CHECKPOINT: "x", ann.MIN_RUNTIME: "x", ann.PREEMPTIBLE: "x", ann.NVLINK: "x"},
+        labels={"scheduling.ai/gang-name": "_x"},
+    )
+    assert sorted(_keys(got)) == sorted(
+        [ann.CHECKPOINT, ann.MIN_RUNTIME, ann.PREEMPTIBLE, ann.NVLINK, "scheduling.ai/gang-name"]
+    )
+    assert got.preemptible is False and got.min_runtime == Limits().max_min_runtime
