@@ -386,7 +386,8 @@ class Reconciler:
             body += f"; kube-default would lose {kd.lost_gpu_seconds / 3600:.2f} GPU-h"
         message = f"plan {record.id}: {body}"
         if self.cfg.dry_run:
-            self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body)
+            self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body,
+                            key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
         self.actions.write_plan(cand.anchor, record, previous=previous.get(cand.anchor.uid))
         self.metrics.plans.labels("planned").inc()
@@ -430,8 +431,9 @@ class Reconciler:
         self._note_once(pod, reason, message, warning=True)
 
     def _note_once(self, pod: PodInfo, reason: str, message: str, *,
-                   warning: bool = False) -> None:
-        key = (pod.uid, reason, message)
-        if key not in self.mem.emitted:
-            self.mem.emitted.add(key)
+                   warning: bool = False, key: object = None) -> None:
+        """Once per pod, reason and `key` (default: the message) for this process."""
+        k = (pod.uid, reason, message if key is None else key)
+        if k not in self.mem.emitted:
+            self.mem.emitted.add(k)
             self.actions.emit(pod, reason, message, warning=warning)
