@@ -45,7 +45,8 @@ from policies.drain import Mode, PlanRecord, State, StepKind
 from policies.model import Plan
 
 log = logging.getLogger("ckpt_preempt.reconcile")
-RESERVATION_GRACE_SECONDS = 60.0  # after evictBy, a reservation is lifted whatever happened
+RESERVATION_GRACE_SECONDS = 60.0
+PRUNE_SECONDS = 60.0  # after evictBy, a reservation is lifted whatever happened
 
 
 @dataclass
@@ -85,6 +86,8 @@ class Reconciler:
         self.cache, self.actions, self.cfg, self.metrics = cache, actions, cfg, metrics
         self.clock = clock
         self.mem = _Memory()
+        self._pruned = 0.0
+        self._new_plans: set[str] = set()  # created since the last prune (not yet in the cache)
         self.scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
                                    priority_classes=frozenset(cfg.priority_classes))
         self.limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
@@ -123,6 +126,20 @@ class Reconciler:
                 log.exception("plan %s: step failed", record.id)
                 self.metrics.loop_errors.inc()
         self._plan_new(pods, by_uid, active, previous, now)
+        if now - self._pruned > PRUNE_SECONDS:
+            self._prune(by_uid, {r.id for _, r, _ in active} | self._new_plans, now)
+
+    def _prune(self, by_uid: Mapping[str, PodInfo], live_plans: set[str], now: float) -> None:
+        """Forget pods and plans that are gone, so a long-running controller stays small."""
+        m = self.mem
+        m.next_try = {u: t for u, t in m.next_try.items() if u in by_uid}
+        m.blocked = {u: t for u, t in m.blocked.items() if u in by_uid and t > now}
+        m.emitted = {k for k in m.emitted if k[0] in by_uid}
+        for name in ("requested", "evicted", "steered", "acked", "reserved"):
+            setattr(m, name, {k for k in getattr(m, name) if k[0] in live_plans})
+        m.gang_waiting = {k: t for k, t in m.gang_waiting.items() if now - t < 86400}
+        self._pruned = now
+        self._new_plans = set()
 
     def _release_reservations(self, pods: list[PodInfo], now: float) -> None:
         """Lift a reservation taint once its plan is over: aborted, gone, past evictBy plus a
@@ -245,7 +262,7 @@ class Reconciler:
                     seen = observed.victims.get(v.uid)
                     if seen is not None and not seen.terminating:
                         self.mem.blocked[v.uid] = now + self.cfg.blocked_victim_seconds
-            for pl in new.placements:
+            for pl in new.placements:  # re-plan at once
                 self.mem.next_try.pop(pl.uid, None)
 
     def _request(self, r: PlanRecord, uids: tuple[str, ...], by_uid: Mapping[str, PodInfo],
@@ -324,10 +341,12 @@ class Reconciler:
                   active: list[tuple[PodInfo, PlanRecord, str]], previous: Mapping[str, str],
                   now: float) -> None:
         planned = {pl.uid for _, r, _ in active for pl in r.placements}
-        if not any(not p.node and not p.deleting and p.uid not in planned and (
-                ADMISSION_GATE in p.gates or (p.unschedulable and p.preemption_policy == "Never"))
-                for p in pods):
-            return
+        if not any(not p.node and not p.deleting and p.uid not in planned
+                   and self.mem.next_try.get(p.uid, 0.0) <= now
+                   and (ADMISSION_GATE in p.gates
+                        or (p.unschedulable and p.preemption_policy == "Never"))
+                   for p in pods):
+            return  # nothing due: skip converting the whole cluster
         conv = convert.snapshot(now=now, nodes=self.cache.nodes.items(), pods=pods,
                                 pdbs=self.cache.pdbs.items(), scope=self.scope,
                                 limits=self.limits)
@@ -367,7 +386,8 @@ class Reconciler:
         plan = preemption.plan(snap, members, preemption.PlannerConfig(
             drain=self.cfg.drain, max_checkpoint_seconds=self.cfg.max_checkpoint_seconds))
         self.metrics.plan_latency.observe(time.perf_counter() - t0)
-        self.mem.next_try[cand.anchor.uid] = now + self.cfg.retry_seconds
+        for p in cand.members:
+            self.mem.next_try[p.uid] = now + self.cfg.retry_seconds
         if not plan.feasible or (cand.mode is Mode.NOMINATE and not plan.victim_groups):
             if not plan.feasible:
                 self.metrics.plans.labels("infeasible").inc()
@@ -390,6 +410,7 @@ class Reconciler:
                             key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
         self.actions.write_plan(cand.anchor, record, previous=previous.get(cand.anchor.uid))
+        self._new_plans.add(record.id)
         self.metrics.plans.labels("planned").inc()
         self.metrics.lost_gpu_hours.inc(plan.lost_gpu_seconds / 3600)
         if saved > 0:

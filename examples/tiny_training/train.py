@@ -5,7 +5,8 @@ shape of a PyTorch loop (model state dict, optimiser step, torch.save-style atom
 
     python examples/tiny_training/train.py --dir /tmp/run --steps 2000 \
         --pidfile /tmp/run/train.pid &
-    ckpt-preempt agent --pod $POD_NAME --namespace $POD_NAMESPACE --signal-pidfile /tmp/run/train.pid
+    ckpt-preempt agent --pod $POD_NAME --namespace $POD_NAMESPACE \
+        --signal-pidfile /tmp/run/train.pid
 
 On SIGUSR1 (sent by the agent when the controller asks this pod to drain) it saves at once,
 tells the agent through the SDK (which acknowledges the drain) and exits 0. Started again, it
@@ -15,6 +16,7 @@ resumes from the saved step. Every --every steps it saves on its own and reports
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a source checkout
-from controller import sdk  # noqa: E402
+from controller import sdk
 
 
 def save(path: Path, state: dict) -> None:
@@ -64,10 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.step_seconds)
         if state["step"] % args.every == 0:
             save(ckpt, state)
-            try:
+            with contextlib.suppress(sdk.AgentUnavailable):  # training goes on without it
                 agent.checkpointed()
-            except sdk.AgentUnavailable:
-                pass  # training goes on without the agent
         if agent.requested():
             save(ckpt, state)
             acked = agent.done()
