@@ -29,8 +29,13 @@ PREEMPTIBLE = PREFIX + "preemptible"
 NVLINK = PREFIX + "nvlink"
 CLOCK_SKEW_SECONDS = 60.0  # a last-checkpoint this far in the future is rejected
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+# ASCII digits only, whole string only (fullmatch: "$" would also accept a trailing newline).
+_PART = r"([0-9]+(?:\.[0-9]+)?)"
+_DURATION = re.compile(rf"(?:{_PART}h)?(?:{_PART}m)?(?:{_PART}s)?")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,9 +73,9 @@ class PodPolicyFields:
 def parse_duration(value: str) -> float:
     """Seconds from ``"90"``, ``"90s"``, ``"15m"`` or ``"1h30m"``; ValueError otherwise."""
     v = value.strip()
-    if _NUMBER.match(v):
+    if _NUMBER.fullmatch(v):
         return float(v)
-    m = _DURATION.match(v)
+    m = _DURATION.fullmatch(v)
     if not v or m is None or not any(m.groups()):
         raise ValueError("expected seconds or a duration such as 90s, 15m, 1h30m")
     h, mi, s = (float(g) if g else 0.0 for g in m.groups())
@@ -80,12 +85,9 @@ def parse_duration(value: str) -> float:
 def parse_rfc3339(value: str) -> float:
     """Unix seconds from an RFC 3339 timestamp with an explicit offset; ValueError otherwise."""
     v = value.strip()
-    if "T" not in v.upper():
-        raise ValueError("expected RFC 3339, e.g. 2026-12-02T09:00:00Z")
-    t = datetime.fromisoformat(v.replace("z", "Z"))
-    if t.tzinfo is None:
-        raise ValueError("RFC 3339 needs a time zone offset (Z or +hh:mm)")
-    return t.timestamp()
+    if not _RFC3339.fullmatch(v):
+        raise ValueError("expected RFC 3339 with a zone offset, e.g. 2026-12-02T09:00:00Z")
+    return datetime.fromisoformat(v.upper()).timestamp()
 
 
 def _checkpoint_fields(

@@ -43,8 +43,8 @@ CONVENTIONS: tuple[Convention, ...] = (
 )
 
 # A DNS-1123 subdomain-ish value that also admits label-value characters ('_').
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?$")
-_COUNT = re.compile(r"^[1-9][0-9]{0,5}$")
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?")  # used with fullmatch
+_COUNT = re.compile(r"[1-9][0-9]{0,5}")
 MAX_GANG_SIZE = 100_000
 
 
@@ -64,7 +64,7 @@ def _lookup(key: str, labels: Mapping[str, str], annotations: Mapping[str, str])
 
 
 def parse_total(key: str, value: str) -> int:
-    if not _COUNT.match(value.strip()) or int(value) > MAX_GANG_SIZE:
+    if not _COUNT.fullmatch(value.strip()) or int(value) > MAX_GANG_SIZE:
         raise GangError(key, value, f"must be an integer between 1 and {MAX_GANG_SIZE}")
     return int(value)
 
@@ -77,7 +77,7 @@ def detect(
         name = _lookup(conv.name_key, labels, annotations)
         if name is None:
             continue
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise GangError(conv.name_key, name, "not a valid object name")
         total = None
         if conv.total_key is not None:

@@ -226,6 +226,10 @@ def plan(
     uids = tuple(p.uid for p in members)
     if not members:
         return Plan(policy=POLICY, preemptor=(), feasible=False, reason="empty preemptor")
+    if not snapshot.nodes:
+        return Plan(
+            policy=POLICY, preemptor=uids, feasible=False, reason="the cluster has no nodes"
+        )
     priority = min(p.priority for p in members)
     search = _Search(snapshot, priority, config)
     placements = []

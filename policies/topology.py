@@ -31,16 +31,17 @@ class NodeTopology:
         """Can ``need`` free GPUs be guaranteed inside one NVLink domain?
 
         Which device indices are free is not known to the planner (the device plugin picks
-        them), so assume the worst: the free GPUs sit outside a domain wherever they can.
-        Domain ``d`` then surely holds ``free - (gpu_count - |d|)`` free GPUs.
+        them), so assume the worst placement of the busy GPUs. To leave every domain short of
+        ``need`` free GPUs, the busy ones must fill ``|d| - need + 1`` slots in each domain big
+        enough to matter; when there are fewer busy GPUs than that, some domain surely fits.
         """
         if need <= 1:
             return free_gpus >= need
-        return any(
-            free_gpus - (self.gpu_count - len(d)) >= need and len(d) >= need
-            for d in self.domains
-        )
-
+        if free_gpus < need:
+            return False
+        busy = self.gpu_count - free_gpus
+        to_block = sum(len(d) - need + 1 for d in self.domains if len(d) >= need)
+        return busy < to_block
 
 def single_domain(gpu_count: int) -> NodeTopology:
     """A node whose GPUs are all NVLink-connected (e.g. HGX behind NVSwitch)."""
