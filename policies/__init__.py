@@ -1,1 +1,20 @@
-"""policies"""
+"""Pure decision logic for checkpoint-safe preemption.
+
+Contract: a frozen ``model.Snapshot`` (with ``now`` as data) goes in, a ``model.Plan`` comes out.
+Nothing here performs I/O, reads a clock, or uses unseeded randomness; import-linter and
+``tests/policies/test_purity.py`` hold the line.
+
+Modules: ``model`` (dataclasses), ``annotations`` and ``gangs`` (strict parsing of pod metadata),
+``topology`` (hwprobe's NVLink domains), ``cost`` (lost work and eligibility), ``units``
+(eviction units and the exact within-node search), ``preemption`` (the checkpoint-aware
+planner), ``kube_default`` (kube-scheduler's DefaultPreemption), ``oracle`` (exact optimum for
+small instances), ``snapshot_io`` (documents ↔ model), ``drain`` (the drain state machine) and
+``sim`` (the trace replay).
+
+Errors are values where a caller must decide: "no plan" is a ``Plan`` with a reason, malformed
+annotations are ``annotations.AnnotationProblem`` values. Exceptions are raised only for inputs
+that cannot be used at all, each a ``ValueError`` subclass naming the field:
+``gangs.GangError``, ``topology.TopologyError``, ``snapshot_io.SnapshotError``,
+``sim.trace.TraceError``; ``oracle.OracleLimit`` (a ``RuntimeError``) when an instance is too
+large to search exhaustively.
+"""
