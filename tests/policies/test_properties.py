@@ -1,0 +1,358 @@
+"""Properties of the checkpoint-aware planner on random small clusters, and of the parsers.
+
+Every check recomputes what it needs from the Snapshot itself, never from planner internals.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from policies import annotations as ann
+from policies import cost, oracle, preemption
+from policies.annotations import Limits, parse_pod_fields
+from policies.gangs import CONVENTIONS
+from policies.model import (
+    CheckpointMode,
+    Node,
+    NvlinkNeed,
+    Plan,
+    Pod,
+    Resources,
+    Snapshot,
+)
+from policies.topology import NodeTopology
+
+NOW = 1_796_202_000.0
+EXAMPLES = settings(
+    max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+PRIORITIES = (0, 10, 20, 30)
+
+
+# --- random clusters -----------------------------------------------------------------------------
+
+@st.composite
+def topologies(draw, gpus: int) -> NodeTopology | None:
+    kind = draw(st.sampled_from(["unknown", "one", "islands"]))
+    if kind == "unknown":
+        return None
+    if kind == "one" or gpus == 1:
+        return NodeTopology(gpu_count=gpus, domains=(frozenset(range(gpus)),))
+    cuts = sorted(draw(st.sets(st.integers(1, gpus - 1), min_size=1, max_size=3)))
+    bounds = [0, *cuts, gpus]
+    return NodeTopology(
+        gpu_count=gpus,
+        domains=tuple(frozenset(range(a, b)) for a, b in itertools.pairwise(bounds)),
+    )
+
+
+@st.composite
+def running_pod(draw, uid: str, node: str, gpus: int, gang: str | None, priority: int) -> Pod:
+    age = draw(st.sampled_from([30.0, 300.0, 1800.0, 3600.0, 4 * 3600.0]))
+    ckpt = draw(st.none() | st.floats(0.0, age + 600.0))  # may predate the start
+    mode = draw(st.sampled_from(list(CheckpointMode)))
+    return Pod(
+        uid=uid, name=uid, priority=priority,
+        requests=Resources(
+            cpu_milli=draw(st.sampled_from([0, 500, 2000])), memory_mib=1, gpus=gpus
+        ),
+        node=node,
+        start_time=NOW - age,
+        checkpoint=mode,
+        last_checkpoint=None if ckpt is None else NOW - ckpt,
+        checkpoint_seconds=draw(st.none() | st.sampled_from([10.0, 120.0, 900.0])),
+        min_runtime=draw(st.sampled_from([0.0, 0.0, 0.0, 600.0])),
+        preemptible=draw(st.integers(0, 3)) != 0,
+        gang=gang,
+        terminating=draw(st.integers(0, 19)) == 0,
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    snap: Snapshot
+    preemptor: tuple[Pod, ...]
+
+    @property
+    def priority(self) -> int:
+        return min(p.priority for p in self.preemptor)
+
+
+@st.composite
+def cases(draw, max_pods: int = 8) -> Case:
+    nodes, pods = [], []
+    gangs = [f"default/seed/g{i}" for i in range(2)]
+    gang_priority = {g: draw(st.sampled_from(PRIORITIES[:3])) for g in gangs}
+    for i in range(draw(st.integers(1, 6))):
+        gpus = draw(st.integers(1, 8))
+        cpu = draw(st.sampled_from([4000, 96_000]))
+        name = f"n{i}"
+        nodes.append(Node(
+            name=name, allocatable=Resources(cpu_milli=cpu, memory_mib=1 << 20, gpus=gpus),
+            topology=draw(topologies(gpus)), unschedulable=draw(st.integers(0, 9)) == 0,
+        ))
+        left, cpu_left = gpus, cpu
+        while left and len(pods) < max_pods and draw(st.integers(0, 3)):
+            g = draw(st.integers(1, left))
+            gang = draw(st.sampled_from([None, None, *gangs]))
+            prio = gang_priority[gang] if gang else draw(st.sampled_from(PRIORITIES))
+            pod = draw(running_pod(f"p{len(pods)}", name, g, gang, prio))
+            if pod.requests.cpu_milli > cpu_left:
+                continue
+            left -= g
+            cpu_left -= pod.requests.cpu_milli
+            pods.append(pod)
+    size = draw(st.sampled_from([1, 1, 2, 3]))
+    prio = draw(st.sampled_from(PRIORITIES[1:]))
+    gpus = draw(st.integers(1, 8))
+    nvlink = draw(st.sampled_from(list(NvlinkNeed)))
+    key = "default/seed/new" if size > 1 else None
+    preemptor = tuple(
+        Pod(uid=f"new-{k}", name=f"new-{k}", priority=prio, gang=key,
+            requests=Resources(cpu_milli=draw(st.sampled_from([0, 1000])), memory_mib=1,
+                               gpus=gpus),
+            nvlink=nvlink)
+        for k in range(size)
+    )
+    return Case(snap=Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods)),
+                preemptor=preemptor)
+
+
+def _plan(case: Case) -> Plan:
+    return preemption.plan(case.snap, case.preemptor)
+
+
+def _victim_pods(case: Case, plan: Plan) -> list[Pod]:
+    return [case.snap.pod_by_uid[v.uid] for v in plan.victims]
+
+
+# --- the planner's invariants ------------------------------------------------------------------
+# One generated case feeds every check (generation dominates the run time); each check is a
+# named function, so a failure says which property broke.
+
+def _check_priority(case: Case, plan: Plan) -> None:
+    """No victim has priority equal to or above the preemptor's (every member's)."""
+    for v in _victim_pods(case, plan):
+        assert v.priority < case.priority
+        assert all(v.priority < p.priority for p in case.preemptor)
+
+
+def _check_gangs_whole(case: Case, plan: Plan) -> None:
+    """A gang is evicted whole (every bound member) or not at all; nobody twice."""
+    victims = {v.uid for v in plan.victims}
+    assert len(victims) == len(plan.victims)
+    for v in _victim_pods(case, plan):
+        if v.gang is not None:
+            bound = {p.uid for p in case.snap.pods if p.gang == v.gang and p.node is not None}
+            assert bound <= victims
+    for group in plan.victim_groups:
+        assert {case.snap.pod_by_uid[v.uid].gang for v in group.victims} == {group.gang}
+
+
+def _needs_gpus(pod: Pod, node: Node, free: int) -> bool:
+    if pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1:
+        return free >= pod.gpus
+    return node.topology is not None and node.topology.nvlink_fits(free, pod.gpus)
+
+
+def _check_fits(case: Case, plan: Plan) -> None:
+    """Every preemptor member fits on its node once the victims are gone (NVLink included)."""
+    if not plan.feasible:
+        assert not plan.placements and not plan.victims
+        return
+    s = case.snap
+    gone = {v.uid for v in plan.victims}
+    free = {
+        n.name: n.allocatable - sum(
+            (p.requests for p in s.pods if p.node == n.name and p.uid not in gone), Resources()
+        )
+        for n in s.nodes
+    }
+    assert sorted(p.pod_uid for p in plan.placements) == sorted(p.uid for p in case.preemptor)
+    by_uid = {p.uid: p for p in case.preemptor}
+    for placement in plan.placements:
+        pod, node = by_uid[placement.pod_uid], s.node_by_name[placement.node]
+        f = free[node.name]
+        assert not node.unschedulable
+        assert pod.requests.cpu_milli <= f.cpu_milli and pod.requests.memory_mib <= f.memory_mib
+        assert _needs_gpus(pod, node, f.gpus)
+        free[node.name] = f - pod.requests
+    for v in plan.victims:
+        assert s.pod_by_uid[v.uid].node == v.node
+
+
+def _check_protected(case: Case, plan: Plan) -> None:
+    """Opted-out, within-min-runtime and terminating pods are never victims."""
+    for v in _victim_pods(case, plan):
+        assert v.preemptible
+        assert not v.terminating
+        assert NOW - v.start_time >= v.min_runtime
+
+
+def _check_costs(case: Case, plan: Plan) -> None:
+    """Each victim costs what the cost model says; groups and the deadline add up."""
+    cfg = preemption.PlannerConfig()
+    for group in plan.victim_groups:
+        total = 0.0
+        for v in group.victims:
+            pod = case.snap.pod_by_uid[v.uid]
+            lost, drained = cost.lost_gpu_seconds(
+                pod, NOW, drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds
+            )
+            assert v.lost_gpu_seconds == pytest.approx(lost) and v.drain is drained
+            assert lost <= pod.gpus * (NOW - pod.start_time) + 1e-6
+            total += lost
+        assert group.lost_gpu_seconds == pytest.approx(total)
+    if plan.feasible and plan.victims:
+        drains = [v.checkpoint_seconds for v in plan.victims if v.drain]
+        assert plan.drain_deadline == NOW + max(drains, default=0.0)
+
+
+CHECKS = (_check_priority, _check_gangs_whole, _check_fits, _check_protected, _check_costs)
+
+
+@EXAMPLES
+@given(cases())
+def test_planner_invariants(case):
+    plan = _plan(case)
+    for check in CHECKS:
+        check(case, plan)
+
+
+@EXAMPLES
+@given(cases(max_pods=7))
+def test_planner_never_beats_the_oracle(case):
+    plan = _plan(case)
+    try:
+        best = oracle.solve(case.snap, case.preemptor, max_sets=4000)
+    except oracle.OracleLimit:
+        assume(False)
+    if plan.feasible:
+        assert best.feasible  # the oracle is exhaustive: no plan it missed
+        assert plan.lost_gpu_seconds >= best.lost_gpu_seconds - 1e-6
+    if len(case.preemptor) == 1:  # <= 100 nodes: every node is a candidate
+        assert plan.feasible == best.feasible
+
+
+# --- malformed annotations never lower a pod's cost ------------------------------------------
+
+GARBAGE = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from([
+        "", " ", "\n", "on_request", "ON-REQUEST", "periodic!", "-1", "0", "0s", "1e3", "nan",
+        "inf", "-inf", "1h-5m", "٣٠", "true ", "yes", "no", "1", "2026-12-02",
+        "2026-12-02T09:00:00",
+        "2099-01-01T00:00:00Z", "2026-12-02T09:05:00Z", "9" * 400, "-job", "job/", "0", "08",
+    ]),
+)
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+@st.composite
+def valid_annotations(draw) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if draw(st.booleans()):
+        out[ann.CHECKPOINT] = draw(st.sampled_from([m.value for m in CheckpointMode]))
+    if draw(st.booleans()):
+        out[ann.LAST_CHECKPOINT] = _rfc3339(NOW - draw(st.integers(-60, 10 * 3600)))
+    if draw(st.booleans()):
+        out[ann.CHECKPOINT_SECONDS] = draw(st.sampled_from(["30", "90s", "5m", "1h", "0.5"]))
+    if draw(st.booleans()):
+        out[ann.MIN_RUNTIME] = draw(st.sampled_from(["0", "10m", "2h", "30s"]))
+    if draw(st.booleans()):
+        out[ann.PREEMPTIBLE] = draw(st.sampled_from(["true", "false", "True"]))
+    if draw(st.booleans()):
+        out[ann.NVLINK] = draw(st.sampled_from([n.value for n in NvlinkNeed]))
+    return out
+
+
+KEYS = [ann.CHECKPOINT, ann.LAST_CHECKPOINT, ann.CHECKPOINT_SECONDS, ann.MIN_RUNTIME,
+        ann.PREEMPTIBLE, ann.NVLINK] + [c.name_key for c in CONVENTIONS] + [
+        c.total_key for c in CONVENTIONS if c.total_key]
+LIMITS = Limits(max_checkpoint_seconds=600.0, max_min_runtime=3600.0)
+
+
+def _pod(fields, *, age: float, gpus: int) -> Pod:
+    return Pod(
+        uid="u", name="u", priority=0, requests=Resources(gpus=gpus), node="n",
+        start_time=NOW - age, checkpoint=fields.checkpoint,
+        last_checkpoint=fields.last_checkpoint, checkpoint_seconds=fields.checkpoint_seconds,
+        min_runtime=fields.min_runtime, preemptible=fields.preemptible, gang=fields.gang,
+    )
+
+
+def _parse(meta: dict[str, str]):
+    # gang keys go in as annotations: the label-or-annotation choice is covered in test_gangs
+    return parse_pod_fields(
+        namespace="ns", labels={}, annotations=meta, now=NOW, limits=LIMITS
+    )
+
+
+@EXAMPLES
+@given(
+    base=valid_annotations(),
+    key=st.sampled_from(KEYS),
+    garbage=GARBAGE,
+    age=st.sampled_from([60.0, 3600.0, 8 * 3600.0]),
+    gpus=st.integers(1, 8),
+)
+def test_malformed_annotations_never_lower_a_pods_cost(base, key, garbage, age, gpus):
+    if key in (c.total_key for c in CONVENTIONS):
+        conv = next(c for c in CONVENTIONS if c.total_key == key)
+        base = {**base, conv.name_key: "job"}  # a total only counts next to its name
+    bad = _parse({**base, key: garbage})
+    reported = [p for p in bad.problems if p.key == key]
+    assume(reported)  # the garbage happened to be a valid value: nothing to compare
+    absent = _parse({k: v for k, v in base.items() if k != key})
+
+    pod_bad, pod_absent = _pod(bad, age=age, gpus=gpus), _pod(absent, age=age, gpus=gpus)
+    for drain in (False, True):
+        lost_bad = cost.lost_gpu_seconds(
+            pod_bad, NOW, drain=drain, max_checkpoint_seconds=LIMITS.max_checkpoint_seconds)[0]
+        lost_absent = cost.lost_gpu_seconds(
+            pod_absent, NOW, drain=drain, max_checkpoint_seconds=LIMITS.max_checkpoint_seconds)[0]
+        assert lost_bad >= lost_absent - 1e-9
+    # ...nor make it any easier to choose: protection only grows
+    assert bad.min_runtime >= absent.min_runtime
+    assert bad.preemptible <= absent.preemptible
+    protected = cost.ineligibility(pod_absent, 100, NOW)
+    if protected is not None:
+        assert cost.ineligibility(pod_bad, 100, NOW) is not None
+
+    # and each module-docstring safe choice holds exactly
+    if key in (ann.CHECKPOINT, ann.LAST_CHECKPOINT, ann.CHECKPOINT_SECONDS):
+        assert (bad.checkpoint, bad.last_checkpoint, bad.checkpoint_seconds) == (
+            CheckpointMode.NONE, None, None)
+        assert cost.work_since_checkpoint(pod_bad, NOW) == pytest.approx(age)
+    elif key == ann.PREEMPTIBLE:
+        assert bad.preemptible is False
+    elif key == ann.MIN_RUNTIME:
+        assert bad.min_runtime == LIMITS.max_min_runtime
+    elif key == ann.NVLINK:
+        assert bad.nvlink is NvlinkNeed.NONE
+    else:  # a gang key
+        assert bad.preemptible is False and bad.gang is None
+
+
+@EXAMPLES
+@given(base=valid_annotations(), age=st.sampled_from([60.0, 3600.0]), gpus=st.integers(1, 8))
+def test_valid_annotations_parse_without_problems_and_cost_at_most_the_full_loss(base, age, gpus):
+    fields = _parse(base)
+    assert fields.problems == ()
+    pod = _pod(fields, age=age, gpus=gpus)
+    for drain in (False, True):
+        lost, _ = cost.lost_gpu_seconds(
+            pod, NOW, drain=drain, max_checkpoint_seconds=LIMITS.max_checkpoint_seconds)
+        assert 0.0 <= lost <= gpus * age + 1e-9
+    no_ckpt = replace(pod, checkpoint=CheckpointMode.NONE, last_checkpoint=None,
+                      checkpoint_seconds=None)
+    assert cost.work_since_checkpoint(pod, NOW) <= cost.work_since_checkpoint(no_ckpt, NOW)
