@@ -135,11 +135,6 @@ def test_malformed_name_is_not_skipped_for_a_later_convention():
         detect("ns", {BY_ID["seed"].name_key: "-bad", BY_ID["kueue"].name_key: "fine"}, {})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _NAME ends with '$', which also matches before a trailing newline, so "
-    "'job\\n' is accepted as a gang distinct from 'job'",
-)
 def test_trailing_newline_in_a_name_is_malformed():
     with pytest.raises(GangError):
         detect("ns", {}, {BY_ID["volcano"].name_key: "job\n"})

@@ -104,6 +104,18 @@ def test_topology_error_is_a_value_error():
         pytest.param(_islands(6, 2), 6, 2, True, id="6+2 with six free: the big island holds two"),
         pytest.param(_islands(2, 2, 2, 2), 8, 2, True, id="four pairs, empty node"),
         pytest.param(_islands(2, 2, 2, 2), 8, 3, False, id="four pairs cannot hold three"),
+        pytest.param(_islands(4, 4), 7, 4, True,
+                     id="4+4 with one busy GPU: one island is surely whole"),
+        pytest.param(_islands(4, 4), 6, 3, True,
+                     id="4+4 with two busy: some island keeps three (joint worst case)"),
+        pytest.param(_islands(4, 4), 4, 3, False,
+                     id="4+4 with four busy: two in each island block both"),
+        pytest.param(_islands(2, 2, 2, 2), 7, 2, True, id="four pairs, one busy: a pair is free"),
+        pytest.param(_islands(2, 2, 2, 2), 4, 2, False,
+                     id="four pairs, four busy: one in each pair blocks all"),
+        pytest.param(_islands(6, 2), 4, 2, True,
+                     id="6+2 with four busy: the big island still holds two"),
+        pytest.param(_islands(6, 2), 2, 2, False, id="6+2 with six busy: both can be blocked"),
         pytest.param(_islands(4, 4), 1, 1, True, id="one GPU needs no link"),
         pytest.param(_islands(4, 4), 0, 1, False, id="one GPU, none free"),
         pytest.param(_islands(4, 4), 0, 0, True, id="no GPUs needed"),
@@ -111,23 +123,6 @@ def test_topology_error_is_a_value_error():
 )
 def test_nvlink_fits_worst_case(topo, free, need, fits):
     assert topo.nvlink_fits(free, need) is fits
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nvlink_fits takes the worst case per domain, not jointly: the busy GPUs cannot "
-    "sit in every domain at once, so some islands are surely free and it answers False",
-)
-@pytest.mark.parametrize(
-    ("topo", "free", "need"),
-    [
-        pytest.param(_islands(4, 4), 7, 4, id="4+4 with one busy GPU: one island is whole"),
-        pytest.param(_islands(4, 4), 6, 3, id="4+4 with two busy: an island keeps three"),
-        pytest.param(_islands(2, 2, 2, 2), 7, 2, id="four pairs, one busy: three pairs free"),
-    ],
-)
-def test_nvlink_fits_joint_worst_case(topo, free, need):
-    assert topo.nvlink_fits(free, need) is True
 
 
 @pytest.mark.parametrize(
