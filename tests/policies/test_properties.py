@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from policies import annotations as ann
-from policies import cost, oracle, preemption
+from policies import cost, kube_default, oracle, preemption
 from policies.annotations import Limits, parse_pod_fields
 from policies.gangs import CONVENTIONS
 from policies.model import (
@@ -223,6 +223,20 @@ def test_planner_invariants(case):
     plan = _plan(case)
     for check in CHECKS:
         check(case, plan)
+    assert _plan(case) == plan  # deterministic: no hidden state, no randomness
+
+
+@EXAMPLES
+@given(cases())
+def test_kube_default_invariants(case):
+    """The baseline obeys priority and fit too; it is only blind to checkpoints and gangs."""
+    plain = Case(snap=case.snap, preemptor=tuple(
+        replace(p, nvlink=NvlinkNeed.NONE) for p in case.preemptor))  # it ignores NVLink
+    plan = kube_default.plan(plain.snap, plain.preemptor)
+    _check_priority(plain, plan)
+    _check_fits(plain, plan)
+    for v in _victim_pods(plain, plan):
+        assert not v.terminating
 
 
 @EXAMPLES
