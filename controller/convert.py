@@ -48,7 +48,7 @@ class PodInfo:
     start_time: float | None
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping, ...]
-    required_affinity: bool  # carries requiredDuringScheduling node affinity
+    required_terms: tuple[Mapping, ...]  # required node affinity nodeSelectorTerms (ORed)
 
     @property
     def key(self) -> str:
@@ -143,7 +143,8 @@ def pod_info(d: Mapping) -> PodInfo:
         start_time=_time(status.get("startTime")),
         node_selector=dict(spec.get("nodeSelector") or {}),
         tolerations=tuple(spec.get("tolerations") or ()),
-        required_affinity=bool(affinity.get("requiredDuringSchedulingIgnoredDuringExecution")),
+        required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+                              or {}).get("nodeSelectorTerms") or ()),
     )
 
 
@@ -261,10 +262,41 @@ def _tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
     return False
 
 
+def _requirement(req: Mapping, value: str | None) -> bool:
+    op, values = req.get("operator"), req.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            a, b = int(value), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False  # unknown operator: not a node we can be sure of
+
+
+def _term(term: Mapping, n: NodeInfo) -> bool:
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False  # an empty term matches nothing
+    return (all(_requirement(e, n.labels.get(e.get("key", ""))) for e in exprs)
+            and all(_requirement(f, n.name if f.get("key") == "metadata.name" else None)
+                    for f in fields))
+
+
 def node_allows(n: NodeInfo, pods: Iterable[PodInfo]) -> bool:
-    """nodeSelector and NoSchedule/NoExecute taints, for every preemptor pod."""
+    """nodeSelector, required node affinity and NoSchedule/NoExecute taints, for every
+    preemptor pod (inter-pod affinity is not evaluated)."""
     for p in pods:
         if any(n.labels.get(k) != v for k, v in p.node_selector.items()):
+            return False
+        if p.required_terms and not any(_term(t, n) for t in p.required_terms):
             return False
         for taint in n.taints:
             if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(

@@ -69,9 +69,10 @@ def test_scenario8_gang_that_cannot_fit_stays_gated_whole(cluster, namespace, po
         scheduling_gates=[ADMISSION_GATE])]
     kube.create_pod(cluster, namespace, "odd-2", gpus=1, pool=pool, priority_class=HIGH_NEVER,
                     gang="odd", gang_total=2, scheduling_gates=[ADMISSION_GATE])
-    with running_controller(cluster, config_for(namespace)):
+    with running_controller(cluster, config_for(namespace, gang_timeout_seconds=2.0)):
         kube.wait_event(cluster, namespace, "PreemptionNotPossible", timeout=30)
         kube.wait_event(cluster, namespace, "GangTotalMismatch", timeout=30)
+        kube.wait_event(cluster, namespace, "GangTimedOut", timeout=30)
         time.sleep(3)
         assert all(_gated(cluster, namespace, big + odd + ["odd-2"]).values())
     assert exists(cluster, namespace, "vip")

@@ -110,3 +110,28 @@ def test_config_parses_strictly():
         with pytest.raises(config.ConfigError):
             config.parse(bad)
     assert config.parse(None) == config.Config()
+
+
+@pytest.mark.parametrize(("terms", "allowed"), [
+    pytest.param([{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}],
+                 ["h100"], id="In"),
+    pytest.param([{"matchExpressions": [{"key": "gpu", "operator": "NotIn", "values": ["h100"]}]}],
+                 ["a100", "none"], id="NotIn matches a missing label"),
+    pytest.param([{"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]},
+                  {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                    "values": ["h100"]}]}], ["h100", "none"], id="terms are ORed"),
+    pytest.param([{"matchExpressions": [{"key": "rank", "operator": "Gt", "values": ["5"]}]}],
+                 ["a100"], id="Gt"),
+    pytest.param([{"matchExpressions": [{"key": "gpu", "operator": "Weird"}]}], [],
+                 id="unknown operator: no node"),
+])
+def test_required_node_affinity(terms, allowed):
+    nodes = {"h100": {"gpu": "h100", "rank": "1"}, "a100": {"gpu": "a100", "rank": "9"},
+             "none": {}}
+    pre = pod_json("pre")
+    pre["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    info = convert.pod_info(pre)
+    got = [name for name, labels in nodes.items()
+           if convert.node_allows(convert.node_info(node_json(name, labels=labels)), [info])]
+    assert got == allowed
