@@ -77,6 +77,7 @@ class _Search:
         self.chosen: dict[str, units.Unit] = {}
         self.rejections: list[NodeRejection] = []
         self.evaluated = 0
+        self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -177,6 +178,8 @@ class _Search:
             if cover is None:
                 self.reject(pod, name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 continue
+            if cover.exhausted:
+                self.exhausted.append(name)
             key = (cover.cost, cover.pdb_violations, cover.victims, name)
             if best is None or key < best[:4]:
                 if best is not None:
@@ -252,6 +255,11 @@ def plan(
         if groups
         else "fits without preemption"
     )
+    if search.exhausted:
+        reason += (
+            f"; search budget exhausted on {len(set(search.exhausted))} node(s) "
+            f"({RejectReason.SEARCH_BUDGET}), so the cover there may not be the least"
+        )
     return Plan(
         policy=POLICY,
         preemptor=uids,

@@ -233,6 +233,9 @@ def min_cover(
         if best[0] is None or key < best[0]:
             best[0] = key
 
+    def _partial_pdb() -> int:
+        return pdb_violations((p for i in chosen for p in order[i].pods), pdbs)
+
     def dfs(i: int, have: Resources, c: float, count: int) -> None:
         nonlocal steps
         steps += 1
@@ -245,7 +248,11 @@ def min_cover(
         if b is not None:
             missing = need.gpus - have.gpus
             bound = c + (missing * rate[i] if missing > 0 else 0.0)
-            if bound > b[0] or (c == b[0] and count >= b[2]):
+            if bound > b[0]:
+                return
+            # an equal-cost branch only adds victims, and PDB violations never shrink as
+            # victims are added: cut it unless it can still win on PDBs or on victims
+            if c == b[0] and count >= b[2] and (not pdbs or _partial_pdb() >= b[1]):
                 return
         if not covers(have + suffix[i], need):
             return
@@ -256,7 +263,15 @@ def min_cover(
 
     dfs(0, ZERO, 0.0, 0)
     if best[0] is None:
-        return None
+        # budget spent before any cover: fall back to the cheapest-first greedy cover, which
+        # exists because everything together covers the need
+        have = ZERO
+        for i in range(n):
+            chosen.append(i)
+            have = have + rel[i]
+            if covers(have, need):
+                break
+        record(sum(order[i].cost for i in chosen), sum(len(order[i].pods) for i in chosen))
     c, pdb, count, ids = best[0]
     return Cover(
         unit_ids=ids, cost=c, pdb_violations=pdb, victims=count, exhausted=steps > budget
