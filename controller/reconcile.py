@@ -310,31 +310,38 @@ class Reconciler:
     # ---------------------------------------------------------------------------- new plans
     def _candidates(self, pods: list[PodInfo], conv: convert.Converted,
                     planned: set[str], now: float) -> list[Candidate]:
+        """Single pods, or every pending member of a gang together (in either mode)."""
         model = conv.snapshot.pod_by_uid
-        out: list[Candidate] = []
-        gangs: dict[str, list[PodInfo]] = {}
+        groups: dict[tuple[Mode, str], list[PodInfo]] = {}
+        waiting: set[str] = set()  # gangs with a pending member not (yet) ours to handle
         for p in pods:
             if p.node or p.deleting or p.uid in planned or not self.scope.covers(p):
                 continue
+            gang = model[p.uid].gang
             if ADMISSION_GATE in p.gates:
-                gangs.setdefault(model[p.uid].gang or p.key, []).append(p)
+                groups.setdefault((Mode.ADMIT, gang or p.key), []).append(p)
             elif not p.gates and p.unschedulable and p.preemption_policy == "Never":
-                out.append(Candidate(mode=Mode.NOMINATE, key=p.key, members=(p,)))
-        for key, members in gangs.items():
+                groups.setdefault((Mode.NOMINATE, gang or p.key), []).append(p)
+            elif gang:
+                waiting.add(gang)
+        out: list[Candidate] = []
+        for (mode, key), members in groups.items():
             first = model[members[0].uid]
+            if first.gang is None:
+                out.append(Candidate(mode=mode, key=key, members=tuple(members)))
+                continue
             total = first.gang_total
-            bound = [u for u in conv.snapshot.gangs.get(key, None).members
-                     if model[u].node is not None] if first.gang else []
+            bound = [u for u in conv.snapshot.gangs[key].members if model[u].node is not None]
             have = len(members) + len(bound)
-            if first.gang and total is not None and have > total:
+            if total is not None and have > total:
                 for p in members:
                     self._warn_once(p, "GangTotalMismatch",
                                     f"gang {key} declares {total} members but {have} exist; "
                                     "not admitted until that is fixed")
                 continue
-            if first.gang and total is not None and have < total:
-                continue  # the rest of the gang is not created yet
-            out.append(Candidate(mode=Mode.ADMIT, key=key, members=tuple(members)))
+            if key in waiting or (total is not None and have < total):
+                continue  # the rest of the gang is not created, or not yet unschedulable
+            out.append(Candidate(mode=mode, key=key, members=tuple(members)))
         return sorted(out, key=Candidate.order)
 
     def _plan_new(self, pods: list[PodInfo], by_uid: Mapping[str, PodInfo],

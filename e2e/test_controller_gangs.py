@@ -108,3 +108,21 @@ def test_scenario5_pdb_blocked_victim_is_waited_for_then_planned_around(
     assert got[:2] == ["PreemptionPlanned", "EvictionBlocked"], got
     assert "PreemptionAborted" in got and got.count("PreemptionPlanned") == 2, got
     assert reasons(cluster, namespace, "plain") == ["Evicted"]
+
+
+def test_mode_a_pending_gang_is_planned_whole(cluster, namespace, pool, gpu_nodes):
+    """A 2-member gang of preemptionPolicy-Never pods needs both nodes: one plan frees both,
+    and each member is nominated (and reserved) for its own node."""
+    priority_classes(cluster)
+    nodes = gpu_nodes(2)
+    for i, node in enumerate(nodes):
+        kube.create_pod(cluster, namespace, f"low-{i}", gpus=8, pool=pool, priority_class=LOW,
+                        node_name=node)
+        kube.wait_pod_running(cluster, namespace, f"low-{i}")
+    with running_controller(cluster, config_for(namespace)):
+        members = [p.metadata.name for p in kube.create_gang(
+            cluster, namespace, "pair", 2, gpus=8, pool=pool, priority_class=HIGH_NEVER)]
+        pods = [kube.wait_pod_running(cluster, namespace, m, timeout=90) for m in members]
+    assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
+    planned = [e for e in pod_events(cluster, namespace) if e.reason == "PreemptionPlanned"]
+    assert len(planned) == 2 and len({e.message.split(":")[0] for e in planned}) == 1
