@@ -357,6 +357,11 @@ class Reconciler:
         conv = convert.snapshot(now=now, nodes=self.cache.nodes.items(), pods=pods,
                                 pdbs=self.cache.pdbs.items(), scope=self.scope,
                                 limits=self.limits)
+        for uid, problems in conv.problems.items():  # victims' bad input is reported too
+            p = by_uid.get(uid)
+            if p is not None and self.scope.covers(p):
+                for problem in problems:
+                    self._warn_once(p, "InvalidAnnotation", problem)
         nodes = {n.name: n for n in self.cache.nodes.items()}
         reserved = {pl.node for _, r, _ in active for pl in r.placements}
         busy = {v.uid for _, r, _ in active for v in r.victims}
@@ -383,9 +388,6 @@ class Reconciler:
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
                   previous: Mapping[str, str], now: float) -> PlanRecord | None:
         model = conv.snapshot.pod_by_uid
-        for p in cand.members:
-            for problem in conv.problems.get(p.uid, ()):
-                self._warn_once(p, "InvalidAnnotation", problem)
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
                                      reserved_nodes=reserved, busy_pods=busy)
         members = [model[p.uid] for p in cand.members]
