@@ -95,6 +95,7 @@ def main() -> None:
     nodes, pods = cluster(args.pods, rng)
     cfg = preemption.PlannerConfig(record_rejections=False)
     warm, cold, feasible, evaluated = [], [], 0, []
+    by_kind: dict[str, list[float]] = {"single_pod": [], "gang": []}
     base = Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods))
     base.pods_on_node  # noqa: B018 - build the index once, as a controller cycle would
     for k in range(args.samples):
@@ -107,6 +108,7 @@ def main() -> None:
         t2 = time.perf_counter()
         cold.append((t2 - t0) * 1000)
         warm.append((t2 - t1) * 1000)
+        by_kind["gang" if len(pre) > 1 else "single_pod"].append((t2 - t1) * 1000)
         feasible += plan.feasible
         evaluated.append(plan.nodes_evaluated)
     print(json.dumps({
@@ -118,6 +120,10 @@ def main() -> None:
         "feasible_plans": feasible,
         "warm_ms": {"p50": pct(warm, 0.5), "p99": pct(warm, 0.99), "max": pct(warm, 1.0)},
         "cold_ms": {"p50": pct(cold, 0.5), "p99": pct(cold, 0.99), "max": pct(cold, 1.0)},
+        "warm_ms_by_preemptor": {
+            kind: {"n": len(xs), "p50": pct(xs, 0.5), "p99": pct(xs, 0.99)}
+            for kind, xs in by_kind.items() if xs
+        },
         "nodes_evaluated_p50": pct(evaluated, 0.5),
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "target_p99_ms": 100,

@@ -216,8 +216,12 @@ def min_cover(
     n = len(order)
     suffix = [ZERO] * (n + 1)
     rate = [float("inf")] * (n + 1)  # cheapest lost GPU-seconds per freed GPU from i on
+    most = [(0, 0, 0)] * (n + 1)  # the most any one unit from i on frees, per dimension
     for i in range(n - 1, -1, -1):
         suffix[i] = suffix[i + 1] + rel[i]
+        m = most[i + 1]
+        most[i] = (max(m[0], rel[i].gpus), max(m[1], rel[i].cpu_milli),
+                   max(m[2], rel[i].memory_mib))
         own = order[i].cost / rel[i].gpus if rel[i].gpus else float("inf")
         rate[i] = min(rate[i + 1], own)
     if not covers(suffix[0], need):
@@ -232,6 +236,13 @@ def min_cover(
         key = (c, pdb, count, ids)
         if best[0] is None or key < best[0]:
             best[0] = key
+
+    def _more_units(i: int, have: Resources) -> int:
+        """At least this many more units (one victim each at least) must join to cover."""
+        m = most[i]
+        gaps = (need.gpus - have.gpus, need.cpu_milli - have.cpu_milli,
+                need.memory_mib - have.memory_mib)
+        return max(-(-g // step) if g > 0 and step else 0 for g, step in zip(gaps, m, strict=True))
 
     def _partial_pdb() -> int:
         return pdb_violations((p for i in chosen for p in order[i].pods), pdbs)
@@ -252,7 +263,9 @@ def min_cover(
                 return
             # an equal-cost branch only adds victims, and PDB violations never shrink as
             # victims are added: cut it unless it can still win on PDBs or on victims
-            if c == b[0] and count >= b[2] and (not pdbs or _partial_pdb() >= b[1]):
+            if c == b[0] and count + _more_units(i, have) >= b[2] and (
+                not pdbs or _partial_pdb() >= b[1]
+            ):
                 return
         if not covers(have + suffix[i], need):
             return
