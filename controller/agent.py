@@ -153,8 +153,17 @@ class CheckpointAgent:
 
     # ---------------------------------------------------------------------- loops
     def run(self, stop: threading.Event) -> None:
+        """Serve the SDK endpoint and watch the pod until `stop` is set (returns at once then:
+        the watch runs in a daemon thread, so a SIGTERM never waits for a watch timeout)."""
         if self.listen:
             self.server = _serve(self, *self.listen)
+        threading.Thread(target=self._watch_loop, args=(stop,), name="agent-watch",
+                         daemon=True).start()
+        stop.wait()
+        if self.server:
+            self.server.shutdown()
+
+    def _watch_loop(self, stop: threading.Event) -> None:
         failures = 0
         while not stop.is_set():
             try:
@@ -176,8 +185,6 @@ class CheckpointAgent:
                 log.warning("watch interrupted: %s", e)
             if failures:
                 stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
-        if self.server:
-            self.server.shutdown()
 
 
 def _serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
