@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -155,8 +156,9 @@ def test_two_replicas_only_the_lease_holder_acts(cluster, namespace, pool, gpu_n
                     node_name=node)
     kube.wait_pod_running(cluster, namespace, "low")
     cfg = config_for(namespace)
-    with running_controller(cluster, cfg, identity="a") as a, \
-            running_controller(cluster, cfg, identity="b") as b:
+    ports = {"a": free_port(), "b": free_port()}
+    with running_controller(cluster, cfg, identity="a", listen=("127.0.0.1", ports["a"])) as a, \
+            running_controller(cluster, cfg, identity="b", listen=("127.0.0.1", ports["b"])) as b:
         kube.wait_for("a leader", lambda: a.is_leader or b.is_leader, timeout=30)
         kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
         kube.wait_pod_running(cluster, namespace, "big", timeout=90)
@@ -165,8 +167,18 @@ def test_two_replicas_only_the_lease_holder_acts(cluster, namespace, pool, gpu_n
         lease = cluster.coordination.read_namespaced_lease(cfg.lease_name, namespace)
         assert lease.spec.holder_identity == leader.identity
 
-        def planned(c):
-            return c.metrics.plans.labels("planned")._value.get()
-        assert planned(leader) == 1 and planned(follower) == 0
+        def scrape(c, path):
+            url = f"http://127.0.0.1:{ports[c.identity]}{path}"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status, r.read().decode()
+        for c in (leader, follower):
+            assert scrape(c, "/healthz")[0] == 200 and scrape(c, "/readyz")[0] == 200
+        lead_metrics, follow_metrics = scrape(leader, "/metrics")[1], scrape(follower,
+                                                                              "/metrics")[1]
+        assert 'ckpt_preempt_plans_total{outcome="planned"} 1.0' in lead_metrics
+        assert "ckpt_preempt_is_leader 1.0" in lead_metrics
+        assert "ckpt_preempt_victims_total 1.0" in lead_metrics
+        assert 'outcome="planned"' not in follow_metrics
+        assert "ckpt_preempt_is_leader 0.0" in follow_metrics
     assert [e.reason for e in pod_events(cluster, namespace)
             if e.involved_object.name == "low"] == ["Evicted"]

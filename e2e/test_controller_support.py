@@ -44,8 +44,9 @@ def config_for(namespace: str, **kw) -> Config:
 
 @contextmanager
 def running_controller(c: kube.Cluster, cfg: Config, *, identity: str = "c1",
-                       api: client.ApiClient | None = None) -> Iterator[Controller]:
-    ctl = Controller(api or kube.client_copy(c.api), cfg, identity=identity)
+                       api: client.ApiClient | None = None,
+                       listen: tuple[str, int] | None = None) -> Iterator[Controller]:
+    ctl = Controller(api or kube.client_copy(c.api), cfg, identity=identity, listen=listen)
     stop = threading.Event()
     t = threading.Thread(target=ctl.run, args=(stop,), name=f"controller-{identity}", daemon=True)
     t.start()
