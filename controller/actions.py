@@ -5,9 +5,9 @@
 - ``request_checkpoint``: the victim's ``drain`` annotation (skipped if terminating or asked).
 - ``evict``: policy/v1 Eviction with a uid precondition (never a same-named newer pod);
   429 and 5xx are retried with exponential backoff and jitter, bounded; 404 counts as done.
-- ``reserve`` / ``tolerate`` / ``unreserve``: mode (a)'s reservation, a
-  ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint on the target node for the drain window
-  and the matching toleration on the preemptor.
+- ``reserve`` / ``tolerate`` / ``unreserve``: the reservation, a
+  ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint on each target node while it is freed
+  and the matching toleration on the preemptor pods.
 - ``nominate``: ``status.nominatedNodeName`` (mode a).
 - ``pin`` then ``ungate``: narrow required node affinity to the planned node while the pod is
   gated, then lift ``ckpt-preempt.io/admission`` (mode b).
@@ -191,7 +191,7 @@ class Actions:
                 raise Conflict(f"{pod.key} changed: {e.reason}") from e
             raise
 
-    # ------------------------------------------------------------- mode (a) node reservation
+    # ------------------------------------------------------------------- node reservation
     def reserve(self, node: str, plan: str) -> None:
         """Taint `node` with RESERVED_TAINT=<plan>:NoSchedule (pods already there stay)."""
         live = self.core.read_node(node)

@@ -10,7 +10,7 @@
     gangTimeoutSeconds: 600          # a gated gang waiting this long gets GangTimedOut
     retrySeconds: 5                  # wait before planning the same preemptor again
     drain: true                      # ask on-request victims to checkpoint first
-    reserveNodes: true               # mode (a): taint the target node while it is freed
+    reserveNodes: true               # taint target nodes while they are freed (both modes)
     dryRun: false                    # plan and emit Events only
     leaseName: ckpt-preempt-controller
     leaseNamespace: kube-system

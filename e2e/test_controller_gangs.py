@@ -42,6 +42,9 @@ def test_scenario8_gated_gang_is_pinned_and_admitted_all_at_once(
     assert all(_gated(cluster, namespace, members).values())
     with running_controller(cluster, config_for(namespace)):
         pods = [kube.wait_pod_running(cluster, namespace, m, timeout=90) for m in members]
+        kube.wait_for("the reservation on the freed node to be lifted", lambda: not any(
+            t.key == "ckpt-preempt.io/reserved"
+            for t in cluster.core.read_node(nodes[3]).spec.taints or []), timeout=30)
     assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
     for p in pods:  # each member was pinned to the node it runs on before its gate went
         terms = p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution

@@ -12,8 +12,8 @@ the new state allows, so a controller killed at any point resumes from the annot
 
 Guarantees (checked by property tests in tests/controller/test_drain.py):
 
-- In mode (a), ``RESERVE`` comes before the first ``EVICT``: the target node is tainted for
-  this plan and the preemptor tolerates it, so no other pending pod takes the freed GPUs.
+- ``RESERVE`` comes before the first ``EVICT``: the target nodes are tainted for this plan and
+  the preemptor pods tolerate it, so no other pending pod takes the freed GPUs.
 - ``EVICT`` only names victims of the persisted plan, whose observed uid still matches, that
   are neither terminating nor gone: no pod outside the plan, no pod twice.
 - Before ``Evicting``, a victim that disappeared or a preemptor that went away (or was
@@ -66,7 +66,7 @@ class Mode(enum.StrEnum):
 class StepKind(enum.StrEnum):
     TRANSITION = "transition"  # write record.state = step.to_state (and nothing else)
     REQUEST_CHECKPOINT = "request-checkpoint"  # annotate step.victims with the drain request
-    RESERVE = "reserve"  # mode (a): taint the target nodes for this plan, tolerate on the pod
+    RESERVE = "reserve"  # taint the target nodes for this plan; the preemptor tolerates it
     EVICT = "evict"  # Eviction API for step.victims
     STEER = "steer"  # nominate / narrow affinity and lift gates of the preemptor pods
     WAIT = "wait"  # nothing to do before step.wait_until (or the next change)
@@ -137,7 +137,7 @@ class PreemptorObs:
     uid: str
     node: str | None  # bound node, if scheduled
     steered: bool  # nominated (mode a) / pinned and ungated (mode b)
-    reserved: bool = True  # mode (a): its node carries this plan's reservation taint
+    reserved: bool = True  # its node carries this plan's reservation taint, and it tolerates it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,8 +220,7 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
         if now >= record.evict_by:
             return _transition(State.ABORTED, f"{len(to_evict)} victim(s) still not evicted "
                                "at the eviction timeout; re-plan")
-        if record.mode is Mode.NOMINATE and not all(
-                observed.preemptors[p.uid].reserved for p in record.placements):
+        if not all(observed.preemptors[p.uid].reserved for p in record.placements):
             return Step(kind=StepKind.RESERVE, reason="reserving the freed node for the "
                         "preemptor before evicting")
         return Step(kind=StepKind.EVICT, victims=to_evict, reason="evicting")

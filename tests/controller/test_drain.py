@@ -81,10 +81,13 @@ CASES = [
                  StepKind.EVICT, None, ("v0", "v1"), id="Evicting: evicts every live victim"),
     pytest.param(make_plan(State.EVICTING), obs(preemptor=PreemptorObs(
                  uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
-                 StepKind.RESERVE, None, (), id="Evicting: mode (a) reserves the node first"),
+                 StepKind.RESERVE, None, (), id="Evicting: the node is reserved first"),
     pytest.param(make_plan(State.EVICTING, mode=Mode.ADMIT), obs(preemptor=PreemptorObs(
                  uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
-                 StepKind.EVICT, None, ("v0", "v1"), id="Evicting: gated gangs need no taint"),
+                 StepKind.RESERVE, None, (), id="Evicting: gated gangs reserve too"),
+    pytest.param(make_plan(State.EVICTING, victims=()), obs([], preemptor=PreemptorObs(
+                 uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
+                 StepKind.STEER, None, (), id="Evicting: nothing to evict needs no reservation"),
     pytest.param(make_plan(State.EVICTING), obs([seen("v0", terminating=True), seen("v1")]),
                  T0 + 1, StepKind.EVICT, None, ("v1",),
                  id="Evicting: a terminating victim is not evicted again"),
