@@ -182,3 +182,44 @@ def test_two_replicas_only_the_lease_holder_acts(cluster, namespace, pool, gpu_n
         assert "ckpt_preempt_is_leader 0.0" in follow_metrics
     assert [e.reason for e in pod_events(cluster, namespace)
             if e.involved_object.name == "low"] == ["Evicted"]
+
+
+def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namespace, pool,
+                                                                 gpu_nodes, tmp_path):
+    """A PDB holds the plan in Evicting (429s); the controller is killed there, the PDB is
+    lifted, a new process finishes the same plan with one eviction."""
+    priority_classes(cluster)
+    (node,) = gpu_nodes(1)
+    kube.create_pod(cluster, namespace, "held", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=node, labels={"app": "held"})
+    cluster.policy.create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "held"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
+    kube.wait_pod_running(cluster, namespace, "held")
+    kube.wait_for("the PDB to be observed", lambda: cluster.policy.
+                  read_namespaced_pod_disruption_budget("held", namespace).status.
+                  observed_generation, timeout=30)
+    cfg = config_for(namespace, eviction_timeout_seconds=120.0)
+    first = start_controller_process(cluster, cfg, tmp_path, identity="first", log_name="c1.log")
+    try:
+        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+        kube.wait_event(cluster, namespace, "EvictionBlocked", name="big", timeout=60)
+        rec = drain.plan_from_annotation(cluster.core.read_namespaced_pod(
+            "big", namespace).metadata.annotations[drain.PLAN_ANNOTATION])
+        assert rec.state is drain.State.EVICTING
+    finally:
+        first.kill()
+        first.wait()
+    cluster.policy.delete_namespaced_pod_disruption_budget("held", namespace)
+    second = start_controller_process(cluster, cfg, tmp_path, identity="second",
+                                      log_name="c2.log")
+    try:
+        kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+    finally:
+        _stop(second)
+    after = drain.plan_from_annotation(cluster.core.read_namespaced_pod(
+        "big", namespace).metadata.annotations[drain.PLAN_ANNOTATION])
+    assert after.id == rec.id and after.state is drain.State.DONE
+    evicted = [e.involved_object.name for e in pod_events(cluster, namespace)
+               if e.reason == "Evicted"]
+    assert evicted == ["held"]
