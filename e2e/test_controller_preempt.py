@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
+from controller.convert import TOPOLOGY_ANNOTATION as TOPOLOGY
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_KUBE,
@@ -21,6 +23,7 @@ from e2e.test_controller_support import (
     rfc3339,
     running_controller,
 )
+from policies.topology import SCHEMA
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +114,32 @@ def test_scenario4_a_victim_that_never_acks_is_evicted_at_its_deadline(
     assert list(events) == ["CheckpointRequested", "CheckpointDeadlineExceeded", "Evicted"]
     waited = event_time(events["Evicted"]) - event_time(events["CheckpointRequested"])
     assert 2 <= waited <= 10, waited  # deadline 3 s; event times have 1 s resolution
+
+
+def test_nvlink_required_preemptor_is_planned_only_onto_known_topology(
+        cluster, namespace, pool, gpu_nodes):
+    """Three nodes: hwprobe says `split` has two 4-GPU NVLink domains and `hgx` one 8-GPU
+    domain; `bare` has no topology annotation. An 8-GPU NVLink-required preemptor goes to `hgx`
+    even though the victims on `split` and `bare` lose less work."""
+    priority_classes(cluster)
+
+    def topo(domains):
+        return json.dumps({"schema": SCHEMA, "gpu_count": 8, "nvlink_domains": domains})
+    (hgx,) = gpu_nodes(1, annotations={TOPOLOGY: topo([list(range(8))])})
+    (split,) = gpu_nodes(1, annotations={TOPOLOGY: topo([[0, 1, 2, 3], [4, 5, 6, 7]])})
+    (bare,) = gpu_nodes(1)
+    for name, node in (("on-hgx", hgx), ("on-split", split), ("on-bare", bare)):
+        kube.create_pod(cluster, namespace, name, gpus=8, pool=pool, priority_class=LOW,
+                        node_name=node)
+        kube.wait_pod_running(cluster, namespace, name)
+    time.sleep(3)
+    for name in ("on-split", "on-bare"):
+        cluster.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
+            "ckpt-preempt.io/last-checkpoint": rfc3339()}}})
+    with running_controller(cluster, config_for(namespace)):
+        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER,
+                        annotations={"ckpt-preempt.io/nvlink": "required"})
+        pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+    assert pod.spec.node_name == hgx
+    assert not exists(cluster, namespace, "on-hgx")
+    assert exists(cluster, namespace, "on-split") and exists(cluster, namespace, "on-bare")
