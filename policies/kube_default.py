@@ -31,6 +31,7 @@ from policies.model import (
     Snapshot,
     Victim,
     VictimGroup,
+    breaks_budget,
 )
 
 POLICY = "kube-default"
@@ -58,14 +59,8 @@ def filter_pods_with_pdb_violation(
     pods: Sequence[Pod], pdbs: Sequence[PodDisruptionBudget]
 ) -> tuple[list[Pod], list[Pod]]:
     """Split (in order) into pods whose eviction would break a PDB and those that would not."""
-    allowed = [b.disruptions_allowed for b in pdbs]
     violating, ok = [], []
-    for p in pods:
-        broken = False
-        for i, b in enumerate(pdbs):
-            if b.covers(p):
-                allowed[i] -= 1
-                broken |= allowed[i] < 0
+    for p, broken in zip(pods, breaks_budget(pods, pdbs), strict=True):
         (violating if broken else ok).append(p)
     return violating, ok
 

@@ -8,7 +8,7 @@ CPU in millicores, memory in MiB, GPUs as whole ``nvidia.com/gpu`` devices.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -118,6 +118,24 @@ class PodDisruptionBudget:
         if pod.namespace != self.namespace or not self.match_labels:
             return False
         return all(pod.labels.get(k) == v for k, v in self.match_labels.items())
+
+
+def breaks_budget(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> list[bool]:
+    """For each pod in order: does evicting it (after the ones before) break a PDB?
+
+    Each covering budget is charged one disruption per pod, as kube-scheduler's
+    ``filterPodsWithPDBViolation`` does: decrement, then a negative budget is broken.
+    """
+    allowed = [b.disruptions_allowed for b in pdbs]
+    out = []
+    for p in pods:
+        broken = False
+        for i, b in enumerate(pdbs):
+            if b.covers(p):
+                allowed[i] -= 1
+                broken |= allowed[i] < 0
+        out.append(broken)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)

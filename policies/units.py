@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from policies import cost
-from policies.model import ZERO, Pod, PodDisruptionBudget, Resources, Snapshot
+from policies.model import ZERO, Pod, PodDisruptionBudget, Resources, Snapshot, breaks_budget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,18 +133,7 @@ class UnitBuilder:
 
 def pdb_violations(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> int:
     """Victims whose eviction breaks a PDB, charging budgets in the given order."""
-    if not pdbs:
-        return 0
-    allowed = [b.disruptions_allowed for b in pdbs]
-    count = 0
-    for p in pods:
-        violated = False
-        for i, b in enumerate(pdbs):
-            if b.covers(p):
-                allowed[i] -= 1
-                violated |= allowed[i] < 0
-        count += violated
-    return count
+    return sum(breaks_budget(pods, pdbs)) if pdbs else 0
 
 
 def covers(have: Resources, need: Resources) -> bool:
