@@ -45,8 +45,9 @@ from policies.drain import Mode, PlanRecord, State, StepKind
 from policies.model import Plan
 
 log = logging.getLogger("ckpt_preempt.reconcile")
-RESERVATION_GRACE_SECONDS = 60.0
-PRUNE_SECONDS = 60.0  # after evictBy, a reservation is lifted whatever happened
+RESERVATION_GRACE_SECONDS = 60.0  # after evictBy, a reservation is lifted whatever happened
+UNKNOWN_RESERVATION_SECONDS = 15.0  # a taint whose plan is nowhere is lifted after this
+PRUNE_SECONDS = 60.0  # how often the process forgets gone pods and plans
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Reconciler:
         self.mem = _Memory()
         self._pruned = 0.0
         self._new_plans: set[str] = set()  # created since the last prune (not yet in the cache)
+        self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
         self.scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
                                    priority_classes=frozenset(cfg.priority_classes))
         self.limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
@@ -140,6 +142,8 @@ class Reconciler:
         m.gang_waiting = {k: t for k, t in m.gang_waiting.items() if now - t < 86400}
         self._pruned = now
         self._new_plans = set()
+        self._unknown_reservations = {k: t for k, t in self._unknown_reservations.items()
+                                      if now - t < 3600}
 
     def _release_reservations(self, pods: list[PodInfo], now: float) -> None:
         """Lift a reservation taint once its plan is over: aborted, gone, past evictBy plus a
@@ -159,6 +163,12 @@ class Reconciler:
                     continue
                 plan = t.get("value", "")
                 r, pre = records.get(plan, (None, []))
+                if r is None:  # the node's watch may run ahead of the pod's: wait a little
+                    since = self._unknown_reservations.setdefault(plan, now)
+                    if now - since < UNKNOWN_RESERVATION_SECONDS:
+                        continue
+                else:
+                    self._unknown_reservations.pop(plan, None)
                 over = (r is None or r.state is State.ABORTED
                         or now > r.evict_by + RESERVATION_GRACE_SECONDS
                         or (r.state is State.DONE and all(p.node for p in pre)))
