@@ -23,6 +23,7 @@ from policies.model import (
     NvlinkNeed,
     Plan,
     Pod,
+    PodDisruptionBudget,
     Resources,
     Snapshot,
 )
@@ -33,6 +34,7 @@ EXAMPLES = settings(
     max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 PRIORITIES = (0, 10, 20, 30)
+BITS = st.integers(0, 2**48)
 
 
 # --- random clusters -----------------------------------------------------------------------------
@@ -52,25 +54,42 @@ def topologies(draw, gpus: int) -> NodeTopology | None:
     )
 
 
-@st.composite
-def running_pod(draw, uid: str, node: str, gpus: int, gang: str | None, priority: int) -> Pod:
-    age = draw(st.sampled_from([30.0, 300.0, 1800.0, 3600.0, 4 * 3600.0]))
-    ckpt = draw(st.none() | st.floats(0.0, age + 600.0))  # may predate the start
-    mode = draw(st.sampled_from(list(CheckpointMode)))
+class _Bits:
+    """Decode many small choices from one drawn integer: one draw per pod keeps generation fast,
+    and shrinking the integer to 0 shrinks every choice to its first option."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def pick(self, options):
+        self.value, i = divmod(self.value, len(options))
+        return options[i]
+
+    def below(self, n: int) -> int:
+        self.value, i = divmod(self.value, n)
+        return i
+
+
+def running_pod(bits: int, uid: str, node: str, gpus: int, gang: str | None,
+                priority: int) -> Pod:
+    b = _Bits(bits)
+    age = b.pick([3600.0, 30.0, 300.0, 1800.0, 4 * 3600.0])
+    # whole seconds keep every cost an exact float, so cost ties are real ties; a checkpoint
+    # may predate the start
+    ckpt = None if b.below(4) == 0 else float(b.below(int(age) + 601))
     return Pod(
         uid=uid, name=uid, priority=priority,
-        requests=Resources(
-            cpu_milli=draw(st.sampled_from([0, 500, 2000])), memory_mib=1, gpus=gpus
-        ),
+        requests=Resources(cpu_milli=b.pick([0, 500, 2000]), memory_mib=1, gpus=gpus),
         node=node,
         start_time=NOW - age,
-        checkpoint=mode,
+        checkpoint=b.pick(list(CheckpointMode)),
         last_checkpoint=None if ckpt is None else NOW - ckpt,
-        checkpoint_seconds=draw(st.none() | st.sampled_from([10.0, 120.0, 900.0])),
-        min_runtime=draw(st.sampled_from([0.0, 0.0, 0.0, 600.0])),
-        preemptible=draw(st.integers(0, 3)) != 0,
+        checkpoint_seconds=b.pick([None, 10.0, 120.0, 900.0]),
+        min_runtime=b.pick([0.0, 0.0, 0.0, 600.0]),
+        preemptible=b.pick([True, True, True, False]),
         gang=gang,
-        terminating=draw(st.integers(0, 19)) == 0,
+        terminating=b.below(20) == 19,
+        labels=b.pick([{}, {}, {"app": "a"}, {"app": "b"}]),
     )
 
 
@@ -85,7 +104,7 @@ class Case:
 
 
 @st.composite
-def cases(draw, max_pods: int = 8) -> Case:
+def cases(draw, max_pods: int = 8, sizes=(1, 1, 2, 3)) -> Case:
     nodes, pods = [], []
     gangs = [f"default/seed/g{i}" for i in range(2)]
     gang_priority = {g: draw(st.sampled_from(PRIORITIES[:3])) for g in gangs}
@@ -102,13 +121,13 @@ def cases(draw, max_pods: int = 8) -> Case:
             g = draw(st.integers(1, left))
             gang = draw(st.sampled_from([None, None, *gangs]))
             prio = gang_priority[gang] if gang else draw(st.sampled_from(PRIORITIES))
-            pod = draw(running_pod(f"p{len(pods)}", name, g, gang, prio))
+            pod = running_pod(draw(BITS), f"p{len(pods)}", name, g, gang, prio)
             if pod.requests.cpu_milli > cpu_left:
                 continue
             left -= g
             cpu_left -= pod.requests.cpu_milli
             pods.append(pod)
-    size = draw(st.sampled_from([1, 1, 2, 3]))
+    size = draw(st.sampled_from(sizes))
     prio = draw(st.sampled_from(PRIORITIES[1:]))
     gpus = draw(st.integers(1, 8))
     nvlink = draw(st.sampled_from(list(NvlinkNeed)))
@@ -120,7 +139,12 @@ def cases(draw, max_pods: int = 8) -> Case:
             nvlink=nvlink)
         for k in range(size)
     )
-    return Case(snap=Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods)),
+    pdbs = tuple(
+        PodDisruptionBudget(name=f"pdb-{app}", namespace="default", match_labels={"app": app},
+                            disruptions_allowed=draw(st.integers(0, 1)))
+        for app in ("a", "b") if draw(st.booleans())
+    )
+    return Case(snap=Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods), pdbs=pdbs),
                 preemptor=preemptor)
 
 
@@ -252,6 +276,56 @@ def test_planner_never_beats_the_oracle(case):
         assert plan.lost_gpu_seconds >= best.lost_gpu_seconds - 1e-6
     if len(case.preemptor) == 1:  # <= 100 nodes: every node is a candidate
         assert plan.feasible == best.feasible
+
+
+def _violations(victims: list[Pod], pdbs) -> int:
+    """Victims beyond each budget (each generated pod is covered by at most one PDB)."""
+    return sum(max(0, sum(b.covers(p) for p in victims) - b.disruptions_allowed) for b in pdbs)
+
+
+def _brute_force(case: Case) -> tuple[float, int, int] | None:
+    """Least (lost work, PDB violations, victims) over every set of whole eligible units."""
+    s, pod = case.snap, case.preemptor[0]
+    groups: dict[str, list[Pod]] = {}
+    for p in s.pods:
+        if p.node is not None:
+            groups.setdefault(p.gang or p.uid, []).append(p)
+    eligible = [g for g in groups.values()
+                if all(cost.ineligibility(p, pod.priority, NOW) is None for p in g)]
+    best = None
+    for mask in range(1 << len(eligible)):
+        victims = [p for i, g in enumerate(eligible) if mask >> i & 1 for p in g]
+        gone = {p.uid for p in victims}
+        fits = False
+        for n in s.nodes:
+            if n.unschedulable:
+                continue
+            f = n.allocatable - sum(
+                (p.requests for p in s.pods if p.node == n.name and p.uid not in gone),
+                Resources(),
+            )
+            if pod.requests.cpu_milli <= f.cpu_milli and pod.requests.memory_mib <= f.memory_mib \
+                    and _needs_gpus(pod, n, f.gpus):
+                fits = True
+                break
+        if not fits:
+            continue
+        lost = sum(cost.lost_gpu_seconds(p, NOW, drain=True, max_checkpoint_seconds=600.0)[0]
+                   for p in victims)
+        key = (lost, _violations(victims, s.pdbs), len(victims))
+        best = key if best is None or key < best else best
+    return best
+
+
+@EXAMPLES
+@given(cases(max_pods=7, sizes=(1,)))
+def test_single_pod_plan_is_the_least_lost_work_then_pdb_then_victims(case):
+    """For one pod on <= 100 nodes every node is evaluated and each search is exact."""
+    plan = _plan(case)
+    best = _brute_force(case)
+    assert plan.feasible == (best is not None)
+    if best is not None:
+        assert (plan.lost_gpu_seconds, plan.pdb_violations, len(plan.victims)) == best
 
 
 # --- malformed annotations never lower a pod's cost ------------------------------------------
