@@ -9,8 +9,10 @@ v1.3x releases. It knows nothing of checkpoints, gangs, opt-outs or NVLink: that
 
 Differences from upstream, all deliberate: candidate nodes are tried one at a time rather than
 by 16 parallel workers (upstream's early stop is racy; ours is deterministic), the random
-offset comes from the caller, and "first node" ties resolve in evaluation order rather than Go
-map order. Only resource fit is simulated (our nodes carry no taints or affinities).
+offset comes from the caller, "first node" ties resolve in evaluation order rather than Go
+map order, and pods already terminating are not counted as potential victims (deleting them
+again frees nothing sooner). Only resource fit is simulated (our nodes carry no taints or
+affinities).
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def nvlink_gpus(pod: Pod, node, allocatable_gpus: int) -> tuple[int | None, Reje
     """Free GPUs the node needs so the pod's NVLink requirement surely holds."""
     if pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1:
         return pod.gpus, None
-    if node.topology is None:
+    if node.topology is None or node.topology.gpu_count != allocatable_gpus:
+        # no report, or one that disagrees with the node's allocatable GPUs: unknown
         return None, RejectReason.NVLINK_UNKNOWN
     for f in range(pod.gpus, allocatable_gpus + 1):
         if node.topology.nvlink_fits(f, pod.gpus):
