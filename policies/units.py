@@ -43,7 +43,7 @@ class UnitBuilder:
         self.priority = preemptor_priority
         self.drain = drain
         self.max_checkpoint_seconds = max_checkpoint_seconds
-        self._why: dict[str, str | None] = {}
+        self._why: dict[str, str | None] = {}  # per gang: one bad member protects all
         self._units: dict[str, Unit] = {}
         self._loss: dict[str, tuple[float, bool]] = {}
         self._evictable: dict[str, list[tuple[float, int, int, int, str]]] = {}
@@ -51,7 +51,8 @@ class UnitBuilder:
     def unit_id(self, pod: Pod) -> str:
         return pod.gang or pod.uid
 
-    def members(self, unit_id: str, pod: Pod) -> list[Pod]:
+    def members(self, pod: Pod) -> list[Pod]:
+        """The bound pods evicted together with ``pod``: its gang's, or just itself."""
         if pod.gang is None:
             return [pod]
         return [p for p in self.s.gang_pods(pod.gang) if p.node is not None]
@@ -65,7 +66,7 @@ class UnitBuilder:
         if uid in self._why:
             return self._why[uid]
         why = None
-        for p in self.members(uid, pod):
+        for p in self.members(pod):
             r = cost.ineligibility(p, self.priority, self.s.now)
             if r is not None:
                 why = f"gang-member-{r}"
@@ -87,7 +88,7 @@ class UnitBuilder:
         uid = self.unit_id(pod)
         got = self._units.get(uid)
         if got is None:
-            pods = sorted(self.members(uid, pod), key=lambda p: p.uid)
+            pods = sorted(self.members(pod), key=lambda p: p.uid)
             lost = [self.loss(p) for p in pods]
             release: dict[str, Resources] = {}
             for p in pods:
