@@ -25,7 +25,8 @@ from controller.server import serve
 from controller.watch import ClusterCache
 
 log = logging.getLogger("ckpt_preempt.controller")
-TICK_SECONDS = 1.0
+TICK_SECONDS = 1.0  # a pass at least this often (deadlines), or sooner on any watch event
+MIN_PASS_GAP_SECONDS = 0.05  # but not back to back: a busy cluster changes all the time
 
 
 class Controller:
@@ -76,6 +77,7 @@ class Controller:
                 except Exception:
                     log.exception("reconcile pass failed")
                     self.metrics.loop_errors.inc()
+                stop.wait(MIN_PASS_GAP_SECONDS)
         finally:
             if self.elector:
                 self.elector.stop()
