@@ -22,7 +22,10 @@ HELP = "explain the preemption plan for a snapshot file"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--snapshot", type=Path, required=True, help="snapshot file (JSON or YAML)")
+    p.add_argument("pod", nargs="?", metavar="POD",
+                   help="NAMESPACE/NAME of a pod on a live cluster (instead of --snapshot)")
+    p.add_argument("--kubeconfig", help="with POD: kubeconfig file (default: $KUBECONFIG)")
+    p.add_argument("--snapshot", type=Path, help="snapshot file (JSON or YAML)")
     p.add_argument("--no-drain", action="store_true", help="plan without draining victims")
     p.add_argument("--max-checkpoint-seconds", type=float, default=600.0)
     p.add_argument("--compare", action="store_true", help="also show kube-default's choice")
@@ -30,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.pod is None) == (args.snapshot is None):
+        print("ckpt-preempt explain: give either POD or --snapshot FILE", file=sys.stderr)
+        return 2
+    if args.pod is not None:
+        return _run_live(args)
     try:
         doc = yaml.safe_load(args.snapshot.read_text())
         snap, preemptor, problems = snapshot_io.from_dict(doc)
@@ -77,3 +85,20 @@ def render(plan: Plan, now: float) -> str:
             lines.append(f"    {r.node}: {r.reason}{detail}")
     return "\n".join(lines)
 
+
+def _run_live(args: argparse.Namespace) -> int:
+    """`explain POD` on a live cluster: see controller/explain_live.py."""
+    from controller import explain_live
+    from controller.cmd_run import api_client
+    from controller.config import Config
+
+    namespace, _, name = args.pod.rpartition("/")
+    try:
+        result = explain_live.explain(
+            api_client(args.kubeconfig, False), namespace or "default", name,
+            Config(drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds))
+    except explain_live.PodNotFound as e:
+        print(f"ckpt-preempt explain: {e}", file=sys.stderr)
+        return 2
+    print(explain_live.render(result))
+    return 0 if result.plan.feasible else 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +21,7 @@ from e2e.test_controller_support import (
     HIGH_NEVER,
     LOW,
     LOWER,
+    REPO,
     config_for,
     exists,
     priority_classes,
@@ -104,3 +107,23 @@ def test_scenario7_gpu_hours_lost_kube_default_vs_ckpt_preempt(cluster, namespac
     assert sorted(gone["kube-default"]) == ["a", "d"]  # lowest priority, then latest start
     assert sorted(gone["ckpt-preempt"]) == ["b", "d"]  # least unsaved work
     assert lost["ckpt-preempt"] < lost["kube-default"]
+
+
+def test_explain_pod_cli_on_the_live_cluster(cluster, namespace, pool, gpu_nodes):
+    priority_classes(cluster)
+    (node,) = gpu_nodes(1)
+    kube.create_pod(cluster, namespace, "low", gpus=8, pool=pool, priority_class=LOW,
+                    node_name=node)
+    kube.wait_pod_running(cluster, namespace, "low")
+    kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+    kube.wait_pod_unschedulable(cluster, namespace, "big")
+    r = subprocess.run([sys.executable, "-m", "controller.cli", "explain", f"{namespace}/big",
+                        "--kubeconfig", str(cluster.kubeconfig)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert f"{namespace}/low on {node}" in r.stdout and "kube-default:" in r.stdout, r.stdout
+    missing = subprocess.run([sys.executable, "-m", "controller.cli", "explain",
+                              f"{namespace}/nope", "--kubeconfig", str(cluster.kubeconfig)],
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    assert exists(cluster, namespace, "low")  # explain changes nothing
