@@ -224,7 +224,8 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
             return Step(kind=StepKind.RESERVE, reason="reserving the freed node for the "
                         "preemptor before evicting")
         return Step(kind=StepKind.EVICT, victims=to_evict, reason="evicting")
-    if not all(observed.preemptors[p.uid].steered for p in record.placements):
+    if not all(observed.preemptors[p.uid].steered or observed.preemptors[p.uid].node == p.node
+               for p in record.placements):  # bound on its planned node: nothing to steer
         return Step(kind=StepKind.STEER, reason="victims evicted; steering the preemptor")
     return _transition(State.DONE, "victims evicted and preemptor steered to its node")
 
