@@ -62,14 +62,18 @@ def test_controller_needs_only_its_deploy_rbac(cluster, namespace, pool, gpu_nod
     with running_controller(cluster, config_for(namespace), api=controller_rbac) as ctl:
         kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
         pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+
+        def lifted():
+            taints = cluster.core.read_node(node).spec.taints or []
+            return not any(t.key == "ckpt-preempt.io/reserved" for t in taints) or kube.NotYet(
+                str(taints))
+
+        # the controller lifts the reservation, so wait while it still runs
+        kube.wait_for("the reservation taint to be lifted", lifted, timeout=30)
         assert ctl.metrics.loop_errors._value.get() == 0
     assert pod.spec.node_name == node
     assert reasons(cluster, namespace, "victim") == [
         "CheckpointRequested", "CheckpointDeadlineExceeded", "Evicted"]
-    taints = cluster.core.read_node(node).spec.taints or []
-    kube.wait_for("the reservation taint to be lifted", lambda: not any(
-        t.key == "ckpt-preempt.io/reserved" for t in cluster.core.read_node(node).spec.taints
-        or []) or kube.NotYet(str(taints)), timeout=30)
 
 
 def test_dry_run_plans_and_reports_but_changes_nothing(cluster, namespace, pool, gpu_nodes):
