@@ -48,6 +48,17 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def wait_plan_done(cluster, namespace, name, timeout=60):
+    """The plan persisted on the preemptor, once it reads Done."""
+    def done():
+        raw = (cluster.core.read_namespaced_pod(name, namespace).metadata.annotations
+               or {}).get(drain.PLAN_ANNOTATION)
+        rec = drain.plan_from_annotation(raw) if raw else None
+        return rec if rec and rec.state is drain.State.DONE else kube.NotYet(
+            f"plan={rec and rec.state}")
+    return kube.wait_for("the plan to reach Done", done, timeout=timeout)
+
+
 def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
         cluster, namespace, pool, gpu_nodes, tmp_path):
     """The victim runs the example training loop with the agent (RBAC: its own pod only) as a
@@ -133,11 +144,10 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
                                       log_name="c2.log")
     try:
         pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+        # Binding and the controller's write of Done race; stop only once Done is persisted.
+        after = wait_plan_done(cluster, namespace, "big")
     finally:
         _stop(second)
-    after = drain.plan_from_annotation(
-        cluster.core.read_namespaced_pod("big", namespace).metadata.annotations[
-            drain.PLAN_ANNOTATION])
     assert after.id == before.id and after.state is drain.State.DONE
     assert [v.name for v in after.victims] == ["victim"]
     assert pod.spec.node_name == nodes[0]
@@ -215,10 +225,9 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
                                       log_name="c2.log")
     try:
         kube.wait_pod_running(cluster, namespace, "big", timeout=90)
+        after = wait_plan_done(cluster, namespace, "big")
     finally:
         _stop(second)
-    after = drain.plan_from_annotation(cluster.core.read_namespaced_pod(
-        "big", namespace).metadata.annotations[drain.PLAN_ANNOTATION])
     assert after.id == rec.id and after.state is drain.State.DONE
     evicted = [e.involved_object.name for e in pod_events(cluster, namespace)
                if e.reason == "Evicted"]
