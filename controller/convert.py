@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from kubernetes.utils import parse_quantity
@@ -311,9 +311,7 @@ def for_preemptor(snap: Snapshot, nodes: Mapping[str, NodeInfo], preemptor: Iter
     by another active plan) are unschedulable; victims of other active plans are not
     candidates again."""
     pre = list(preemptor)
-    out_nodes = tuple(
-        n if (n.name not in reserved_nodes and n.name in nodes
-              and node_allows(nodes[n.name], pre)) else replace(n, unschedulable=True)
-        for n in snap.nodes)
-    out_pods = tuple(replace(p, terminating=True) if p.uid in busy_pods else p for p in snap.pods)
-    return Snapshot(now=snap.now, nodes=out_nodes, pods=out_pods, pdbs=snap.pdbs)
+    closed = [n.name for n in snap.nodes
+              if n.name in reserved_nodes or n.name not in nodes
+              or not node_allows(nodes[n.name], pre)]
+    return snap.restricted(unschedulable=closed, terminating=busy_pods)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from policies.topology import NodeTopology
@@ -190,6 +190,49 @@ class Snapshot:
     @property
     def pods_on_node(self) -> dict[str, tuple[Pod, ...]]:
         return self._index[0]
+
+    def restricted(
+        self, *, unschedulable: Iterable[str] = (), terminating: Iterable[str] = ()
+    ) -> Snapshot:
+        """This snapshot with the named nodes marked unschedulable and the pods with the given
+        uids marked terminating (as one preemptor sees the cluster while other plans hold
+        nodes and victims). The index is carried over and patched where those pods sit, not
+        rebuilt, so a controller cycle indexes the cluster once for its whole queue. Names
+        and uids the snapshot lacks are ignored."""
+        closed = {n for n in unschedulable if n in self.node_by_name}
+        by_uid = self.pod_by_uid
+        swapped = {
+            u: replace(by_uid[u], terminating=True)
+            for u in terminating if u in by_uid and not by_uid[u].terminating
+        }
+        nodes = self.nodes
+        if closed:
+            nodes = tuple(
+                replace(n, unschedulable=True) if n.name in closed and not n.unschedulable else n
+                for n in nodes
+            )
+        on_node, held, gang_pods = self._index
+        pods = self.pods
+        if swapped:
+            pods = tuple(swapped.get(p.uid, p) for p in pods)
+            on_node = dict(on_node)
+            for node in {p.node for p in swapped.values() if p.node is not None}:
+                on_node[node] = tuple(swapped.get(p.uid, p) for p in on_node[node])
+            gang_pods = dict(gang_pods)
+            for gang in {p.gang for p in swapped.values() if p.gang is not None}:
+                gang_pods[gang] = [swapped.get(p.uid, p) for p in gang_pods[gang]]
+        out = Snapshot(now=self.now, nodes=nodes, pods=pods, pdbs=self.pdbs)
+        # Neither a closed node nor a terminating pod changes what is held or free (such pods
+        # still hold their resources) or who belongs to which gang: share those as they are.
+        out.__dict__.update(
+            _index=(on_node, held, gang_pods),
+            free_by_node=self.free_by_node,
+            gangs=self.gangs,
+            pod_by_uid={**by_uid, **swapped} if swapped else by_uid,
+        )
+        if not closed:
+            out.__dict__["node_by_name"] = self.node_by_name
+        return out
 
     def requested(self, node: str) -> Resources:
         """Resources held on ``node`` by bound pods (terminating ones still hold theirs)."""

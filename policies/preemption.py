@@ -76,6 +76,7 @@ class _Search:
         )
         self.free: dict[str, Resources] = {}
         self.chosen: dict[str, units.Unit] = {}
+        self.touched: set[str] = set()  # nodes where a chosen unit has pods
         self.rejections: list[NodeRejection] = []
         self.evaluated = 0
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
@@ -147,20 +148,26 @@ class _Search:
             gap_gpus = max(0, need.gpus - free.gpus)
             gap_cpu = max(0, need.cpu_milli - free.cpu_milli)
             gap_mem = max(0, need.memory_mib - free.memory_mib)
-            pieces, cpu, mem, gpus = [], 0, 0, 0
-            for rate, g, c, m, unit_id in self.units.evictable_on(node.name):
-                if unit_id in self.chosen:
-                    continue
-                cpu += c
-                mem += m
-                if g:
-                    gpus += g
-                    pieces.append((rate, g))
+            ev = self.units.evictable_on(node.name)
+            if node.name in self.touched:  # an earlier member's victims were here: drop them
+                pieces, cpu, mem, gpus = [], 0, 0, 0
+                for rate, g, c, m, unit_id in ev.entries:
+                    if unit_id in self.chosen:
+                        continue
+                    cpu += c
+                    mem += m
+                    if g:
+                        gpus += g
+                        pieces.append((rate, g))
+                pieces.sort()
+            else:
+                pieces, cpu, mem, gpus = ev.pieces, ev.cpu_milli, ev.memory_mib, ev.gpus
             if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
                 self.reject(pod, node.name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 continue
             gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
-            candidates.append((units.gpu_lower_bound(pieces, gap_gpus), i, node.name, gap))
+            bound = units.gpu_lower_bound(pieces, gap_gpus, presorted=True)
+            candidates.append((bound, i, node.name, gap))
             if len(candidates) >= limit:
                 break
         if self.cfg.record_rejections:
@@ -196,6 +203,7 @@ class _Search:
             self.chosen[uid] = unit
             for n, res in unit.release.items():
                 self.free[n] = self.free_on(n) + res
+                self.touched.add(n)
         self.free[name] = self.free_on(name) - pod.requests
         return name
 

@@ -28,6 +28,17 @@ class Unit:
         return sum(self.losses)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Evictable:
+    """The evictable pods on one node for one preemptor priority, with their totals."""
+
+    entries: list[tuple[float, int, int, int, str]]  # (GPU-s lost per GPU, gpus, cpu, mem, unit)
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    pieces: list[tuple[float, int]]  # (GPU-s lost per GPU, gpus) of GPU pods, cheapest first
+
+
 class UnitBuilder:
     """Builds units lazily, so a plan touches only the pods on the nodes it evaluates.
 
@@ -46,7 +57,7 @@ class UnitBuilder:
         self._why: dict[str, str | None] = {}  # per gang: one bad member protects all
         self._units: dict[str, Unit] = {}
         self._loss: dict[str, tuple[float, bool]] = {}
-        self._evictable: dict[str, list[tuple[float, int, int, int, str]]] = {}
+        self._evictable: dict[str, Evictable] = {}
 
     def unit_id(self, pod: Pod) -> str:
         return pod.gang or pod.uid
@@ -100,17 +111,29 @@ class UnitBuilder:
             self._units[uid] = got
         return got
 
-    def evictable_on(self, node: str) -> list[tuple[float, int, int, int, str]]:
-        """(lost GPU-s per GPU, gpus, cpu, memory, unit id) of each evictable pod on ``node``."""
+    def evictable_on(self, node: str) -> Evictable:
+        """What preempting on ``node`` could free: each evictable pod, and the totals."""
         got = self._evictable.get(node)
         if got is None:
-            got = []
+            entries, pieces, cpu, mem, gpus = [], [], 0, 0, 0
+            prio, now = self.priority, self.s.now
             for p in self.s.pods_on_node.get(node, ()):
-                if self.why_not(p) is not None:
+                if p.gang is None:  # the common case, without the per-gang memo
+                    if cost.ineligibility(p, prio, now) is not None:
+                        continue
+                elif self.why_not(p) is not None:
                     continue
                 r = p.requests
                 rate = self.loss(p)[0] / r.gpus if r.gpus else 0.0
-                got.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
+                entries.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
+                cpu += r.cpu_milli
+                mem += r.memory_mib
+                if r.gpus:
+                    gpus += r.gpus
+                    pieces.append((rate, r.gpus))
+            pieces.sort()
+            got = Evictable(entries=entries, cpu_milli=cpu, memory_mib=mem, gpus=gpus,
+                            pieces=pieces)
             self._evictable[node] = got
         return got
 
@@ -149,7 +172,9 @@ def deficit(need: Resources, free: Resources) -> Resources:
     )
 
 
-def gpu_lower_bound(pieces: list[tuple[float, int]], need_gpus: int) -> float:
+def gpu_lower_bound(
+    pieces: list[tuple[float, int]], need_gpus: int, *, presorted: bool = False
+) -> float:
     """Fractional-knapsack bound on the cost of freeing ``need_gpus`` GPUs.
 
     ``pieces`` are (GPU-seconds lost per GPU, GPUs) for each evictable pod on the node. A unit
@@ -159,7 +184,7 @@ def gpu_lower_bound(pieces: list[tuple[float, int]], need_gpus: int) -> float:
     if need_gpus <= 0:
         return 0.0
     bound, left = 0.0, need_gpus
-    for rate, gpus in sorted(pieces):
+    for rate, gpus in pieces if presorted else sorted(pieces):
         take = min(gpus, left)
         bound += rate * take
         left -= take

@@ -254,6 +254,33 @@ def test_planner_invariants(case):
 
 
 @EXAMPLES
+@given(cases(), st.data())
+def test_restricted_snapshot_is_the_same_as_one_built_from_scratch(case, data):
+    """What ``Snapshot.restricted`` patches into the parent's index equals a fresh index, and
+    both planners plan on it exactly as on a snapshot built with those flags set."""
+    snap = case.snap
+    closed = data.draw(st.sets(st.sampled_from([n.name for n in snap.nodes] + ["gone"])))
+    busy = data.draw(st.sets(st.sampled_from([p.uid for p in snap.pods] + ["gone"])))
+    snap.pods_on_node  # noqa: B018 - the parent is indexed first, as in a controller cycle
+    got = snap.restricted(unschedulable=closed, terminating=busy)
+    want = Snapshot(
+        now=snap.now, pdbs=snap.pdbs,
+        nodes=tuple(replace(n, unschedulable=n.unschedulable or n.name in closed)
+                    for n in snap.nodes),
+        pods=tuple(replace(p, terminating=p.terminating or p.uid in busy) for p in snap.pods),
+    )
+    assert got == want
+    assert got.pods_on_node == want.pods_on_node
+    assert got.free_by_node == want.free_by_node and got.gangs == want.gangs
+    assert got.pod_by_uid == want.pod_by_uid and got.node_by_name == want.node_by_name
+    for key in got.gangs:
+        assert got.gang_pods(key) == want.gang_pods(key)
+    assert preemption.plan(got, case.preemptor) == preemption.plan(want, case.preemptor)
+    assert kube_default.plan(got, case.preemptor) == kube_default.plan(want, case.preemptor)
+    assert snap.restricted() == snap and snap.restricted().pods_on_node == snap.pods_on_node
+
+
+@EXAMPLES
 @given(cases())
 def test_kube_default_invariants(case):
     """The baseline obeys priority and fit too; it is only blind to checkpoints and gangs."""
