@@ -227,6 +227,7 @@ class Snapshot:
         out.__dict__.update(
             _index=(on_node, held, gang_pods),
             free_by_node=self.free_by_node,
+            largest_allocatable=self.largest_allocatable,
             gangs=self.gangs,
             pod_by_uid={**by_uid, **swapped} if swapped else by_uid,
         )
@@ -243,6 +244,16 @@ class Snapshot:
         """Allocatable minus what bound pods hold, for every node."""
         held = self._index[1]
         return {n.name: n.allocatable - held.get(n.name, ZERO) for n in self.nodes}
+
+    @cached_property
+    def largest_allocatable(self) -> Resources:
+        """The most any one node has of each resource: a request beyond it fits nowhere."""
+        alloc = [n.allocatable for n in self.nodes] or [ZERO]
+        return Resources(
+            cpu_milli=max(a.cpu_milli for a in alloc),
+            memory_mib=max(a.memory_mib for a in alloc),
+            gpus=max(a.gpus for a in alloc),
+        )
 
     def free(self, node: str) -> Resources:
         return self.free_by_node[node]

@@ -11,6 +11,9 @@ first, on a working copy of free capacity so later members see earlier choices):
    (``units.min_cover``), stopping once the bound exceeds the best plan found;
 5. pick the node minimising (lost work, PDB violations, victims, name).
 
+For a gang, the whole placement is repeated with the first member on its 2nd and 3rd cheapest
+nodes (``gang_first_member_alternatives``), and the cheapest total wins.
+
 A gang victim frees its resources on every node it occupies, so later members may land there.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies import cost, units
 from policies.model import (
@@ -44,6 +47,7 @@ class PlannerConfig:
     min_candidate_nodes_percentage: int = 10  # kube-scheduler DefaultPreemptionArgs default
     min_candidate_nodes_absolute: int = 100  # likewise
     search_budget: int = 20_000  # branch-and-bound steps per node
+    gang_first_member_alternatives: int = 2  # a gang's first member: also its 2nd, 3rd node
     record_rejections: bool = True
 
 
@@ -68,15 +72,18 @@ def nvlink_gpus(pod: Pod, node, allocatable_gpus: int) -> tuple[int | None, Reje
 class _Search:
     """Mutable working state of one ``plan`` call; never escapes it."""
 
-    def __init__(self, snapshot: Snapshot, priority: int, cfg: PlannerConfig) -> None:
+    def __init__(self, snapshot: Snapshot, builder: units.UnitBuilder, cfg: PlannerConfig,
+                 memo: dict) -> None:
         self.s = snapshot
         self.cfg = cfg
-        self.units = units.UnitBuilder(
-            snapshot, priority, drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds
-        )
+        self.units = builder  # its caches do not depend on what a search chose, so it is shared
         self.free: dict[str, Resources] = {}
         self.chosen: dict[str, units.Unit] = {}
         self.touched: set[str] = set()  # nodes where a chosen unit has pods
+        self.dirty: set[str] = set()  # nodes whose free or evictable pods this search changed
+        self.cost = 0.0  # lost work of everything chosen so far
+        self.first_cost = 0.0  # of the first member's victims alone
+        self.memo = memo  # what clean nodes yield, shared by every try of a plan
         self.rejections: list[NodeRejection] = []
         self.evaluated = 0
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
@@ -127,84 +134,130 @@ class _Search:
                 best = key
         return None if best is None else best[1]
 
-    def place(self, pod: Pod) -> str | None:
-        target = self.fit_without_preemption(pod)
-        if target is not None:
-            self.free[target] = self.free_on(target) - pod.requests
-            return target
+    def _scan(self, pod: Pod) -> list[tuple[float, int, str, Resources]]:
+        """Sample candidate nodes as kube-scheduler does: (bound, index, node, gap) for each,
+        cheapest bound first.
+
+        What a node yields depends only on the request and on that node's state, so nodes no
+        placement of this plan has changed come from the per-request memo that every try of
+        the plan shares.
+        """
         nodes = self.s.nodes
+        record = self.cfg.record_rejections
         limit = num_candidates(len(nodes), self.cfg)
         offset = zlib.crc32(pod.uid.encode()) % len(nodes)  # spreads load, deterministic
+        seen = self.memo.setdefault(("scan", pod.requests, pod.nvlink), {})
         candidates = []
         scanned = 0
         for scanned in range(1, len(nodes) + 1):
             i = (offset + scanned - 1) % len(nodes)
             node = nodes[i]
-            need, why = self.need_on(pod, node)
-            if need is None:
-                self.reject(pod, node.name, why)
+            name = node.name
+            clean = name not in self.dirty
+            got = seen.get(name) if clean else None
+            if got is None:
+                got = self._judge(pod, node)
+                if clean:
+                    seen[name] = got
+            if isinstance(got, RejectReason):
+                if record:
+                    self.reject(pod, name, got)
                 continue
-            free = self.free_on(node.name)
-            gap_gpus = max(0, need.gpus - free.gpus)
-            gap_cpu = max(0, need.cpu_milli - free.cpu_milli)
-            gap_mem = max(0, need.memory_mib - free.memory_mib)
-            ev = self.units.evictable_on(node.name)
-            if node.name in self.touched:  # an earlier member's victims were here: drop them
-                pieces, cpu, mem, gpus = [], 0, 0, 0
-                for rate, g, c, m, unit_id in ev.entries:
-                    if unit_id in self.chosen:
-                        continue
-                    cpu += c
-                    mem += m
-                    if g:
-                        gpus += g
-                        pieces.append((rate, g))
-                pieces.sort()
-            else:
-                pieces, cpu, mem, gpus = ev.pieces, ev.cpu_milli, ev.memory_mib, ev.gpus
-            if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
-                self.reject(pod, node.name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
-                continue
-            gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
-            bound = units.gpu_lower_bound(pieces, gap_gpus, presorted=True)
-            candidates.append((bound, i, node.name, gap))
+            candidates.append((got[0], i, name, got[1]))
             if len(candidates) >= limit:
                 break
-        if self.cfg.record_rejections:
+        if record:
             for k in range(scanned, len(nodes)):
                 name = nodes[(offset + k) % len(nodes)].name
                 self.reject(pod, name, RejectReason.NOT_SAMPLED)
         candidates.sort(key=lambda c: (c[0], c[1]))
-        best = None  # (cost, pdb, victims, node, cover, units there)
+        return candidates
+
+    def _judge(self, pod: Pod, node) -> RejectReason | tuple[float, Resources]:
+        """Why ``node`` cannot host ``pod`` even after preemption, or (a lower bound on the
+        lost work there, the resources still missing)."""
+        need, why = self.need_on(pod, node)
+        if need is None:
+            return why
+        free = self.free_on(node.name)
+        gap_gpus = max(0, need.gpus - free.gpus)
+        gap_cpu = max(0, need.cpu_milli - free.cpu_milli)
+        gap_mem = max(0, need.memory_mib - free.memory_mib)
+        ev = self.units.evictable_on(node.name)
+        if node.name in self.touched:  # an earlier member's victims were here: drop them
+            pieces, cpu, mem, gpus = [], 0, 0, 0
+            for rate, g, c, m, unit_id in ev.entries:
+                if unit_id in self.chosen:
+                    continue
+                cpu += c
+                mem += m
+                if g:
+                    gpus += g
+                    pieces.append((rate, g))
+            pieces.sort()
+        else:
+            pieces, cpu, mem, gpus = ev.pieces, ev.cpu_milli, ev.memory_mib, ev.gpus
+        if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
+            return RejectReason.NOT_ENOUGH_PREEMPTIBLE
+        gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
+        return units.gpu_lower_bound(pieces, gap_gpus, presorted=True), gap
+
+    def _cover(self, name: str, gap: Resources) -> tuple:
+        """The exact cover of ``gap`` on node ``name``, and the units there."""
+        clean = name not in self.dirty
+        got = self.memo.get(("cover", name, gap)) if clean else None
+        if got is None:
+            here = self.units.units_on(name, exclude=self.chosen)
+            got = (units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget),
+                   {u.id: u for u in here})
+            if clean:
+                self.memo[("cover", name, gap)] = got
+        return got
+
+    def place(self, pod: Pod, rank: int = 0) -> str | None:
+        """Place ``pod``, on the cheapest node to preempt on, or the ``rank``-th cheapest."""
+        target = self.fit_without_preemption(pod)
+        if target is not None:
+            self.free[target] = self.free_on(target) - pod.requests
+            self.dirty.add(target)
+            return target
+        if not self.cfg.record_rejections and not pod.requests.fits_in(
+                self.s.largest_allocatable):
+            return None  # fits on no node; with rejections recorded, each node says so
+        candidates = self._scan(pod)
+        top: list[tuple] = []  # the rank+1 best: (cost, pdb, victims, node, cover, units there)
         for bound, _, name, gap in candidates:
-            if best is not None and bound > best[0]:
+            if len(top) > rank and bound > top[-1][0]:
                 self.reject(pod, name, RejectReason.COSTLIER, f"loses at least {bound:.0f} GPU-s")
                 continue
             self.evaluated += 1
-            here = self.units.units_on(name, exclude=self.chosen)
-            cover = units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget)
+            cover, here = self._cover(name, gap)
             if cover is None:
                 self.reject(pod, name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 continue
             if cover.exhausted:
                 self.exhausted.append(name)
-            key = (cover.cost, cover.pdb_violations, cover.victims, name)
-            if best is None or key < best[:4]:
-                if best is not None:
-                    self.reject(pod, best[3], RejectReason.COSTLIER, f"loses {best[0]:.0f} GPU-s")
-                best = (*key, cover, {u.id: u for u in here})
-            else:
-                self.reject(pod, name, RejectReason.COSTLIER, f"loses {cover.cost:.0f} GPU-s")
-        if best is None:
+            top.append((cover.cost, cover.pdb_violations, cover.victims, name, cover, here))
+            top.sort(key=lambda t: t[:4])
+            if len(top) > rank + 1:
+                out = top.pop()
+                self.reject(pod, out[3], RejectReason.COSTLIER, f"loses {out[0]:.0f} GPU-s")
+        if len(top) <= rank:
             return None
-        name, cover, here_units = best[3], best[4], best[5]
+        for other in top[:rank]:
+            self.reject(pod, other[3], RejectReason.COSTLIER,
+                        f"loses {other[0]:.0f} GPU-s, but leaves the rest of the gang costlier")
+        name, cover, here_units = top[rank][3], top[rank][4], top[rank][5]
         for uid in cover.unit_ids:
             unit = here_units[uid]
             self.chosen[uid] = unit
+            self.cost += unit.cost
             for n, res in unit.release.items():
                 self.free[n] = self.free_on(n) + res
                 self.touched.add(n)
+                self.dirty.add(n)
         self.free[name] = self.free_on(name) - pod.requests
+        self.dirty.add(name)
         return name
 
 
@@ -230,6 +283,50 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
     return out
 
 
+def _place_members(
+    snapshot: Snapshot, members: Sequence[Pod], config: PlannerConfig,
+    builder: units.UnitBuilder, memo: dict, first_rank: int = 0, together: int = 1,
+    ceiling: float = float("inf"),
+) -> tuple[_Search, list[Placement], Pod | None]:
+    """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
+    ``together`` > 1, the first that many members share one node, freed by one joint cover.
+
+    Returns the search, the placements, and the member that fit nowhere (None when all fit),
+    or at which the lost work passed ``ceiling`` (a try that cannot win is given up).
+    """
+    search = _Search(snapshot, builder, config, memo)
+    placements = []
+    rest = list(members)
+    if together > 1:  # the first ``together`` members as one request, on one node
+        group, rest = rest[:together], rest[together:]
+        need = Resources()
+        for pod in group:
+            need = need + pod.requests
+        node = search.place(replace(group[0], requests=need), first_rank)
+        if node is None or search.cost > ceiling:
+            return search, placements, group[0]
+        placements.extend(Placement(pod_uid=pod.uid, node=node) for pod in group)
+        first_rank = 0
+    for k, pod in enumerate(rest):
+        node = search.place(pod, first_rank if k == 0 else 0)
+        if node is None or search.cost > ceiling:
+            return search, placements, pod
+        placements.append(Placement(pod_uid=pod.uid, node=node))
+        if not placements[:-1]:
+            search.first_cost = search.cost
+    return search, placements, None
+
+
+def _total(search: _Search) -> tuple[float, int, int]:
+    """(lost work, PDB violations, victims) of everything a search chose."""
+    chosen = list(search.chosen.values())
+    return (
+        sum(u.cost for u in chosen),
+        units.pdb_violations((p for u in chosen for p in u.pods), search.s.pdbs),
+        sum(len(u.pods) for u in chosen),
+    )
+
+
 def plan(
     snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig = PlannerConfig()
 ) -> Plan:
@@ -243,17 +340,34 @@ def plan(
             policy=POLICY, preemptor=uids, feasible=False, reason="the cluster has no nodes"
         )
     priority = min(p.priority for p in members)
-    search = _Search(snapshot, priority, config)
-    placements = []
-    for pod in members:
-        node = search.place(pod)
-        if node is None:
-            return Plan(
-                policy=POLICY, preemptor=uids, feasible=False,
-                reason=f"{pod.name} fits nowhere even after preempting every eligible victim",
-                rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
-            )
-        placements.append(Placement(pod_uid=pod.uid, node=node))
+    builder = units.UnitBuilder(
+        snapshot, priority, drain=config.drain, max_checkpoint_seconds=config.max_checkpoint_seconds
+    )
+    memo: dict = {}
+    search, placements, stuck = _place_members(snapshot, members, config, builder, memo)
+    if stuck is not None:
+        return Plan(
+            policy=POLICY, preemptor=uids, feasible=False,
+            reason=f"{stuck.name} fits nowhere even after preempting every eligible victim",
+            rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
+        )
+    evaluated = search.evaluated
+    if len(members) > 1 and search.cost > search.first_cost:
+        # Members are placed one by one, so the cheapest node for the first can force costly
+        # ones on the rest: one big victim that frees room for several members looks dear to
+        # the first alone. Also try the first on its next-cheapest nodes, and the first two,
+        # three... members together on one node; keep the best total. Every such try costs at
+        # least the first member's cheapest cover, so when the later members cost nothing
+        # there is nothing to gain.
+        tries = [(rank, 1) for rank in range(1, config.gang_first_member_alternatives + 1)]
+        if not any(p.nvlink is NvlinkNeed.REQUIRED and p.gpus > 1 for p in members):
+            tries += [(0, k) for k in range(2, len(members) + 1)]
+        for rank, together in tries:
+            alt, alt_placements, alt_stuck = _place_members(
+                snapshot, members, config, builder, memo, rank, together, search.cost)
+            evaluated += alt.evaluated
+            if alt_stuck is None and _total(alt) < _total(search):
+                search, placements = alt, alt_placements
     groups = _groups(list(search.chosen.values()), config)
     drains = [v.checkpoint_seconds for g in groups for v in g.victims if v.drain]
     victim_pods = [p for u in search.chosen.values() for p in u.pods]
@@ -279,5 +393,5 @@ def plan(
         pdb_violations=units.pdb_violations(victim_pods, snapshot.pdbs),
         drain_deadline=snapshot.now + max(drains) if drains else (snapshot.now if groups else None),
         rejections=tuple(search.rejections),
-        nodes_evaluated=search.evaluated,
+        nodes_evaluated=evaluated,
     )

@@ -6,6 +6,7 @@ import pytest
 
 from policies import oracle, preemption
 from policies.model import CheckpointMode, NvlinkNeed
+from policies.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot, split_domains
 
 
@@ -95,19 +96,39 @@ def test_planner_matches_the_oracle_on_simple_cases(build, optimum, units):
     assert {g.gang or g.victims[0].uid for g in got.victim_groups} == units
 
 
-def test_greedy_gang_placement_can_cost_more_than_the_optimum():
-    # The first member takes the cheapest node (A, 4000); the second then needs a gang victim
-    # (4800) whose eviction alone would have placed both members.
+def test_gang_first_member_on_its_second_cheapest_node_when_that_is_cheaper_overall():
+    # Member by member, the first takes the cheapest node (A, 4000) and the second then needs
+    # a gang victim (4800) whose eviction alone places both: 8800. Trying the first member on
+    # its next-cheapest node finds the optimum, 4800.
     pods = [make_pod("lone", node="A", gpus=4, age=1000.0)]
     pods += gang("g", ["B", "C"], gpus=4, checkpoint_age=600.0)
     snap = snapshot([gpu_node(n, 4) for n in "ABC"], pods)
     members = gang("new", [None, None], gpus=4, priority=100)
     best = oracle.solve(snap, members)
-    got = preemption.plan(snap, members)
     assert best.lost_gpu_seconds == pytest.approx(4800.0)
-    assert got.feasible
-    assert got.lost_gpu_seconds >= best.lost_gpu_seconds
-    assert got.lost_gpu_seconds == pytest.approx(8800.0)
+    greedy = preemption.plan(snap, members, PlannerConfig(gang_first_member_alternatives=0))
+    assert greedy.lost_gpu_seconds == pytest.approx(8800.0)
+    got = preemption.plan(snap, members)
+    assert got.lost_gpu_seconds == pytest.approx(4800.0)
+    assert {v.name for v in got.victims} == {"g-0", "g-1"}
+    assert sorted(p.node for p in got.placements) == ["B", "C"]
+
+
+def test_gang_members_share_a_node_freed_by_one_victim():
+    # Two 2-GPU members. Alone, each is cheapest on node A (a 2-GPU pod, 2 x 1000 = 2000): the
+    # member-by-member plan evicts it, then the 4-GPU pod on A too (4 x 600 = 2400), 4400 in
+    # all. Placing both members together evicts only the 4-GPU pod and the 2-GPU one stays.
+    pods = [make_pod("small", node="A", gpus=2, age=1000.0),
+            make_pod("wide", node="A", gpus=4, age=600.0),
+            make_pod("busy", node="A", gpus=2, age=5000.0)]
+    snap = snapshot([gpu_node("A", 8)], pods)
+    members = gang("new", [None, None], gpus=2, priority=100)
+    best = oracle.solve(snap, members)
+    got = preemption.plan(snap, members)
+    assert best.lost_gpu_seconds == pytest.approx(2400.0)
+    assert got.lost_gpu_seconds == pytest.approx(2400.0)
+    assert [v.name for v in got.victims] == ["wide"]
+    assert [p.node for p in got.placements] == ["A", "A"]
 
 
 @pytest.mark.parametrize(
