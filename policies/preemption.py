@@ -19,6 +19,7 @@ A gang victim frees its resources on every node it occupies, so later members ma
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -47,7 +48,7 @@ class PlannerConfig:
     min_candidate_nodes_percentage: int = 10  # kube-scheduler DefaultPreemptionArgs default
     min_candidate_nodes_absolute: int = 100  # likewise
     search_budget: int = 20_000  # branch-and-bound steps per node
-    gang_first_member_alternatives: int = 2  # a gang's first member: also its 2nd, 3rd node
+    gang_first_member_alternatives: int = 1  # a gang's first member: also its 2nd node
     record_rejections: bool = True
 
 
@@ -118,8 +119,15 @@ class _Search:
         r = pod.requests
         simple = pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1
         free = self.s.free_by_node
+        if r.gpus > 0:  # only nodes with enough free GPUs, from the index, and those changed
+            pool = self.s.free_gpus_index
+            names = {name for _, name in pool[bisect.bisect_left(pool, (r.gpus, "")):]}
+            by_name = self.s.node_by_name
+            nodes = [by_name[n] for n in sorted(names.union(self.free))]
+        else:
+            nodes = self.s.nodes
         best = None
-        for node in self.s.nodes:
+        for node in nodes:
             f = self.free.get(node.name) or free[node.name]
             if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib:
                 continue

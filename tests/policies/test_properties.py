@@ -273,6 +273,7 @@ def test_restricted_snapshot_is_the_same_as_one_built_from_scratch(case, data):
     assert got.pods_on_node == want.pods_on_node
     assert got.free_by_node == want.free_by_node and got.gangs == want.gangs
     assert got.largest_allocatable == want.largest_allocatable
+    assert got.free_gpus_index == want.free_gpus_index
     assert got.pod_by_uid == want.pod_by_uid and got.node_by_name == want.node_by_name
     for key in got.gangs:
         assert got.gang_pods(key) == want.gang_pods(key)
