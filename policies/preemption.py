@@ -11,10 +11,9 @@ first, on a working copy of free capacity so later members see earlier choices):
    (``units.min_cover``), stopping once the bound exceeds the best plan found;
 5. pick the node minimising (lost work, PDB violations, victims, name).
 
-For a gang, the whole placement is repeated with the first member on its 2nd and 3rd cheapest
-nodes (``gang_first_member_alternatives``), and the cheapest total wins.
-
-A gang victim frees its resources on every node it occupies, so later members may land there.
+For a gang, the placement is also tried with the first member on its next-cheapest node
+(``gang_first_member_alternatives``) and with the first 2, 3, ... members packed onto one
+node by a single joint cover; the cheapest total wins. Tries share what unchanged nodes yield.
 """
 
 from __future__ import annotations
