@@ -5,7 +5,7 @@ random priority, checkpoint age and mode (some in gangs of 2–3), and a pending
 2-member gang of higher priority. The oracle enumerates eviction sets in cost order. Prints
 one JSON line: median, p95 and worst ratio over instances where both find a plan and the
 optimum loses work, plus how often the planner misses a plan the oracle finds.
-Usage: python bench/optimality.py [--n 1000] [--seed 7]
+Usage: python bench/optimality.py [--n 1000] [--seed 7] [--gang-sizes 2]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from policies.model import CheckpointMode, Node, Pod, Resources, Snapshot
 NOW = 1_000_000.0
 
 
-def instance(rng: random.Random) -> tuple[Snapshot, list[Pod]]:
+def instance(rng: random.Random, gang_sizes: tuple[int, ...] = (2,)) -> tuple[Snapshot, list[Pod]]:
     nodes, pods = [], []
     for i in range(rng.randint(2, 8)):
         gpus = rng.choice((4, 8))
@@ -50,7 +50,7 @@ def instance(rng: random.Random) -> tuple[Snapshot, list[Pod]]:
             checkpoint_seconds=rng.uniform(30, 300), gang=gang if gang_left else None,
         ))
         gang_left = max(0, gang_left - 1)
-    size = rng.choice((1, 1, 1, 2))
+    size = rng.choice((1,) * 3 * len(gang_sizes) + gang_sizes)  # a quarter are gangs
     g = rng.choice((1, 2, 4, 8))
     pre = [
         Pod(uid=f"pre{m}", name=f"pre{m}", priority=500,
@@ -65,13 +65,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--gang-sizes", default="2",
+                    help="comma-separated sizes of preemptor gangs (a quarter of instances)")
     args = ap.parse_args()
+    gang_sizes = tuple(int(x) for x in args.gang_sizes.split(","))
     rng = random.Random(args.seed)
     cfg = preemption.PlannerConfig(drain=True)
     ratios, misses, both_none, zero_opt, too_big, solved = [], 0, 0, 0, 0, 0
     started = time.monotonic()
     while solved + too_big < args.n:
-        snap, pre = instance(rng)
+        snap, pre = instance(rng, gang_sizes)
         try:
             best = oracle.solve(snap, pre, cfg)
         except oracle.OracleLimit:
@@ -106,6 +109,7 @@ def main() -> None:
         "optimum_zero_cost": zero_opt,
         "target_median": 1.05,
         "seed": args.seed,
+        "gang_sizes": list(gang_sizes),
         "wall_seconds": round(time.monotonic() - started, 1),
     }))
 
