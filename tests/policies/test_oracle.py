@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies import oracle, preemption
-from policies.model import CheckpointMode, NvlinkNeed
+from policies.model import CheckpointMode, NvlinkNeed, RejectReason
 from policies.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot, split_domains
 
@@ -112,6 +112,9 @@ def test_gang_first_member_on_its_second_cheapest_node_when_that_is_cheaper_over
     assert got.lost_gpu_seconds == pytest.approx(4800.0)
     assert {v.name for v in got.victims} == {"g-0", "g-1"}
     assert sorted(p.node for p in got.placements) == ["B", "C"]
+    # the explanation says why the first member's cheapest node was passed over
+    passed = [r for r in got.rejections if r.node == "A" and "rest of the gang" in r.detail]
+    assert [r.reason for r in passed] == [RejectReason.COSTLIER]
 
 
 def test_gang_members_share_a_node_freed_by_one_victim():
