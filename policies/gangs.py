@@ -64,9 +64,10 @@ def _lookup(key: str, labels: Mapping[str, str], annotations: Mapping[str, str])
 
 
 def parse_total(key: str, value: str) -> int:
-    if not _COUNT.fullmatch(value.strip()) or int(value) > MAX_GANG_SIZE:
+    v = value.strip()  # what is checked is what is converted (str.strip drops more than int)
+    if not _COUNT.fullmatch(v) or int(v) > MAX_GANG_SIZE:
         raise GangError(key, value, f"must be an integer between 1 and {MAX_GANG_SIZE}")
-    return int(value)
+    return int(v)
 
 
 def detect(

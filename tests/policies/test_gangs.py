@@ -146,6 +146,8 @@ def test_trailing_newline_in_a_name_is_malformed():
         pytest.param("1", 1, id="one"),
         pytest.param("8", 8, id="eight"),
         pytest.param(" 8 ", 8, id="blanks stripped"),
+        # str.strip drops \x1f but int() does not: this one once escaped as a ValueError
+        pytest.param("1\x1f", 1, id="control whitespace stripped before converting"),
         pytest.param(str(MAX_GANG_SIZE), MAX_GANG_SIZE, id="the maximum"),
     ],
 )
