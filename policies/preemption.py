@@ -207,7 +207,7 @@ class _Search:
         if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
             return RejectReason.NOT_ENOUGH_PREEMPTIBLE
         gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
-        return units.gpu_lower_bound(pieces, gap_gpus, presorted=True), gap
+        return units.gpu_lower_bound(pieces, gap_gpus), gap
 
     def _cover(self, name: str, gap: Resources) -> tuple:
         """The exact cover of ``gap`` on node ``name``, and the units there."""
@@ -319,7 +319,7 @@ def _place_members(
         if node is None or search.cost > ceiling:
             return search, placements, pod
         placements.append(Placement(pod_uid=pod.uid, node=node))
-        if not placements[:-1]:
+        if len(placements) == 1:  # only the first member placed so far
             search.first_cost = search.cost
     return search, placements, None
 

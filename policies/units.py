@@ -172,19 +172,18 @@ def deficit(need: Resources, free: Resources) -> Resources:
     )
 
 
-def gpu_lower_bound(
-    pieces: list[tuple[float, int]], need_gpus: int, *, presorted: bool = False
-) -> float:
+def gpu_lower_bound(pieces: list[tuple[float, int]], need_gpus: int) -> float:
     """Fractional-knapsack bound on the cost of freeing ``need_gpus`` GPUs.
 
-    ``pieces`` are (GPU-seconds lost per GPU, GPUs) for each evictable pod on the node. A unit
+    ``pieces`` are (GPU-seconds lost per GPU, GPUs) for each evictable pod on the node, sorted
+    cheapest first (``Evictable.pieces`` already is). A unit
     costs at least the sum of its pods' own losses, so relaxing units into pods keeps this a
     lower bound on the exact cover.
     """
     if need_gpus <= 0:
         return 0.0
     bound, left = 0.0, need_gpus
-    for rate, gpus in pieces if presorted else sorted(pieces):
+    for rate, gpus in pieces:
         take = min(gpus, left)
         bound += rate * take
         left -= take
