@@ -35,7 +35,7 @@ from tenacity import (
 )
 
 from controller.convert import ADMISSION_GATE, PodInfo
-from policies import drain
+from policies import lifecycle
 
 log = logging.getLogger("ckpt_preempt.actions")
 COMPONENT = "ckpt-preempt.io/controller"
@@ -78,16 +78,16 @@ class Actions:
         self._on_retry = on_retry or (lambda: None)
 
     # ------------------------------------------------------------------------------ the plan
-    def write_plan(self, pod: PodInfo, record: drain.PlanRecord, previous: str | None) -> None:
-        new = drain.plan_to_annotation(record)
+    def write_plan(self, pod: PodInfo, record: lifecycle.PlanRecord, previous: str | None) -> None:
+        new = lifecycle.plan_to_annotation(record)
         try:
             if previous is None:
                 body = {"metadata": {"resourceVersion": pod.resource_version,
-                                     "annotations": {drain.PLAN_ANNOTATION: new}}}
+                                     "annotations": {lifecycle.PLAN_ANNOTATION: new}}}
                 self.core.patch_namespaced_pod(pod.name, pod.namespace, body,
                                                _content_type=MERGE)
             else:
-                path = "/metadata/annotations/" + drain.PLAN_ANNOTATION.replace("/", "~1")
+                path = "/metadata/annotations/" + lifecycle.PLAN_ANNOTATION.replace("/", "~1")
                 ops = [{"op": "test", "path": path, "value": previous},
                        {"op": "replace", "path": path, "value": new}]
                 self.core.patch_namespaced_pod(pod.name, pod.namespace, ops,
@@ -98,11 +98,11 @@ class Actions:
             raise
 
     # --------------------------------------------------------------------------- the victims
-    def request_checkpoint(self, pod: PodInfo, request: drain.DrainRequest) -> bool:
-        if pod.deleting or drain.drain_requested(pod.annotations, request.plan):
+    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest) -> bool:
+        if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
             return False
         body = {"metadata": {"annotations": {
-            drain.DRAIN_ANNOTATION: drain.drain_to_annotation(request)}}}
+            lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(request)}}}
         self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _content_type=MERGE)
         return True
 

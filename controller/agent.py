@@ -34,7 +34,7 @@ from pathlib import Path
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from policies import drain
+from policies import lifecycle
 
 log = logging.getLogger("ckpt_preempt.agent")
 LAST_CHECKPOINT = "ckpt-preempt.io/last-checkpoint"
@@ -49,7 +49,7 @@ class Hook:
     """Starts a checkpoint. Returns True when it is saved already, False when the workload will
     report completion itself (SDK ``done``). Raises on failure (the agent does not ack)."""
 
-    def __call__(self, request: drain.DrainRequest) -> bool:
+    def __call__(self, request: lifecycle.DrainRequest) -> bool:
         raise NotImplementedError
 
 
@@ -57,7 +57,7 @@ class Hook:
 class ExecHook(Hook):
     command: str
 
-    def __call__(self, request: drain.DrainRequest) -> bool:
+    def __call__(self, request: lifecycle.DrainRequest) -> bool:
         env = {**os.environ, "CKPT_PREEMPT_PLAN": request.plan,
                "CKPT_PREEMPT_DEADLINE": rfc3339(request.deadline)}
         timeout = max(1.0, request.deadline - time.time())
@@ -71,7 +71,7 @@ class ExecHook(Hook):
 class HttpHook(Hook):
     url: str
 
-    def __call__(self, request: drain.DrainRequest) -> bool:
+    def __call__(self, request: lifecycle.DrainRequest) -> bool:
         body = json.dumps({"plan": request.plan, "deadline": rfc3339(request.deadline)}).encode()
         req = urllib.request.Request(self.url, data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -86,7 +86,7 @@ class SignalHook(Hook):
     pidfile: str | None = None
     signum: int = signal.SIGUSR1
 
-    def __call__(self, request: drain.DrainRequest) -> bool:
+    def __call__(self, request: lifecycle.DrainRequest) -> bool:
         pid = self.pid if self.pid is not None else int(Path(self.pidfile).read_text().strip())
         os.kill(pid, self.signum)
         return False
@@ -98,7 +98,7 @@ class CheckpointAgent:
         self.core = client.CoreV1Api(api)
         self.namespace, self.name, self.hook = namespace, name, hook
         self.listen = listen
-        self.current: drain.DrainRequest | None = None
+        self.current: lifecycle.DrainRequest | None = None
         self.acked: set[str] = set()
         self._lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
@@ -114,7 +114,8 @@ class CheckpointAgent:
             req = self.current
             if req is None or (plan is not None and plan != req.plan) or req.plan in self.acked:
                 return False
-            self._patch({drain.DONE_ANNOTATION: req.plan, LAST_CHECKPOINT: rfc3339(time.time())})
+            self._patch({lifecycle.DONE_ANNOTATION: req.plan,
+                         LAST_CHECKPOINT: rfc3339(time.time())})
             self.acked.add(req.plan)
         log.info("checkpoint acknowledged", extra={"plan": req.plan, "pod": self.name})
         return True
@@ -124,15 +125,15 @@ class CheckpointAgent:
 
     # ---------------------------------------------------------------------- drain requests
     def on_pod(self, pod: client.V1Pod) -> None:
-        raw = (pod.metadata.annotations or {}).get(drain.DRAIN_ANNOTATION)
+        raw = (pod.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
         if raw is None:
             return
         try:
-            req = drain.drain_from_annotation(raw)
-        except drain.DrainFormatError as e:
-            log.warning("ignoring malformed %s: %s", drain.DRAIN_ANNOTATION, e)
+            req = lifecycle.drain_from_annotation(raw)
+        except lifecycle.DrainFormatError as e:
+            log.warning("ignoring malformed %s: %s", lifecycle.DRAIN_ANNOTATION, e)
             return
-        done = (pod.metadata.annotations or {}).get(drain.DONE_ANNOTATION)
+        done = (pod.metadata.annotations or {}).get(lifecycle.DONE_ANNOTATION)
         with self._lock:
             if done == req.plan:
                 self.acked.add(req.plan)
@@ -142,7 +143,7 @@ class CheckpointAgent:
         log.info("checkpoint requested", extra={"plan": req.plan, "pod": self.name})
         threading.Thread(target=self._run_hook, args=(req,), daemon=True).start()
 
-    def _run_hook(self, req: drain.DrainRequest) -> None:
+    def _run_hook(self, req: lifecycle.DrainRequest) -> None:
         if self.hook is None:
             return  # the workload polls GET /drain through the SDK
         try:

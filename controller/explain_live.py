@@ -20,7 +20,7 @@ from kubernetes import client
 from controller import convert
 from controller.config import Config
 from policies import annotations as ann
-from policies import drain, kube_default, preemption
+from policies import kube_default, lifecycle, preemption
 from policies.model import Plan
 
 
@@ -34,7 +34,7 @@ class Explanation:
     members: tuple[str, ...]  # the whole gang when the pod belongs to one
     plan: Plan
     kube_default: Plan
-    persisted: drain.PlanRecord | None  # the plan the controller is executing, if any
+    persisted: lifecycle.PlanRecord | None  # the plan the controller is executing, if any
     warnings: tuple[str, ...]
 
 
@@ -72,13 +72,13 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
         drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds))
     theirs = kube_default.plan(snap, mpods, kube_default.KubeDefaultConfig(seed=0))
     persisted = None
-    raw = target.annotations.get(drain.PLAN_ANNOTATION)
+    raw = target.annotations.get(lifecycle.PLAN_ANNOTATION)
     warnings = [w for p in members for w in conv.problems.get(p.uid, ())]
     if raw:
         try:
-            persisted = drain.plan_from_annotation(raw)
-        except drain.PlanFormatError as e:
-            warnings.append(f"{drain.PLAN_ANNOTATION}: {e}")
+            persisted = lifecycle.plan_from_annotation(raw)
+        except lifecycle.PlanFormatError as e:
+            warnings.append(f"{lifecycle.PLAN_ANNOTATION}: {e}")
     if target.node:
         warnings.append(f"the pod is already bound to {target.node}; shown: a plan as if pending")
     return Explanation(pod=target.key, members=tuple(p.key for p in members), plan=ours,

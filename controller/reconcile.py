@@ -4,7 +4,7 @@ One ``tick()`` reads the watch cache (never the API server, except inside the na
 so a pass is cheap and a restarted controller rebuilds everything from annotations:
 
 1. **Active plans.** Every pod carrying a non-terminal ``ckpt-preempt.io/plan`` is advanced with
-   ``policies.drain.next_step``. Transitions are written first, then the step's action runs.
+   ``policies.lifecycle.next_step``. Transitions are written first, then the step's action runs.
 2. **New preemptors**, in queue order (priority, then gang size, then age, then uid):
    (a) pods ``PodScheduled=False/Unschedulable`` with ``preemptionPolicy: Never``;
    (b) gangs whose members carry the ``ckpt-preempt.io/admission`` gate, once every member of
@@ -41,8 +41,8 @@ from controller.convert import ADMISSION_GATE, PodInfo
 from controller.metrics import Metrics
 from controller.watch import ClusterCache
 from policies import annotations as ann
-from policies import drain, kube_default, preemption
-from policies.drain import Mode, PlanRecord, State, StepKind
+from policies import kube_default, lifecycle, preemption
+from policies.lifecycle import Mode, PlanRecord, State, StepKind
 from policies.model import Plan
 
 log = logging.getLogger("ckpt_preempt.reconcile")
@@ -121,13 +121,13 @@ class Reconciler:
         active: list[tuple[PodInfo, PlanRecord, str]] = []
         previous: dict[str, str] = {}  # anchor uid -> its terminal or malformed plan value
         for p in pods:
-            raw = p.annotations.get(drain.PLAN_ANNOTATION)
+            raw = p.annotations.get(lifecycle.PLAN_ANNOTATION)
             if raw is None:
                 continue
             try:
-                record = drain.plan_from_annotation(raw)
-            except drain.PlanFormatError as e:
-                self._warn_once(p, "InvalidPlan", f"{drain.PLAN_ANNOTATION}: {e}; ignored "
+                record = lifecycle.plan_from_annotation(raw)
+            except lifecycle.PlanFormatError as e:
+                self._warn_once(p, "InvalidPlan", f"{lifecycle.PLAN_ANNOTATION}: {e}; ignored "
                                 "(nothing is evicted for it); the pod may be planned anew")
                 previous[p.uid] = raw
                 continue
@@ -169,10 +169,10 @@ class Reconciler:
         records: dict[str, tuple[PlanRecord, list[PodInfo]]] = {}
         by_uid = {p.uid: p for p in pods}
         for p in pods:
-            raw = p.annotations.get(drain.PLAN_ANNOTATION)
+            raw = p.annotations.get(lifecycle.PLAN_ANNOTATION)
             if raw:
-                with contextlib.suppress(drain.PlanFormatError):
-                    r = drain.plan_from_annotation(raw)
+                with contextlib.suppress(lifecycle.PlanFormatError):
+                    r = lifecycle.plan_from_annotation(raw)
                     records[r.id] = (r, [by_uid[pl.uid] for pl in r.placements
                                          if pl.uid in by_uid])
         for node in self.cache.nodes.items():
@@ -197,17 +197,17 @@ class Reconciler:
                         log.info("reservation on %s not lifted yet: %s", node.name, e)
 
     # ------------------------------------------------------------------------- active plans
-    def _observe(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> drain.Observed:
+    def _observe(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> lifecycle.Observed:
         victims = {}
         for v in r.victims:
             p = by_uid.get(v.uid)
             if p is None:
                 continue
-            victims[v.uid] = drain.VictimObs(
+            victims[v.uid] = lifecycle.VictimObs(
                 uid=p.uid, node=p.node,
                 terminating=p.deleting or (r.id, v.uid) in self.mem.evicted,
-                acked=drain.acked(p.annotations, r.id),
-                drain_requested=drain.drain_requested(p.annotations, r.id)
+                acked=lifecycle.acked(p.annotations, r.id),
+                drain_requested=lifecycle.drain_requested(p.annotations, r.id)
                 or (r.id, v.uid) in self.mem.requested)
         preemptors = {}
         for pl in r.placements:
@@ -221,23 +221,23 @@ class Reconciler:
             reserved = not self.cfg.reserve_nodes or (r.id, p.uid) in self.mem.reserved or (
                 has_reservation_toleration(p, r.id) and node is not None
                 and node_reserved_for(node.taints, r.id))
-            preemptors[pl.uid] = drain.PreemptorObs(uid=p.uid, node=p.node, steered=steered,
+            preemptors[pl.uid] = lifecycle.PreemptorObs(uid=p.uid, node=p.node, steered=steered,
                                                     reserved=reserved)
-        return drain.Observed(victims=victims, preemptors=preemptors)
+        return lifecycle.Observed(victims=victims, preemptors=preemptors)
 
     def _advance(self, anchor: PodInfo, r: PlanRecord, raw: str,
                  by_uid: Mapping[str, PodInfo], now: float) -> None:
         for _ in range(8):  # transitions chain within a pass; one action ends it
             observed = self._observe(r, by_uid)
             self._report_acks(r, observed, by_uid)
-            step = drain.next_step(r, observed, now)
+            step = lifecycle.next_step(r, observed, now)
             if step.kind is StepKind.TRANSITION:
                 new = r.with_state(step.to_state, step.reason)
                 self.actions.write_plan(anchor, new, previous=raw)
                 log.info("plan %s: %s -> %s (%s)", r.id, r.state, new.state, step.reason,
                          extra={"plan": r.id, "pod": anchor.key})
                 self._on_transition(anchor, r, new, observed, by_uid, now)
-                r, raw = new, drain.plan_to_annotation(new)
+                r, raw = new, lifecycle.plan_to_annotation(new)
                 continue
             if step.kind is StepKind.REQUEST_CHECKPOINT:
                 self._request(r, step.victims, by_uid, now)
@@ -253,7 +253,7 @@ class Reconciler:
                 continue  # evict in the same pass: the reservation is in place
             return
 
-    def _report_acks(self, r: PlanRecord, observed: drain.Observed,
+    def _report_acks(self, r: PlanRecord, observed: lifecycle.Observed,
                      by_uid: Mapping[str, PodInfo]) -> None:
         if r.state is not State.DRAINING:
             return
@@ -264,7 +264,7 @@ class Reconciler:
                                   f"checkpoint for plan {r.id} acknowledged")
 
     def _on_transition(self, anchor: PodInfo, old: PlanRecord, new: PlanRecord,
-                       observed: drain.Observed, by_uid: Mapping[str, PodInfo],
+                       observed: lifecycle.Observed, by_uid: Mapping[str, PodInfo],
                        now: float) -> None:
         if new.state is State.EVICTING:
             self.metrics.drain_seconds.observe(max(0.0, now - old.created))
@@ -295,13 +295,13 @@ class Reconciler:
 
     def _request(self, r: PlanRecord, uids: tuple[str, ...], by_uid: Mapping[str, PodInfo],
                  now: float) -> None:
-        req = drain.DrainRequest(plan=r.id, requested=now, deadline=r.deadline)
+        req = lifecycle.DrainRequest(plan=r.id, requested=now, deadline=r.deadline)
         for uid in uids:
             p = by_uid[uid]
             if self.actions.request_checkpoint(p, req):
                 self.actions.emit(p, "CheckpointRequested",
                                   f"plan {r.id}: please checkpoint before "
-                                  f"{drain.drain_to_annotation(req)}")
+                                  f"{lifecycle.drain_to_annotation(req)}")
             self.mem.requested.add((r.id, uid))
 
     def _evict(self, anchor: PodInfo, r: PlanRecord, uids: tuple[str, ...],
@@ -416,7 +416,7 @@ class Reconciler:
                 reserved |= {pl.node for pl in record.placements}
                 busy |= record.victim_uids
                 with contextlib.suppress(Conflict):  # the next pass re-reads and resumes
-                    self._advance(cand.anchor, record, drain.plan_to_annotation(record), by_uid,
+                    self._advance(cand.anchor, record, lifecycle.plan_to_annotation(record), by_uid,
                                   now)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
@@ -472,10 +472,10 @@ class Reconciler:
             id=f"{int(now):x}-{uuid.uuid4().hex[:8]}", state=State.PLANNED, mode=cand.mode,
             created=now, deadline=max(deadline, now),
             evict_by=max(deadline, now) + self.cfg.eviction_timeout_seconds,
-            placements=tuple(drain.PlannedPlacement(
+            placements=tuple(lifecycle.PlannedPlacement(
                 uid=pl.pod_uid, namespace=pods[pl.pod_uid].namespace,
                 name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
-            victims=tuple(drain.PlannedVictim(uid=v.uid, namespace=v.namespace, name=v.name,
+            victims=tuple(lifecycle.PlannedVictim(uid=v.uid, namespace=v.namespace, name=v.name,
                                               node=v.node, drain=v.drain)
                           for v in plan.victims),
             lost_gpu_seconds=plan.lost_gpu_seconds,

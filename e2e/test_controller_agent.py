@@ -21,22 +21,22 @@ from e2e.test_controller_support import (
     start_agent,
     user_kubeconfig,
 )
-from policies import drain
+from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 
 
 def _request(cluster, namespace, pod, plan):
     now = time.time()
-    raw = drain.drain_to_annotation(drain.DrainRequest(plan=plan, requested=now,
+    raw = lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan=plan, requested=now,
                                                        deadline=now + 30))
     cluster.core.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {
-        drain.DRAIN_ANNOTATION: raw}}})
+        lifecycle.DRAIN_ANNOTATION: raw}}})
 
 
 def _acked(cluster, namespace, pod, plan):
     ann = cluster.core.read_namespaced_pod(pod, namespace).metadata.annotations or {}
-    return ann.get(drain.DONE_ANNOTATION) == plan or kube.NotYet(str(ann))
+    return ann.get(lifecycle.DONE_ANNOTATION) == plan or kube.NotYet(str(ann))
 
 
 def _up(port):
@@ -89,7 +89,7 @@ def test_agent_acknowledges_through_each_hook(cluster, namespace, tmp_path, hook
         # a repeated request for the same plan is not run twice; a malformed one is ignored
         _request(cluster, namespace, "w", "plan-1")
         cluster.core.patch_namespaced_pod("w", namespace, {"metadata": {"annotations": {
-            drain.DRAIN_ANNOTATION: "{oops"}}})
+            lifecycle.DRAIN_ANNOTATION: "{oops"}}})
         time.sleep(2)
         if hook == "http":
             assert len(seen) == 1

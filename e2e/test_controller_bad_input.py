@@ -19,7 +19,7 @@ from e2e.test_controller_support import (
     rfc3339,
     running_controller,
 )
-from policies import drain
+from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +51,7 @@ def test_malformed_annotations_warn_and_choose_safely(cluster, namespace, pool, 
         with running_controller(cluster, config_for(namespace)) as ctl:
             kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER,
-                            annotations={drain.PLAN_ANNOTATION: broken})
+                            annotations={lifecycle.PLAN_ANNOTATION: broken})
             pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
             assert ctl.metrics.loop_errors._value.get() == 0
         warnings = {(e.involved_object.name, e.reason) for e in pod_events(cluster, namespace)
@@ -61,8 +61,8 @@ def test_malformed_annotations_warn_and_choose_safely(cluster, namespace, pool, 
         assert exists(cluster, namespace, "innocent")
         assert exists(cluster, namespace, "garbled")  # no checkpoint information: not cheaper
         assert pod.spec.node_name == nodes[1]
-        plan = drain.plan_from_annotation(cluster.core.read_namespaced_pod(
-            "big", namespace).metadata.annotations[drain.PLAN_ANNOTATION])
+        plan = lifecycle.plan_from_annotation(cluster.core.read_namespaced_pod(
+            "big", namespace).metadata.annotations[lifecycle.PLAN_ANNOTATION])
         assert [v.name for v in plan.victims] == ["honest"]
     finally:
         kube.delete_nodes(cluster, [other])

@@ -28,7 +28,7 @@ from e2e.test_controller_support import (
     start_controller_process,
     user_kubeconfig,
 )
-from policies import drain
+from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 
@@ -52,9 +52,9 @@ def wait_plan_done(cluster, namespace, name, timeout=60):
     """The plan persisted on the preemptor, once it reads Done."""
     def done():
         raw = (cluster.core.read_namespaced_pod(name, namespace).metadata.annotations
-               or {}).get(drain.PLAN_ANNOTATION)
-        rec = drain.plan_from_annotation(raw) if raw else None
-        return rec if rec and rec.state is drain.State.DONE else kube.NotYet(
+               or {}).get(lifecycle.PLAN_ANNOTATION)
+        rec = lifecycle.plan_from_annotation(raw) if raw else None
+        return rec if rec and rec.state is lifecycle.State.DONE else kube.NotYet(
             f"plan={rec and rec.state}")
     return kube.wait_for("the plan to reach Done", done, timeout=timeout)
 
@@ -129,11 +129,11 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
 
         def draining():
             pod = cluster.core.read_namespaced_pod("big", namespace)
-            raw = (pod.metadata.annotations or {}).get(drain.PLAN_ANNOTATION)
-            rec = drain.plan_from_annotation(raw) if raw else None
-            asked = drain.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
+            raw = (pod.metadata.annotations or {}).get(lifecycle.PLAN_ANNOTATION)
+            rec = lifecycle.plan_from_annotation(raw) if raw else None
+            asked = lifecycle.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
                 "victim", namespace).metadata.annotations or {})
-            return rec if rec and rec.state is drain.State.DRAINING and asked else \
+            return rec if rec and rec.state is lifecycle.State.DRAINING and asked else \
                 kube.NotYet(f"plan={rec and rec.state} asked={asked}")
         before = kube.wait_for("the plan to be Draining", draining, timeout=60)
     finally:
@@ -148,7 +148,7 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
         after = wait_plan_done(cluster, namespace, "big")
     finally:
         _stop(second)
-    assert after.id == before.id and after.state is drain.State.DONE
+    assert after.id == before.id and after.state is lifecycle.State.DONE
     assert [v.name for v in after.victims] == ["victim"]
     assert pod.spec.node_name == nodes[0]
     assert exists(cluster, namespace, "other")
@@ -214,9 +214,9 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
     try:
         kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
         kube.wait_event(cluster, namespace, "EvictionBlocked", name="big", timeout=60)
-        rec = drain.plan_from_annotation(cluster.core.read_namespaced_pod(
-            "big", namespace).metadata.annotations[drain.PLAN_ANNOTATION])
-        assert rec.state is drain.State.EVICTING
+        rec = lifecycle.plan_from_annotation(cluster.core.read_namespaced_pod(
+            "big", namespace).metadata.annotations[lifecycle.PLAN_ANNOTATION])
+        assert rec.state is lifecycle.State.EVICTING
     finally:
         first.kill()
         first.wait()
@@ -228,7 +228,7 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
         after = wait_plan_done(cluster, namespace, "big")
     finally:
         _stop(second)
-    assert after.id == rec.id and after.state is drain.State.DONE
+    assert after.id == rec.id and after.state is lifecycle.State.DONE
     evicted = [e.involved_object.name for e in pod_events(cluster, namespace)
                if e.reason == "Evicted"]
     assert evicted == ["held"]

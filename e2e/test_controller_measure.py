@@ -31,7 +31,7 @@ from e2e.test_controller_support import (
     running_controller,
     start_controller_process,
 )
-from policies import drain
+from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 RUNS = int(os.environ.get("CKPT_E2E_ACK_RUNS", "20"))
@@ -70,12 +70,12 @@ def test_ack_to_bound_latency_and_race(cluster, namespace, pool, gpu_nodes, rese
 
             def asked(i=i):
                 ann = c.core.read_namespaced_pod(f"v{i}", namespace).metadata.annotations or {}
-                raw = ann.get(drain.DRAIN_ANNOTATION)
-                return drain.drain_from_annotation(raw).plan if raw else None
+                raw = ann.get(lifecycle.DRAIN_ANNOTATION)
+                return lifecycle.drain_from_annotation(raw).plan if raw else None
             plan = kube.wait_for(f"drain request on v{i}", asked, timeout=60)
             t_ack = time.monotonic()
             c.core.patch_namespaced_pod(f"v{i}", namespace, {"metadata": {"annotations": {
-                drain.DONE_ANNOTATION: plan}}})
+                lifecycle.DONE_ANNOTATION: plan}}})
 
             def bound(i=i):
                 p = c.core.read_namespaced_pod(f"p{i}", namespace)

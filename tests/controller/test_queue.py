@@ -8,7 +8,7 @@ import pytest
 
 from controller import convert
 from controller.reconcile import Candidate, cycle_objects_frozen
-from policies.drain import Mode
+from policies.lifecycle import Mode
 from tests.controller.test_convert import pod_json
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import drain
-from policies.drain import (
+from policies import lifecycle
+from policies.lifecycle import (
     Mode,
     Observed,
     PlannedPlacement,
@@ -112,7 +112,7 @@ CASES = [
 
 @pytest.mark.parametrize(("record", "observed", "now", "kind", "to_state", "victims"), CASES)
 def test_next_step(record, observed, now, kind, to_state, victims):
-    step = drain.next_step(record, observed, now)
+    step = lifecycle.next_step(record, observed, now)
     assert step.kind is kind, step
     assert step.to_state == to_state
     assert step.victims == victims
@@ -155,7 +155,7 @@ def worlds(draw):
 @given(worlds())
 def test_evicts_only_live_planned_victims(world):
     record, observed, now = world
-    step = drain.next_step(record, observed, now)
+    step = lifecycle.next_step(record, observed, now)
     if step.kind is StepKind.EVICT:
         assert record.state is State.EVICTING
         planned = {v.uid for v in record.victims}
@@ -170,7 +170,7 @@ def test_evicts_only_live_planned_victims(world):
 def test_preemptor_gone_aborts(world):
     record, observed, now = world
     observed = Observed(victims=observed.victims, preemptors={})
-    step = drain.next_step(record, observed, now)
+    step = lifecycle.next_step(record, observed, now)
     if record.state.terminal:
         assert step.kind is StepKind.NONE
     else:
@@ -187,7 +187,7 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
     pre = PreemptorObs(uid="pre", node=None, steered=False, reserved=False)
     now = T0
     for _ in range(50):
-        step = drain.next_step(record, Observed(victims=alive, preemptors={"pre": pre}), now)
+        step = lifecycle.next_step(record, Observed(victims=alive, preemptors={"pre": pre}), now)
         if step.kind is StepKind.NONE:
             break
         if step.kind is StepKind.TRANSITION:
@@ -220,11 +220,11 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
 
 def test_plan_annotation_round_trips():
     record = make_plan(mode=Mode.ADMIT)
-    assert drain.plan_from_annotation(drain.plan_to_annotation(record)) == record
+    assert lifecycle.plan_from_annotation(lifecycle.plan_to_annotation(record)) == record
 
 
 def _mutated(**changes) -> str:
-    d = json.loads(drain.plan_to_annotation(make_plan()))
+    d = json.loads(lifecycle.plan_to_annotation(make_plan()))
     for k, v in changes.items():
         if v is ...:
             del d[k]
@@ -256,23 +256,23 @@ def _mutated(**changes) -> str:
     pytest.param(_mutated(lostGpuSeconds=True), id="cost is a bool"),
 ])
 def test_malformed_plan_is_rejected(raw):
-    with pytest.raises(drain.PlanFormatError):
-        drain.plan_from_annotation(raw)
+    with pytest.raises(lifecycle.PlanFormatError):
+        lifecycle.plan_from_annotation(raw)
 
 
 def test_drain_annotation_round_trips_and_is_strict():
-    d = drain.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 30)
-    raw = drain.drain_to_annotation(d)
-    assert drain.drain_from_annotation(raw) == d
-    assert drain.drain_requested({drain.DRAIN_ANNOTATION: raw}, "p-1")
-    assert not drain.drain_requested({drain.DRAIN_ANNOTATION: raw}, "p-2")
-    assert not drain.drain_requested({drain.DRAIN_ANNOTATION: "garbage"}, "p-1")
+    d = lifecycle.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 30)
+    raw = lifecycle.drain_to_annotation(d)
+    assert lifecycle.drain_from_annotation(raw) == d
+    assert lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: raw}, "p-1")
+    assert not lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: raw}, "p-2")
+    assert not lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: "garbage"}, "p-1")
     for bad in ['{"plan":"p"}', '{"plan":"P!","requested":"x","deadline":"y"}', "1"]:
-        with pytest.raises(drain.DrainFormatError):
-            drain.drain_from_annotation(bad)
+        with pytest.raises(lifecycle.DrainFormatError):
+            lifecycle.drain_from_annotation(bad)
 
 
 def test_ack_must_name_this_plan():
-    assert drain.acked({drain.DONE_ANNOTATION: "p-1"}, "p-1")
-    assert not drain.acked({drain.DONE_ANNOTATION: "p-0"}, "p-1")
-    assert not drain.acked({}, "p-1")
+    assert lifecycle.acked({lifecycle.DONE_ANNOTATION: "p-1"}, "p-1")
+    assert not lifecycle.acked({lifecycle.DONE_ANNOTATION: "p-0"}, "p-1")
+    assert not lifecycle.acked({}, "p-1")

@@ -10,7 +10,7 @@ preemptor's ``ckpt-preempt.io/plan`` annotation) and at what the API server show
 its own step (``TRANSITION``): the controller writes it to the API server *before* doing what
 the new state allows, so a controller killed at any point resumes from the annotations.
 
-Guarantees (checked by property tests in tests/controller/test_drain.py):
+Guarantees (checked by property tests in tests/controller/test_lifecycle.py):
 
 - ``RESERVE`` comes before the first ``EVICT``: the target nodes are tainted for this plan and
   the preemptor pods tolerate it, so no other pending pod takes the freed GPUs.
