@@ -15,6 +15,11 @@
     leaseName: ckpt-preempt-controller
     leaseNamespace: kube-system
     leaseDurationSeconds: 15
+    renewDeadlineSeconds: 10         # a leader writes only within this long of its last renewal
+    planNamespace: ckpt-preempt      # the controller's own namespace: plans live here (ConfigMaps)
+    requestTimeoutSeconds: 10        # every API call gives up after this long
+    bindTimeoutSeconds: 300          # after its victims are gone, the preemptor must bind by then
+    planHistorySeconds: 3600         # finished plans are kept this long (fairness, audit)
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ class Config:
     lease_name: str = "ckpt-preempt-controller"
     lease_namespace: str = "kube-system"
     lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    plan_namespace: str = "ckpt-preempt"
+    request_timeout_seconds: float = 10.0
+    bind_timeout_seconds: float = 300.0
+    plan_history_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.renew_deadline_seconds >= self.lease_duration_seconds:
+            raise ConfigError("config: renewDeadlineSeconds must be less than "
+                              "leaseDurationSeconds")
 
 
 def _camel(name: str) -> str:

@@ -18,6 +18,7 @@ from kubernetes import client
 from controller.config import Config
 from controller.runner import Controller
 from e2e import kube
+from policies import lifecycle
 
 REPO = Path(__file__).resolve().parents[1]
 HIGH_NEVER, HIGH_KUBE = "e2e-ckpt-high-never", "e2e-ckpt-high-kube"
@@ -38,7 +39,8 @@ def rfc3339(ago_seconds: float = 0.0) -> str:
 
 def config_for(namespace: str, **kw) -> Config:
     base = {"namespaces": (namespace,), "lease_namespace": namespace, "retry_seconds": 1.0,
-            "lease_duration_seconds": 4.0}
+            "lease_duration_seconds": 4.0, "renew_deadline_seconds": 2.5,
+            "plan_namespace": namespace}
     return Config(**{**base, **kw})
 
 
@@ -61,6 +63,8 @@ def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identit
                              log_name: str, listen: str = "127.0.0.1:0") -> subprocess.Popen:
     data = {"namespaces": list(cfg.namespaces), "leaseNamespace": cfg.lease_namespace,
             "retrySeconds": cfg.retry_seconds, "leaseDurationSeconds": cfg.lease_duration_seconds,
+            "renewDeadlineSeconds": cfg.renew_deadline_seconds,
+            "planNamespace": cfg.plan_namespace, "dryRun": cfg.dry_run,
             "maxCheckpointSeconds": cfg.max_checkpoint_seconds,
             "evictionTimeoutSeconds": cfg.eviction_timeout_seconds}
     path = tmp / "controller.yaml"
@@ -137,3 +141,24 @@ def free_port() -> int:
 
 def event_time(e: client.CoreV1Event) -> float:
     return (e.last_timestamp or e.first_timestamp or e.event_time).timestamp()
+
+
+PLAN_LABEL_SELECTOR = "app.kubernetes.io/managed-by=ckpt-preempt"
+
+
+def plans(c: kube.Cluster, plan_namespace: str) -> list[lifecycle.PlanRecord]:
+    """Every plan the controller stored (ConfigMaps in its namespace), oldest first."""
+    items = c.core.list_namespaced_config_map(plan_namespace,
+                                              label_selector=PLAN_LABEL_SELECTOR).items
+    out = [lifecycle.plan_from_annotation(cm.data[lifecycle.PLAN_DATA_KEY]) for cm in items
+           if (cm.data or {}).get(lifecycle.PLAN_DATA_KEY)]
+    return sorted(out, key=lambda r: (r.created, r.id))
+
+
+def plan_of(c: kube.Cluster, plan_namespace: str, pod: str,
+            pod_namespace: str | None = None) -> lifecycle.PlanRecord | None:
+    """The newest stored plan that places `pod` (any member, for a gang), or None."""
+    ns = pod_namespace or plan_namespace
+    mine = [r for r in plans(c, plan_namespace)
+            if any(p.name == pod and p.namespace == ns for p in r.placements)]
+    return mine[-1] if mine else None

@@ -36,7 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-PLAN_ANNOTATION = "ckpt-preempt.io/plan"
+PLAN_ANNOTATION = "ckpt-preempt.io/plan"  # legacy: never read; a pod carrying it gets a Warning
+PLAN_DATA_KEY = "plan"  # the plan's JSON inside its ConfigMap in the controller's namespace
 DRAIN_ANNOTATION = "ckpt-preempt.io/drain"
 DONE_ANNOTATION = "ckpt-preempt.io/checkpoint-done"
 SCHEMA = 1
