@@ -1,18 +1,29 @@
 """The checkpoint agent: a sidecar that answers drain requests for its own pod.
 
-It watches only its own pod (RBAC: get/watch/patch on that one pod). When the controller writes
-``ckpt-preempt.io/drain`` with a plan id the agent has not acknowledged, it runs the workload's
-checkpoint hook, then writes ``ckpt-preempt.io/checkpoint-done=<plan>`` and refreshes
-``ckpt-preempt.io/last-checkpoint``. Hooks (``Hook``):
+It watches only its own pod (RBAC: get/watch/patch on that one pod) and writes only
+``ckpt-preempt.io/checkpoint-done=<plan>`` and ``ckpt-preempt.io/last-checkpoint`` on it.
 
-- ``ExecHook``: run a command; exit 0 = checkpoint saved;
-- ``HttpHook``: POST the request as JSON to a local URL; 2xx = saved;
-- ``SignalHook``: signal a process (shared process namespace); the workload saves, then says so
-  through the SDK (``controller.sdk``), which calls this agent's local HTTP endpoint.
+- **Request**: the controller writes ``ckpt-preempt.io/drain`` naming a plan. The agent runs the
+  workload's hook (``Hook.checkpoint``) once per plan; when the checkpoint is saved (the hook says
+  so, or the workload calls ``POST /done`` through ``controller.sdk``) it acknowledges.
+- **Cancel**: when a plan aborts, the controller removes the annotation, or replaces it with
+  another plan's. The agent then reports the old plan as cancelled (SDK state ``cancelled``) and
+  calls ``Hook.cancel`` if that plan's checkpoint hook had started. A cancelled plan is never
+  acknowledged: the ack is a JSON patch that first tests that the pod still carries the exact
+  request being acknowledged, so the API server refuses an ack that lost a race with the cancel.
+- Repeated and malformed drain annotations are ignored (a malformed one is logged once).
 
-Local endpoint (loopback, for ``controller.sdk``): ``GET /drain`` → ``{"plan": id|null,
-"deadline": t|null}``; ``POST /done`` (body ``{"plan": id}``, optional) acknowledges the current
-request; ``POST /checkpointed`` reports a periodic checkpoint (refreshes last-checkpoint).
+Hooks: ``ExecHook`` (run a command; exit 0 = saved; ``cancel_command`` on cancel; both get
+``CKPT_PREEMPT_ACTION``/``_PLAN``/``_DEADLINE``), ``HttpHook`` (POST ``{"action", "plan",
+"deadline"}``; 2xx = saved; cancels go to ``cancel_url``), ``SignalHook`` (signal the workload,
+SIGUSR1 for a request and SIGUSR2 for a cancel by default, and only if the process handles that
+signal, so a cancel never kills it; the workload acks through the SDK). Hooks run one at a time,
+in order, on the agent's hook thread.
+
+Local endpoint for the SDK (loopback): ``GET /status``; ``GET /events?after=SEQ&wait=SECONDS``
+(long poll; ``{"status", "events"}``, ``events`` null when the caller must start from the status);
+``POST /done`` ``{"plan"}`` (200 acked, 409 not: no such standing request); ``POST /checkpointed``
+(refreshes last-checkpoint). Shapes: ``controller.sdk.Status`` / ``Event``.
 """
 
 from __future__ import annotations
@@ -20,64 +31,122 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import shlex
 import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Protocol
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
+from controller import backoff
+from controller.sdk import MAX_WAIT_SECONDS, Event, State, Status
 from policies import lifecycle
+from policies.annotations import LAST_CHECKPOINT
 
 log = logging.getLogger("ckpt_preempt.agent")
-LAST_CHECKPOINT = "ckpt-preempt.io/last-checkpoint"
 MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+REQUEST_TIMEOUT_SECONDS = 10.0  # every API call
+WATCH_SECONDS = 30  # the server ends each watch after this; the agent lists and watches again
+WRITE_ATTEMPTS = 4  # an ack or last-checkpoint write, on 429 / 5xx / connection errors
+WRITE_RETRY_CAP_SECONDS = 2.0
+CANCEL_HOOK_TIMEOUT_SECONDS = 30.0
+EVENT_HISTORY = 256  # events kept for the SDK's long polls
 
 
 def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# ------------------------------------------------------------------------------------ hooks
 class Hook:
-    """Starts a checkpoint. Returns True when it is saved already, False when the workload will
-    report completion itself (SDK ``done``). Raises on failure (the agent does not ack)."""
+    """How the workload hears of requests and cancels."""
 
-    def __call__(self, request: lifecycle.DrainRequest) -> bool:
+    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+        """Start a checkpoint. True: it is saved already (the agent acks). False: the workload
+        acks itself through the SDK. Raises on failure (no ack)."""
         raise NotImplementedError
+
+    def cancel(self, request: lifecycle.DrainRequest) -> None:
+        """The request was withdrawn: no eviction is coming for this plan."""
+
+
+def _env(action: str, request: lifecycle.DrainRequest) -> dict[str, str]:
+    return {**os.environ, "CKPT_PREEMPT_ACTION": action, "CKPT_PREEMPT_PLAN": request.plan,
+            "CKPT_PREEMPT_DEADLINE": rfc3339(request.deadline)}
 
 
 @dataclass(frozen=True)
 class ExecHook(Hook):
     command: str
+    cancel_command: str | None = None
 
-    def __call__(self, request: lifecycle.DrainRequest) -> bool:
-        env = {**os.environ, "CKPT_PREEMPT_PLAN": request.plan,
-               "CKPT_PREEMPT_DEADLINE": rfc3339(request.deadline)}
+    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
         timeout = max(1.0, request.deadline - time.time())
-        r = subprocess.run(shlex.split(self.command), env=env, timeout=timeout, check=False)
+        r = subprocess.run(shlex.split(self.command), env=_env("checkpoint", request),
+                           timeout=timeout, check=False)
         if r.returncode != 0:
             raise RuntimeError(f"checkpoint command exited {r.returncode}")
         return True
+
+    def cancel(self, request: lifecycle.DrainRequest) -> None:
+        if self.cancel_command is None:
+            return
+        r = subprocess.run(shlex.split(self.cancel_command), env=_env("cancel", request),
+                           timeout=CANCEL_HOOK_TIMEOUT_SECONDS, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"cancel command exited {r.returncode}")
+
+
+def _post(url: str, body: dict, timeout: float) -> bool:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # raises on 4xx/5xx
+        return 200 <= resp.status < 300
 
 
 @dataclass(frozen=True)
 class HttpHook(Hook):
     url: str
+    cancel_url: str | None = None
 
-    def __call__(self, request: lifecycle.DrainRequest) -> bool:
-        body = json.dumps({"plan": request.plan, "deadline": rfc3339(request.deadline)}).encode()
-        req = urllib.request.Request(self.url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        timeout = max(1.0, request.deadline - time.time())
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # raises on 4xx/5xx
-            return 200 <= resp.status < 300
+    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+        return _post(self.url, {"action": "checkpoint", "plan": request.plan,
+                                "deadline": rfc3339(request.deadline)},
+                     timeout=max(1.0, request.deadline - time.time()))
+
+    def cancel(self, request: lifecycle.DrainRequest) -> None:
+        if self.cancel_url is not None:
+            _post(self.cancel_url, {"action": "cancel", "plan": request.plan},
+                  timeout=CANCEL_HOOK_TIMEOUT_SECONDS)
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` catches ``signum`` (Linux ``SigCgt``); one it does not catch
+    would terminate it. False when that cannot be read."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 @dataclass(frozen=True)
@@ -85,110 +154,231 @@ class SignalHook(Hook):
     pid: int | None = None
     pidfile: str | None = None
     signum: int = signal.SIGUSR1
+    cancel_signum: int | None = signal.SIGUSR2
 
-    def __call__(self, request: lifecycle.DrainRequest) -> bool:
+    def _send(self, signum: int, request: lifecycle.DrainRequest) -> None:
         pid = self.pid if self.pid is not None else int(Path(self.pidfile).read_text().strip())
-        os.kill(pid, self.signum)
+        if not handles(pid, signum):
+            log.warning("process %d does not handle %s: not signalled (the SDK still sees the "
+                        "change)", pid, signal.Signals(signum).name, extra={"plan": request.plan})
+            return
+        os.kill(pid, signum)
+
+    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+        self._send(self.signum, request)
         return False
+
+    def cancel(self, request: lifecycle.DrainRequest) -> None:
+        if self.cancel_signum is not None:
+            self._send(self.cancel_signum, request)
+
+
+# ------------------------------------------------------------------------------------ writes
+class PodWriter(Protocol):
+    """Everything the agent writes, all on its own pod."""
+
+    def ack(self, *, plan: str, drain_raw: str, at: float) -> bool:
+        """Write checkpoint-done=plan and last-checkpoint=at, only if the pod's drain annotation
+        still reads exactly ``drain_raw``. False (nothing written) when it does not."""
+
+    def checkpointed(self, *, at: float) -> None:
+        """Write last-checkpoint=at."""
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, ApiException):
+        return e.status == 429 or e.status >= 500
+    return isinstance(e, urllib3.exceptions.HTTPError | OSError)
+
+
+def _pointer(key: str) -> str:
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+class KubePodWriter:
+    def __init__(self, api: client.ApiClient, *, namespace: str, name: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace, self.name = namespace, name
+
+    def _patch(self, body: object, content_type: str) -> None:
+        Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(WRITE_ATTEMPTS),
+                 wait=backoff.reconnect_wait(cap_seconds=WRITE_RETRY_CAP_SECONDS), reraise=True)(
+            self.core.patch_namespaced_pod, self.name, self.namespace, body,
+            _content_type=content_type, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+
+    def ack(self, *, plan: str, drain_raw: str, at: float) -> bool:
+        ops = [{"op": "test", "path": _pointer(lifecycle.DRAIN_ANNOTATION), "value": drain_raw},
+               {"op": "add", "path": _pointer(lifecycle.DONE_ANNOTATION), "value": plan},
+               {"op": "add", "path": _pointer(LAST_CHECKPOINT), "value": rfc3339(at)}]
+        try:
+            self._patch(ops, JSON_PATCH)
+        except ApiException as e:
+            if e.status in (409, 422):  # the test failed: the request changed or is gone
+                return False
+            raise
+        return True
+
+    def checkpointed(self, *, at: float) -> None:
+        self._patch({"metadata": {"annotations": {LAST_CHECKPOINT: rfc3339(at)}}}, MERGE)
+
+
+# ------------------------------------------------------------------------------------ the agent
+@dataclass(frozen=True, kw_only=True)
+class Standing:
+    """The drain request on the pod as last seen; ``raw`` is the annotation's exact text."""
+
+    request: lifecycle.DrainRequest
+    raw: str
+    acked: bool
 
 
 class CheckpointAgent:
-    def __init__(self, api: client.ApiClient, *, namespace: str, name: str, hook: Hook | None,
-                 listen: tuple[str, int] | None = ("127.0.0.1", 8471)) -> None:
-        self.core = client.CoreV1Api(api)
-        self.namespace, self.name, self.hook = namespace, name, hook
-        self.listen = listen
-        self.current: lifecycle.DrainRequest | None = None
-        self.acked: set[str] = set()
-        self._lock = threading.Lock()
-        self.server: ThreadingHTTPServer | None = None
+    def __init__(self, writer: PodWriter, *, hook: Hook | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.writer, self.hook, self.clock = writer, hook, clock
+        self.instance = uuid.uuid4().hex
+        self._cond = threading.Condition()
+        self._standing: Standing | None = None
+        self._cancelled: lifecycle.DrainRequest | None = None  # the last withdrawn request
+        self._seen: set[str] = set()  # plans ever requested: each is answered once
+        self._events: deque[Event] = deque(maxlen=EVENT_HISTORY)
+        self._seq = 0
+        self._malformed: str | None = None
+        self._jobs: queue.SimpleQueue[tuple[State, lifecycle.DrainRequest]] = queue.SimpleQueue()
+        self._hooked: set[str] = set()  # plans whose checkpoint hook started (hook thread only)
+        self._ack_lock = threading.Lock()
 
-    # ---------------------------------------------------------------------- API writes
-    def _patch(self, annotations: dict[str, str]) -> None:
-        self.core.patch_namespaced_pod(self.name, self.namespace,
-                                       {"metadata": {"annotations": annotations}},
-                                       _content_type=MERGE)
+    # ---------------------------------------------------------------- state (under self._cond)
+    def _emit(self, state: State, request: lifecycle.DrainRequest) -> None:
+        self._seq += 1
+        deadline = None if state is State.CANCELLED else request.deadline
+        self._events.append(Event(seq=self._seq, state=state, plan=request.plan,
+                                  deadline=deadline))
+        self._cond.notify_all()
+        log.info("checkpoint %s", state, extra={"plan": request.plan})
 
-    def ack(self, plan: str | None = None) -> bool:
-        with self._lock:
-            req = self.current
-            if req is None or (plan is not None and plan != req.plan) or req.plan in self.acked:
+    def _status(self) -> Status:
+        s, c = self._standing, self._cancelled
+        if s is not None:
+            return Status(agent=self.instance, seq=self._seq,
+                          state=State.ACKED if s.acked else State.REQUESTED,
+                          plan=s.request.plan, deadline=s.request.deadline)
+        return Status(agent=self.instance, seq=self._seq,
+                      state=State.IDLE if c is None else State.CANCELLED,
+                      plan=None if c is None else c.plan, deadline=None)
+
+    def status(self) -> Status:
+        with self._cond:
+            return self._status()
+
+    def observe(self, annotations: Mapping[str, str]) -> None:
+        """The pod's annotations as the API server shows them now."""
+        raw = annotations.get(lifecycle.DRAIN_ANNOTATION)
+        request = None
+        if raw is not None:
+            try:
+                request = lifecycle.drain_from_annotation(raw)
+            except lifecycle.DrainFormatError as e:
+                if raw != self._malformed:
+                    log.warning("ignoring malformed %s: %s", lifecycle.DRAIN_ANNOTATION, e)
+                self._malformed = raw
+                return  # says nothing about the standing request
+        with self._cond:
+            old = self._standing
+            if old is not None and request is not None and request.plan == old.request.plan:
+                acked = old.acked or lifecycle.acked(annotations, request.plan)
+                self._standing = Standing(request=request, raw=raw, acked=acked)
+                if acked and not old.acked:
+                    self._emit(State.ACKED, request)
+                return
+            if old is not None:  # removed, or replaced by another plan's request
+                self._standing, self._cancelled = None, old.request
+                self._emit(State.CANCELLED, old.request)
+                self._enqueue(State.CANCELLED, old.request)
+            if request is None or request.plan in self._seen:
+                return
+            self._seen.add(request.plan)
+            acked = lifecycle.acked(annotations, request.plan)  # e.g. the agent restarted
+            self._standing = Standing(request=request, raw=raw, acked=acked)
+            self._emit(State.ACKED if acked else State.REQUESTED, request)
+            if not acked:
+                self._enqueue(State.REQUESTED, request)
+
+    def _enqueue(self, state: State, request: lifecycle.DrainRequest) -> None:
+        if self.hook is not None:
+            self._jobs.put((state, request))
+
+    # ---------------------------------------------------------------- writes
+    def ack(self, plan: str) -> bool:
+        """Acknowledge ``plan`` if its request is standing and not acked yet."""
+        with self._ack_lock:
+            with self._cond:
+                s = self._standing
+                if s is None or s.request.plan != plan or s.acked:
+                    return False
+            if not self.writer.ack(plan=plan, drain_raw=s.raw, at=self.clock()):
+                log.info("not acknowledged: the request changed before the write",
+                         extra={"plan": plan})
                 return False
-            self._patch({lifecycle.DONE_ANNOTATION: req.plan,
-                         LAST_CHECKPOINT: rfc3339(time.time())})
-            self.acked.add(req.plan)
-        log.info("checkpoint acknowledged", extra={"plan": req.plan, "pod": self.name})
+            with self._cond:
+                now = self._standing
+                if now is not None and now.request.plan == plan and not now.acked:
+                    self._standing = replace(now, acked=True)
+                    self._emit(State.ACKED, now.request)
         return True
 
     def checkpointed(self) -> None:
-        self._patch({LAST_CHECKPOINT: rfc3339(time.time())})
+        self.writer.checkpointed(at=self.clock())
 
-    # ---------------------------------------------------------------------- drain requests
-    def on_pod(self, pod: client.V1Pod) -> None:
-        raw = (pod.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
-        if raw is None:
-            return
-        try:
-            req = lifecycle.drain_from_annotation(raw)
-        except lifecycle.DrainFormatError as e:
-            log.warning("ignoring malformed %s: %s", lifecycle.DRAIN_ANNOTATION, e)
-            return
-        done = (pod.metadata.annotations or {}).get(lifecycle.DONE_ANNOTATION)
-        with self._lock:
-            if done == req.plan:
-                self.acked.add(req.plan)
-            if req.plan in self.acked or (self.current and self.current.plan == req.plan):
-                return
-            self.current = req
-        log.info("checkpoint requested", extra={"plan": req.plan, "pod": self.name})
-        threading.Thread(target=self._run_hook, args=(req,), daemon=True).start()
-
-    def _run_hook(self, req: lifecycle.DrainRequest) -> None:
-        if self.hook is None:
-            return  # the workload polls GET /drain through the SDK
-        try:
-            if self.hook(req):
-                self.ack(req.plan)
-        except Exception as e:
-            log.warning("checkpoint hook failed: %s", e, extra={"plan": req.plan})
-
-    # ---------------------------------------------------------------------- loops
-    def run(self, stop: threading.Event) -> None:
-        """Serve the SDK endpoint and watch the pod until `stop` is set (returns at once then:
-        the watch runs in a daemon thread, so a SIGTERM never waits for a watch timeout)."""
-        if self.listen:
-            self.server = _serve(self, *self.listen)
-        threading.Thread(target=self._watch_loop, args=(stop,), name="agent-watch",
-                         daemon=True).start()
-        stop.wait()
-        if self.server:
-            self.server.shutdown()
-
-    def _watch_loop(self, stop: threading.Event) -> None:
-        failures = 0
-        while not stop.is_set():
+    # ---------------------------------------------------------------- hooks
+    def process_hooks(self, *, block_seconds: float = 0.0) -> None:
+        """Run the queued hook calls in order (waiting up to ``block_seconds`` for the first)."""
+        while True:
             try:
-                w = watch.Watch()
-                for ev in w.stream(self.core.list_namespaced_pod, self.namespace,
-                                   field_selector=f"metadata.name={self.name}",
-                                   timeout_seconds=30):
-                    if stop.is_set():
-                        w.stop()
-                        break
-                    if ev["type"] in ("ADDED", "MODIFIED"):
-                        self.on_pod(ev["object"])
-                failures = 0
-            except ApiException as e:
-                failures += 1
-                log.warning("watching own pod failed: %s", e.reason)
+                state, request = self._jobs.get(timeout=block_seconds) if block_seconds > 0 \
+                    else self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            block_seconds = 0.0
+            try:
+                self._run_hook(state, request)
             except Exception as e:
-                failures += 1
-                log.warning("watch interrupted: %s", e)
-            if failures:
-                stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                log.warning("%s hook failed: %s", state, e, extra={"plan": request.plan})
+
+    def _run_hook(self, state: State, request: lifecycle.DrainRequest) -> None:
+        hook = self.hook
+        if hook is None:
+            return
+        if state is State.CANCELLED:
+            if request.plan in self._hooked:  # only a workload that heard of it hears the end
+                hook.cancel(request)
+            return
+        with self._cond:
+            s = self._standing
+            if s is None or s.request.plan != request.plan:
+                return  # withdrawn before its turn came
+            self._hooked.add(request.plan)
+        if hook.checkpoint(request):
+            self.ack(request.plan)
+
+    # ---------------------------------------------------------------- SDK long poll
+    def changes(self, after: int | None, wait_seconds: float) -> tuple[Status, list[Event] | None]:
+        """Events after ``after``, waiting up to ``wait_seconds`` for one; None instead of the
+        list when the caller must start from the status (no ``after``, or events dropped)."""
+        with self._cond:
+            if after is None:
+                return self._status(), None
+            self._cond.wait_for(lambda: self._seq > after,
+                                timeout=min(max(0.0, wait_seconds), MAX_WAIT_SECONDS))
+            if after > self._seq or (self._events and self._events[0].seq > after + 1):
+                return self._status(), None
+            return self._status(), [e for e in self._events if e.seq > after]
 
 
-def _serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
+# ------------------------------------------------------------------------------------ running
+def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
+    """Start the SDK endpoint in a daemon thread (raises OSError when it cannot listen)."""
+
     class Handler(BaseHTTPRequestHandler):
         def _reply(self, code: int, obj: dict) -> None:
             body = json.dumps(obj).encode()
@@ -199,12 +389,20 @@ def _serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            if self.path != "/drain":
+            url = urllib.parse.urlsplit(self.path)
+            if url.path == "/status":
+                return self._reply(200, asdict(agent.status()))
+            if url.path != "/events":
                 return self._reply(404, {"error": "not found"})
-            req = agent.current
-            pending = req is not None and req.plan not in agent.acked
-            self._reply(200, {"plan": req.plan if pending else None,
-                              "deadline": rfc3339(req.deadline) if pending else None})
+            q = urllib.parse.parse_qs(url.query)
+            try:
+                after = int(q["after"][0]) if "after" in q else None
+                wait = float(q.get("wait", ["0"])[0])
+            except ValueError:
+                return self._reply(400, {"error": "after must be an integer, wait a number"})
+            status, events = agent.changes(after, wait)
+            self._reply(200, {"status": asdict(status),
+                              "events": None if events is None else [asdict(e) for e in events]})
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -212,12 +410,18 @@ def _serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
             except ValueError:
                 return self._reply(400, {"error": "body is not JSON"})
-            if self.path == "/done":
-                ok = agent.ack(body.get("plan"))
-                return self._reply(200 if ok else 409, {"acked": ok})
-            if self.path == "/checkpointed":
-                agent.checkpointed()
-                return self._reply(200, {"ok": True})
+            try:
+                if self.path == "/done":
+                    plan = body.get("plan") if isinstance(body, dict) else None
+                    if not isinstance(plan, str):
+                        return self._reply(400, {"error": 'body must be {"plan": "<id>"}'})
+                    ok = agent.ack(plan)
+                    return self._reply(200 if ok else 409, {"acked": ok})
+                if self.path == "/checkpointed":
+                    agent.checkpointed()
+                    return self._reply(200, {"ok": True})
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                return self._reply(503, {"error": f"writing to the API server failed: {e}"})
             return self._reply(404, {"error": "not found"})
 
         def log_message(self, *args) -> None:
@@ -226,3 +430,41 @@ def _serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="agent-http", daemon=True).start()
     return server
+
+
+def watch_own_pod(api: client.ApiClient, agent: CheckpointAgent, *, namespace: str, name: str,
+                  stop: threading.Event) -> None:
+    """Feed the pod's annotations to ``agent`` until ``stop`` is set (reconnects with backoff)."""
+    core = client.CoreV1Api(api)
+
+    def once() -> None:
+        w = watch.Watch()
+        for ev in w.stream(core.list_namespaced_pod, namespace,
+                           field_selector=f"metadata.name={name}", timeout_seconds=WATCH_SECONDS,
+                           _request_timeout=WATCH_SECONDS + REQUEST_TIMEOUT_SECONDS):
+            if stop.is_set():
+                w.stop()
+                return
+            if ev["type"] == "ERROR":
+                raise RuntimeError(f"watch error: {ev['raw_object']}")
+            if ev["type"] in ("ADDED", "MODIFIED"):
+                agent.observe(ev["object"].metadata.annotations or {})
+
+    backoff.keep_running(once, stop, what="watching own pod", logger=log)
+
+
+def run(agent: CheckpointAgent, api: client.ApiClient, *, namespace: str, name: str,
+        server: ThreadingHTTPServer | None, stop: threading.Event) -> None:
+    """Watch the pod and run hooks until ``stop`` is set; returns at once then (the watch and
+    hook threads are daemons, so a SIGTERM never waits for a watch timeout)."""
+    threading.Thread(target=watch_own_pod, args=(api, agent), name="agent-watch", daemon=True,
+                     kwargs={"namespace": namespace, "name": name, "stop": stop}).start()
+
+    def hooks() -> None:
+        while not stop.is_set():
+            agent.process_hooks(block_seconds=0.5)
+
+    threading.Thread(target=hooks, name="agent-hooks", daemon=True).start()
+    stop.wait()
+    if server is not None:
+        server.shutdown()

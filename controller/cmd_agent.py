@@ -1,20 +1,31 @@
 """Checkpoint agent sidecar: answers the controller's drain requests for its own pod.
 
 The pod is named by --pod/--namespace or the POD_NAME/POD_NAMESPACE environment (downward API).
-Choose one hook: --exec CMD, --http URL, --signal-pid PID / --signal-pidfile FILE (with
---signal NAME), or none (the workload polls through the SDK).
+Choose one hook, or none (the workload follows requests and cancels through the SDK):
+
+  --exec CMD [--cancel-exec CMD]     run CMD (exit 0 = saved); CKPT_PREEMPT_ACTION, _PLAN and
+                                     _DEADLINE are set; --cancel-exec runs when a plan aborts
+  --http URL [--http-cancel URL]     POST {"action", "plan", "deadline"}; 2xx = saved
+  --signal-pid PID | --signal-pidfile FILE
+                                     send --signal (SIGUSR1) for a request and --cancel-signal
+                                     (SIGUSR2, or "none") for a cancel, each only if the
+                                     process handles it; the workload acks through the SDK
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import threading
 
+from controller.sdk import AGENT_HOST, AGENT_PORT
+
 NAME = "agent"
 HELP = "checkpoint agent: run the workload's checkpoint hook when a drain is requested"
+NO_SIGNAL = "none"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,39 +39,94 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     hook.add_argument("--http", metavar="URL", help="POST the request to URL; 2xx = saved")
     hook.add_argument("--signal-pid", type=int, metavar="PID")
     hook.add_argument("--signal-pidfile", metavar="FILE")
-    p.add_argument("--signal", default="SIGUSR1", help="signal name for --signal-* (SIGUSR1)")
-    p.add_argument("--listen", default="127.0.0.1:8471", help="local SDK endpoint HOST:PORT")
+    p.add_argument("--cancel-exec", metavar="CMD", help="with --exec: run CMD on a cancel")
+    p.add_argument("--http-cancel", metavar="URL", help="with --http: POST cancels to URL")
+    p.add_argument("--signal", default="SIGUSR1", help="request signal for --signal-* (SIGUSR1)")
+    p.add_argument("--cancel-signal", default="SIGUSR2",
+                   help=f"cancel signal for --signal-* (SIGUSR2; {NO_SIGNAL!r}: none)")
+    p.add_argument("--listen", default=f"{AGENT_HOST}:{AGENT_PORT}",
+                   help="local SDK endpoint HOST:PORT")
     p.add_argument("--log-level", default="INFO")
+
+
+class UsageError(ValueError):
+    """Bad command-line input: one line, exit code 2."""
+
+
+def _signal(name: str) -> int:
+    try:
+        return signal.Signals[name.upper()]
+    except KeyError:
+        raise UsageError(f"unknown signal {name!r}") from None
+
+
+def _command(flag: str, cmd: str) -> str:
+    try:
+        if shlex.split(cmd):
+            return cmd
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+    raise UsageError(f"{flag}: empty command")
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen {value!r}: expected HOST:PORT")
+    return host or AGENT_HOST, int(port)
+
+
+def build_hook(args: argparse.Namespace):
+    from controller import agent
+
+    if args.cancel_exec and not args.exec_:
+        raise UsageError("--cancel-exec needs --exec")
+    if args.http_cancel and not args.http:
+        raise UsageError("--http-cancel needs --http")
+    if args.exec_:
+        cancel = _command("--cancel-exec", args.cancel_exec) if args.cancel_exec else None
+        return agent.ExecHook(_command("--exec", args.exec_), cancel_command=cancel)
+    if args.http:
+        return agent.HttpHook(args.http, cancel_url=args.http_cancel)
+    signum = _signal(args.signal)
+    cancel_signum = None if args.cancel_signal.lower() == NO_SIGNAL else _signal(
+        args.cancel_signal)
+    if args.signal_pid is not None or args.signal_pidfile:
+        return agent.SignalHook(pid=args.signal_pid, pidfile=args.signal_pidfile, signum=signum,
+                                cancel_signum=cancel_signum)
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     from controller import agent, logs
     from controller.cmd_run import api_client
 
-    logs.setup(args.log_level)
-    if not args.pod or not args.namespace:
-        print("ckpt-preempt agent: --pod and --namespace (or POD_NAME/POD_NAMESPACE) are needed",
-              file=sys.stderr)
+    try:
+        if not args.pod or not args.namespace:
+            raise UsageError("--pod and --namespace (or POD_NAME/POD_NAMESPACE) are needed")
+        hook = build_hook(args)
+        host, port = _listen(args.listen)
+        logs.setup(args.log_level.upper())
+    except (UsageError, ValueError) as e:
+        print(f"ckpt-preempt agent: {e}", file=sys.stderr)
         return 2
     try:
-        signum = signal.Signals[args.signal.upper()]
-    except KeyError:
-        print(f"ckpt-preempt agent: unknown signal {args.signal!r}", file=sys.stderr)
+        api = api_client(args.kubeconfig, args.in_cluster)
+    except Exception as e:  # a missing or broken kubeconfig, no in-cluster environment
+        print(f"ckpt-preempt agent: cannot load Kubernetes credentials: {e}", file=sys.stderr)
         return 2
-    hook: agent.Hook | None = None
-    if args.exec_:
-        hook = agent.ExecHook(args.exec_)
-    elif args.http:
-        hook = agent.HttpHook(args.http)
-    elif args.signal_pid is not None or args.signal_pidfile:
-        hook = agent.SignalHook(pid=args.signal_pid, pidfile=args.signal_pidfile, signum=signum)
-    host, _, port = args.listen.rpartition(":")
-    api = api_client(args.kubeconfig, args.in_cluster)
+    checkpointer = agent.CheckpointAgent(
+        agent.KubePodWriter(api, namespace=args.namespace, name=args.pod), hook=hook)
+    try:
+        server = agent.serve(checkpointer, host, port)
+    except OSError as e:
+        print(f"ckpt-preempt agent: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    agent.CheckpointAgent(api, namespace=args.namespace, name=args.pod, hook=hook,
-                          listen=(host or "127.0.0.1", int(port))).run(stop)
+    agent.run(checkpointer, api, namespace=args.namespace, name=args.pod, server=server,
+              stop=stop)
     return 0
 
 

@@ -1,79 +1,177 @@
-"""A tiny SDK for training code: learn that a checkpoint is wanted, say when one is saved.
+"""A tiny SDK for training code: learn that a checkpoint is wanted or withdrawn, say when saved.
 
 Standard library only, so it drops into any training image next to the agent sidecar::
 
     from controller import sdk
 
     ckpt = sdk.Checkpointer()              # talks to the agent on 127.0.0.1:8471
-    ckpt.install_signal_handler()          # with `ckpt-preempt agent --signal-pidfile ...`
+    ckpt.install_signal_handlers()         # with `ckpt-preempt agent --signal-pidfile ...`
     for step in range(start, steps):
         train_step()
         if step % 500 == 0:
             save(); ckpt.checkpointed()    # periodic checkpoint: refreshes last-checkpoint
-        if ckpt.requested():               # the controller wants this pod's GPUs
-            save(); ckpt.done(); break     # acknowledged: eviction may proceed at once
+        for event in ckpt.events():        # non-blocking; asks the agent at most once a second
+            if event.state is sdk.State.REQUESTED:
+                save(); ckpt.done(event.plan)  # eviction may proceed at once; keep training
+            elif event.state is sdk.State.CANCELLED:
+                pass                       # the plan was aborted: nobody will evict this pod
 
-``requested()`` is true after the agent's signal arrived, or when the agent reports a pending
-drain request (polled at most every ``poll_seconds``). Errors talking to the agent raise
-``AgentUnavailable``; training code can ignore it and carry on.
+A checkpoint request never means "stop": keep training until the pod is evicted (SIGTERM), and
+then exit non-zero, so that a Job is never marked Succeeded by a preemption.
+
+- ``events(timeout=0)``: what happened since the last call, oldest first; with a timeout it
+  blocks (long-polls the agent) until something happens or the timeout passes.
+- ``status()``: where the pod stands now: ``idle``, ``requested`` / ``acked`` (with the plan id
+  and its deadline) or ``cancelled`` (the plan whose request was withdrawn last).
+- ``done(plan)``: acknowledge that plan's request once the checkpoint is durable. False when
+  that plan's request is not standing (cancelled, replaced, or acked already): the agent never
+  writes a late acknowledgement.
+
+Errors talking to the agent raise ``AgentUnavailable``; training code can ignore it and go on.
+The agent's signals (``install_signal_handlers``) only make the next ``events()`` ask at once.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import signal
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 
-DEFAULT_URL = "http://127.0.0.1:8471"
+AGENT_HOST = "127.0.0.1"
+AGENT_PORT = 8471
+DEFAULT_URL = f"http://{AGENT_HOST}:{AGENT_PORT}"
+URL_ENV = "CKPT_PREEMPT_AGENT_URL"
+REQUEST_SIGNAL = signal.SIGUSR1  # the agent's SignalHook sends these by default
+CANCEL_SIGNAL = signal.SIGUSR2
+MAX_WAIT_SECONDS = 30.0  # one long poll lasts at most this long; the agent enforces it too
+HTTP_TIMEOUT_SECONDS = 5.0
 
 
 class AgentUnavailable(RuntimeError):
     """The agent's local endpoint did not answer."""
 
 
+class State(enum.StrEnum):
+    IDLE = "idle"  # no request seen yet
+    REQUESTED = "requested"  # the controller asks for a checkpoint before `deadline`
+    ACKED = "acked"  # acknowledged; the pod may be evicted any moment now
+    CANCELLED = "cancelled"  # the request was withdrawn: the plan aborted or another replaced it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status:
+    """The agent's view of its pod. ``seq`` numbers the agent's events; ``agent`` names this run
+    of the agent (a restarted agent starts counting again)."""
+
+    agent: str
+    seq: int
+    state: State
+    plan: str | None
+    deadline: float | None  # epoch seconds, while requested or acked
+
+    @classmethod
+    def from_json(cls, d: dict) -> Status:
+        return cls(agent=str(d["agent"]), seq=int(d["seq"]), state=State(d["state"]),
+                   plan=d.get("plan"), deadline=d.get("deadline"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """The pod entered ``state`` for ``plan`` (event number ``seq``)."""
+
+    seq: int
+    state: State
+    plan: str
+    deadline: float | None
+
+    @classmethod
+    def from_json(cls, d: dict) -> Event:
+        return cls(seq=int(d["seq"]), state=State(d["state"]), plan=str(d["plan"]),
+                   deadline=d.get("deadline"))
+
+
 class Checkpointer:
     def __init__(self, url: str | None = None, *, poll_seconds: float = 1.0) -> None:
-        self.url = (url or os.environ.get("CKPT_PREEMPT_AGENT_URL") or DEFAULT_URL).rstrip("/")
+        self.url = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
         self.poll_seconds = poll_seconds
-        self._signalled = threading.Event()
-        self._plan: str | None = None
-        self._last_poll = 0.0
+        self._poll_now = threading.Event()
+        self._last_poll = -float("inf")
+        self._agent: str | None = None  # the agent run whose events we follow
+        self._seq = 0  # the last event number delivered
 
-    def install_signal_handler(self, signum: int = signal.SIGUSR1) -> None:
-        signal.signal(signum, lambda *_: self._signalled.set())
+    def install_signal_handlers(self, request: int = REQUEST_SIGNAL,
+                                cancel: int | None = CANCEL_SIGNAL) -> None:
+        for signum in (request, cancel):
+            if signum is not None:
+                signal.signal(signum, lambda *_: self._poll_now.set())
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def _call(self, method: str, path: str, body: dict | None = None,
+              timeout: float = HTTP_TIMEOUT_SECONDS) -> tuple[int, dict]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                return json.loads(resp.read() or b"{}")
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
-            return json.loads(e.read() or b"{}")
-        except (urllib.error.URLError, OSError) as e:
+            return e.code, json.loads(e.read() or b"{}")
+        except (urllib.error.URLError, OSError, ValueError) as e:
             raise AgentUnavailable(f"checkpoint agent at {self.url}: {e}") from e
 
-    def requested(self) -> bool:
-        now = time.monotonic()
-        if self._signalled.is_set() or now - self._last_poll >= self.poll_seconds:
-            self._last_poll = now
-            try:
-                self._plan = self._call("GET", "/drain").get("plan")
-            except AgentUnavailable:
-                self._plan = None
-        return self._signalled.is_set() or self._plan is not None
+    def status(self) -> Status:
+        return Status.from_json(self._call("GET", "/status")[1])
 
-    def done(self) -> bool:
-        """Acknowledge the pending request (after the checkpoint is durable)."""
-        ok = bool(self._call("POST", "/done", {"plan": self._plan} if self._plan else {})
-                  .get("acked"))
-        self._signalled.clear()
-        return ok
+    def events(self, timeout: float = 0.0) -> list[Event]:
+        """Events since the last call. ``timeout=0`` asks the agent at most every
+        ``poll_seconds`` (at once after a signal); a timeout > 0 blocks until an event comes."""
+        if timeout <= 0:
+            now = time.monotonic()
+            if not self._poll_now.is_set() and now - self._last_poll < self.poll_seconds:
+                return []
+            self._last_poll = now
+            self._poll_now.clear()
+            return self._fetch(0.0)
+        end = time.monotonic() + timeout
+        while True:
+            got = self._fetch(min(MAX_WAIT_SECONDS, max(0.0, end - time.monotonic())))
+            if got or time.monotonic() >= end:
+                return got
+
+    def _fetch(self, wait: float) -> list[Event]:
+        query = {"wait": f"{wait:.3f}"}
+        if self._agent is not None:
+            query["after"] = str(self._seq)
+        _, d = self._call("GET", "/events?" + urllib.parse.urlencode(query),
+                          timeout=wait + HTTP_TIMEOUT_SECONDS)
+        status = Status.from_json(d["status"])
+        if status.agent != self._agent or d.get("events") is None:
+            # first contact, a restarted agent, or events we missed: start from the state now
+            self._agent, self._seq = status.agent, status.seq
+            if status.state is State.REQUESTED:
+                return [Event(seq=status.seq, state=status.state, plan=status.plan,
+                              deadline=status.deadline)]
+            return []
+        got = [Event.from_json(e) for e in d["events"]]
+        if got:
+            self._seq = got[-1].seq
+        return got
+
+    def done(self, plan: str) -> bool:
+        """Acknowledge ``plan``'s request (after the checkpoint is durable)."""
+        code, d = self._call("POST", "/done", {"plan": plan})
+        if code not in (200, 409):
+            raise AgentUnavailable(f"checkpoint agent at {self.url}: {d.get('error', code)}")
+        return code == 200 and bool(d.get("acked"))
 
     def checkpointed(self) -> None:
-        self._call("POST", "/checkpointed", {})
+        """Report a periodic checkpoint (the agent refreshes last-checkpoint)."""
+        code, d = self._call("POST", "/checkpointed", {})
+        if code != 200:
+            raise AgentUnavailable(f"checkpoint agent at {self.url}: {d.get('error', code)}")
