@@ -331,3 +331,40 @@ def wait_event(c: Cluster, namespace: str, reason: str, name: str | None = None,
         return hit or NotYet(sorted({f"{e.reason}:{e.regarding.name}" for e in events}))
     return wait_for(f"event {reason} for {name or 'any object'} in {namespace}", probe,
                     timeout=timeout)
+
+
+def own_local_cluster(workdir: Path, **options: Any):
+    """Generator for a module-scoped `cluster` fixture that needs a control plane of its own
+    (LocalCluster options such as audit=True or watch_cache=False), instead of the session's:
+
+        @pytest.fixture(scope="module")
+        def cluster(tmp_path_factory):
+            yield from kube.own_local_cluster(tmp_path_factory.mktemp("c"), audit=True)
+
+    Skips on E2E_CLUSTER=kind/existing and without a testbin (a failure under
+    CKPT_REQUIRE_TESTBIN=1, as for the session cluster)."""
+    import os
+
+    from kubernetes import config
+
+    from e2e.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_testbin
+
+    backend = os.environ.get("E2E_CLUSTER", "local")
+    if backend != "local":
+        pytest.skip(f"needs the local control plane's own options ({sorted(options)}); "
+                    f"E2E_CLUSTER={backend}")
+    try:
+        bins = find_testbin()
+    except TestbinMissing as e:
+        if os.environ.get("CKPT_REQUIRE_TESTBIN") == "1":
+            pytest.fail(f"{e} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
+        pytest.skip(str(e))
+    lc = LocalCluster(bins, workdir, **options)
+    try:
+        lc.start()
+        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
+        yield Cluster("local", lc.kubeconfig, api, client.VersionApi(api).get_code().git_version,
+                      local=lc, user_tokens={u: t for t, u in USER_TOKENS.items()})
+    finally:
+        lc.stop()
+

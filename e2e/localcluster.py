@@ -7,6 +7,16 @@ kube-controller-manager and kwok, from the binaries `e2e/testbin/build.sh` cache
         lc.restart_scheduler(cfg)       # swap the KubeSchedulerConfiguration (a dict)
         lc.logs                         # {component: log path}
 
+    LocalCluster(bins, workdir, audit=True)         # + an audit log of every write (below)
+    LocalCluster(bins, workdir, watch_cache=False)  # kube-apiserver serves watches from etcd
+        read_audit(lc.audit_log)        # -> [AuditEvent], oldest first
+        lc.compact_etcd()               # compact etcd's history up to its current revision
+
+The audit log (JSON lines, policy `AUDIT_POLICY`) is the ground truth of what was written, by
+anyone: every eviction with its request body, every ConfigMap write with the stored object,
+every write to pods and nodes with its metadata. With the watch cache off, a watch from a
+resourceVersion older than an etcd compaction gets a real 410 Gone.
+
 Everything listens on 127.0.0.1 on free ports, so parallel runs do not collide. kwok manages only
 nodes annotated `kwok.x-k8s.io/node: fake` and drives their pods through the stages copied from
 kwok's module. Nothing here imports `kubernetes`: readiness is probed over plain HTTP(S).
@@ -14,6 +24,7 @@ kwok's module. Nothing here imports `kubernetes`: readiness is probed over plain
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import hashlib
@@ -25,6 +36,8 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,6 +59,20 @@ CONTROLLERS = ",".join([
     # lifts the taint once kwok reports Ready (and taints/evicts as in a real cluster otherwise).
     "node-lifecycle-controller", "taint-eviction-controller",
 ])
+# First matching rule wins. Reads are never recorded; stage RequestReceived is omitted, so each
+# request is one line (ResponseComplete: both timestamps and the response code).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "Request", "verbs": ["create"],
+         "resources": [{"group": "", "resources": ["pods/eviction"]}]},
+        {"level": "RequestResponse", "resources": [{"group": "", "resources": ["configmaps"]}]},
+        {"level": "Metadata", "resources": [{"group": "", "resources": [
+            "pods", "pods/status", "pods/binding", "nodes", "nodes/status"]}]},
+        {"level": "None"},
+    ],
+}
 HOW_TO_GET = ("build it with `make testbin` (needs Go >= 1.26), or run against kind with Docker "
               "and E2E_CLUSTER=kind, or against your own cluster with E2E_CLUSTER=existing")
 
@@ -117,8 +144,11 @@ class LocalCluster:
     """Starts the five components in `workdir`; use as a context manager (or start()/stop())."""
 
     def __init__(self, bins: Path, workdir: Path, *, scheduler_config: dict | None = None,
-                 kwok_only_for: Path | None = None):
-        """`kwok_only_for`: an existing cluster's kubeconfig; start only kwok against it."""
+                 kwok_only_for: Path | None = None, audit: bool = False,
+                 watch_cache: bool = True):
+        """`kwok_only_for`: an existing cluster's kubeconfig; start only kwok against it.
+        `audit`: kube-apiserver writes `audit_log` (AUDIT_POLICY). `watch_cache=False`: watches
+        and lists are served from etcd, so a compacted resourceVersion answers 410 Gone."""
         self.bins, self.dir = bins, Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen] = {}
@@ -129,6 +159,9 @@ class LocalCluster:
         self.kubeconfig = kwok_only_for or self.dir / "kubeconfig"
         self.kwok_only = kwok_only_for is not None
         self.scheduler_config = scheduler_config
+        self.audit_log = self.dir / "audit.jsonl" if audit else None
+        self.watch_cache = watch_cache
+        self.etcd_url = f"http://127.0.0.1:{self.port['etcd']}"
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -200,6 +233,8 @@ class LocalCluster:
             subprocess.run(["openssl", "genrsa", "-out", str(self.dir / "sa.key"), "2048"],
                            check=True, capture_output=True)
             self.kubeconfig.write_text(kubeconfig_text(self.server, ADMIN_TOKEN))
+        if self.audit_log is not None:
+            (self.dir / "audit-policy.yaml").write_text(json.dumps(AUDIT_POLICY, indent=1))
         stages = sorted(str(p) for p in (self.bins / "stages").glob("*.yaml")
                         if p.name != "node-heartbeat.yaml")  # the -with-lease variant replaces it
         (self.dir / "kwok-stages").write_text(",".join(stages))
@@ -214,6 +249,12 @@ class LocalCluster:
 
     def _start_apiserver(self) -> None:
         sa = self.dir / "sa.key"
+        extra = [] if self.watch_cache else ["--watch-cache=false"]
+        if self.audit_log is not None:  # the log backend blocks: a line is on disk before the
+            # response is sent; no rotation, so one file holds the whole run
+            extra += [f"--audit-policy-file={self.dir / 'audit-policy.yaml'}",
+                      f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+                      "--audit-log-mode=blocking", "--audit-log-maxsize=0"]
         self._spawn(
             "kube-apiserver", f"--etcd-servers=http://127.0.0.1:{self.port['etcd']}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -224,7 +265,7 @@ class LocalCluster:
             "--disable-admission-plugins=ServiceAccount",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa}", f"--service-account-signing-key-file={sa}",
-            "--endpoint-reconciler-type=none", "-v=1")
+            "--endpoint-reconciler-type=none", "-v=1", *extra)
 
     def _start_kcm(self) -> None:
         self._spawn("kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
@@ -267,10 +308,76 @@ class LocalCluster:
         raise ComponentFailed(f"{name} not ready after {timeout:.0f}s at {url}: {last[:500]}\n"
                               f"{self.tail(name)}")
 
+    def compact_etcd(self) -> int:
+        """Compact etcd's key-value history up to its current revision (etcd's JSON gateway:
+        /v3/kv/range for the revision, then /v3/kv/compaction, physical so it has happened when
+        this returns). Returns that revision; a watch from an older resourceVersion gets 410."""
+        probe = {"key": base64.b64encode(b"/registry/ckpt-preempt-compaction-probe").decode()}
+        header = _etcd_post(f"{self.etcd_url}/v3/kv/range", probe)["header"]
+        revision = int(header["revision"])
+        _etcd_post(f"{self.etcd_url}/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
     def tail(self, name: str, lines: int = 40) -> str:
         text = self.logs[name].read_text(errors="replace") if name in self.logs else ""
         return f"--- last {lines} lines of {self.logs.get(name)} ---\n" + "\n".join(
             text.splitlines()[-lines:])
+
+
+def _etcd_post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEvent:
+    """One line of the audit log: a write request as the API server saw and answered it."""
+
+    verb: str  # create, update, patch, delete, deletecollection
+    resource: str  # pods, configmaps, nodes...
+    subresource: str  # "" or eviction, status, binding
+    namespace: str
+    name: str
+    code: int  # the HTTP status the API server answered
+    user: str
+    user_agent: str
+    received: float  # epoch seconds, the API server's clock (microseconds)
+    completed: float
+    request: dict | None  # the body sent (level Request and up)
+    response: dict | None  # the object returned (level RequestResponse)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.code < 300
+
+
+def _epoch(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def read_audit(path: Path) -> list[AuditEvent]:
+    """Every complete line of the audit log, oldest first (a line still being written is
+    skipped)."""
+    out = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if d.get("stage") != "ResponseComplete":
+            continue
+        ref = d.get("objectRef") or {}
+        out.append(AuditEvent(
+            verb=d.get("verb", ""), resource=ref.get("resource", ""),
+            subresource=ref.get("subresource", ""), namespace=ref.get("namespace", ""),
+            name=ref.get("name", ""), code=int((d.get("responseStatus") or {}).get("code", 0)),
+            user=(d.get("user") or {}).get("username", ""), user_agent=d.get("userAgent", ""),
+            received=_epoch(d["requestReceivedTimestamp"]),
+            completed=_epoch(d["stageTimestamp"]),
+            request=d.get("requestObject"), response=d.get("responseObject")))
+    return sorted(out, key=lambda e: e.completed)
 
 
 def kubeconfig_text(server: str, token: str, user: str = "admin") -> str:
