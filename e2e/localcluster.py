@@ -49,6 +49,7 @@ ADMIN_TOKEN = "ckpt-preempt-e2e-admin"
 # Extra identities for RBAC tests: token -> user (no groups, so only what RBAC grants them).
 USER_TOKENS = {"ckpt-preempt-e2e-controller": "ckpt-preempt-controller",
                "ckpt-preempt-e2e-agent": "ckpt-preempt-agent"}
+USER_TOKENS["ckpt-preempt-e2e-tenant"] = "ckpt-preempt-tenant"  # trust tests: a pods-only tenant
 
 CONTROLLERS = ",".join([
     "disruption-controller", "garbage-collector-controller", "namespace-controller",

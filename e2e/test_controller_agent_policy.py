@@ -1,5 +1,6 @@
 """deploy/rbac/agent.yaml on a real API server: with a pod-bound ServiceAccount token, the
-agent may write checkpoint-done and last-checkpoint on its own pod and nothing else."""
+agent may write checkpoint-done and last-checkpoint on its own pod and nothing else: no
+finalizer (which would keep a victim from ever going away), ownerReference or label."""
 
 from __future__ import annotations
 
@@ -72,6 +73,18 @@ def test_agent_policy_limits_a_pod_bound_token_to_its_own_pod(cluster, namespace
         assert _status(patch("mine", "ckpt-preempt.io/plan")) != 200
         assert _status(patch("theirs", "ckpt-preempt.io/last-checkpoint")) != 200
         assert _status(lambda: agent.read_namespaced_pod("mine", namespace)) == 200
+
+        before = core.read_namespaced_pod("mine", namespace).metadata
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": "theirs",
+                 "uid": pods["theirs"].metadata.uid}
+        for meta in ({"finalizers": ["example.com/keep"]}, {"ownerReferences": [owner]},
+                     {"labels": {"app": "other"}}):
+            assert _status(lambda meta=meta: agent.patch_namespaced_pod(
+                "mine", namespace, {"metadata": meta})) in (403, 422), meta
+        after = core.read_namespaced_pod("mine", namespace).metadata
+        assert after.resource_version == before.resource_version
+        assert after.finalizers is None and after.owner_references is None
+        assert after.labels == before.labels
     finally:
         adm.delete_validating_admission_policy_binding(name)
         adm.delete_validating_admission_policy(name)
