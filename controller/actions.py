@@ -1,28 +1,38 @@
-"""The named operations the controller performs on the API server. Each is safe to repeat.
+"""Every write the controller makes to the API server goes through ``Actions``, and only there.
 
-- ``write_plan``: persist a PlanRecord on the preemptor, guarded (a JSON-patch ``test`` of the
-  previous value, or the resourceVersion when creating) so two writers cannot both win.
-- ``request_checkpoint``: the victim's ``drain`` annotation (skipped if terminating or asked).
-- ``evict``: policy/v1 Eviction with a uid precondition (never a same-named newer pod);
-  429 and 5xx are retried with exponential backoff and jitter, bounded; 404 counts as done.
-- ``reserve`` / ``tolerate`` / ``unreserve``: the reservation, a
-  ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint on each target node while it is freed
-  and the matching toleration on the preemptor pods.
-- ``nominate``: ``status.nominatedNodeName`` (mode a).
-- ``pin`` then ``ungate``: narrow required node affinity to the planned node while the pod is
-  gated, then lift ``ckpt-preempt.io/admission`` (mode b).
-- ``emit``: a core/v1 Event on a pod.
+Each write passes one choke point, ``Actions._write``, which enforces, in order:
 
-Errors: ``Blocked`` (an eviction still refused after the retries: the plan waits, then aborts at
-its evictBy); ``Conflict`` (someone else changed the object: re-read and decide again). Other
-``ApiException``s propagate; the loop logs them and retries on its next pass.
+1. **dry-run**: nothing is written except Events; the write is logged as skipped;
+2. **leadership**: ``may_write()`` (the Lease elector's renew deadline) is asked before every
+   write, so a replica that lost or cannot renew its Lease stops mid-pass (``NotLeader``);
+3. **a request timeout** on every call (reads included), so no call outlives the Lease;
+4. **an audit log line** (logger ``ckpt_preempt.audit``) naming the verb, the object and the plan.
+
+The operations, each safe to repeat:
+
+- plans: ``create_plan`` / ``update_plan`` / ``delete_plan`` on ConfigMaps in the controller's own
+  namespace, guarded by resourceVersion so two writers cannot both win;
+- victims: ``request_checkpoint`` / ``withdraw_checkpoint`` (the ``drain`` annotation) and
+  ``evict`` (policy/v1 Eviction with a uid precondition; 429 and 5xx retried with tenacity);
+- preemptors: ``nominate`` / ``clear_nomination`` (mode a), ``pin`` then ``ungate`` (mode b),
+  ``tolerate`` (the reservation toleration);
+- nodes: ``reserve`` / ``unreserve`` (the ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint);
+- ``emit``: an events.k8s.io/v1 Event about a pod.
+
+Errors: ``Blocked`` (an eviction still refused after the retries), ``Conflict`` (someone else
+changed the object: re-read and decide again), ``NotLeader``. Other ``ApiException``s propagate;
+the loop logs them and retries on its next pass.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -38,12 +48,19 @@ from controller.convert import ADMISSION_GATE, PodInfo
 from policies import lifecycle
 
 log = logging.getLogger("ckpt_preempt.actions")
+audit = logging.getLogger("ckpt_preempt.audit")
 COMPONENT = "ckpt-preempt.io/controller"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-
-
 RESERVED_TAINT = "ckpt-preempt.io/reserved"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every stored plan
+PLAN_STATE_LABEL = "ckpt-preempt.io/plan-state"
+PLAN_PREFIX = "ckpt-plan-"  # ConfigMap name = prefix + plan id
+T = TypeVar("T")
+
+
+def plan_object_name(plan_id: str) -> str:
+    return PLAN_PREFIX + plan_id
 
 
 def has_reservation_toleration(pod: PodInfo, plan: str) -> bool:
@@ -55,6 +72,10 @@ def node_reserved_for(taints, plan: str) -> bool:
     return any(t.get("key") == RESERVED_TAINT and t.get("value") == plan for t in taints)
 
 
+def _json_pointer(key: str) -> str:
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
 class Blocked(Exception):
     """The Eviction API kept refusing (429: a PDB; or 5xx) through every retry."""
 
@@ -63,50 +84,150 @@ class Conflict(Exception):
     """The object changed under us (409 / failed test op): decide again from fresh state."""
 
 
+class NotLeader(Exception):
+    """This replica may not write now: it does not hold the Lease within its renew deadline."""
+
+
 def _retryable(e: BaseException) -> bool:
     return isinstance(e, ApiException) and (e.status == 429 or e.status >= 500)
 
 
+def api_error(e: ApiException) -> str:
+    """A short, stable description of an API error (no headers, no request ids), so Events
+    built from it are deduplicated."""
+    reason = e.reason or ""
+    try:
+        message = json.loads(e.body or "{}").get("message") or ""
+    except (ValueError, AttributeError, TypeError):
+        message = ""
+    return f"{e.status} {reason}" + (f": {message}" if message else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteGuard:
+    """What every write is checked against (see the module docstring)."""
+
+    dry_run: bool = False
+    may_write: Callable[[], bool] = lambda: True
+    request_timeout: float = 5.0
+
+
 class Actions:
-    def __init__(self, api: client.ApiClient, *, dry_run: bool = False,
-                 evict_attempts: int = 4, on_retry=None) -> None:
+    def __init__(self, api: client.ApiClient, *, plan_namespace: str,
+                 guard: WriteGuard | None = None, evict_attempts: int = 4,
+                 on_retry: Callable[[], None] | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.events = client.EventsV1Api(api)
         self.instance = COMPONENT
-        self.dry_run = dry_run
+        self.plan_namespace = plan_namespace
+        self.guard = guard or WriteGuard()
         self.evict_attempts = evict_attempts
         self._on_retry = on_retry or (lambda: None)
 
-    # ------------------------------------------------------------------------------ the plan
-    def write_plan(self, pod: PodInfo, record: lifecycle.PlanRecord, previous: str | None) -> None:
-        new = lifecycle.plan_to_annotation(record)
-        try:
-            if previous is None:
-                body = {"metadata": {"resourceVersion": pod.resource_version,
-                                     "annotations": {lifecycle.PLAN_ANNOTATION: new}}}
-                self.core.patch_namespaced_pod(pod.name, pod.namespace, body,
-                                               _content_type=MERGE)
-            else:
-                path = "/metadata/annotations/" + lifecycle.PLAN_ANNOTATION.replace("/", "~1")
-                ops = [{"op": "test", "path": path, "value": previous},
-                       {"op": "replace", "path": path, "value": new}]
-                self.core.patch_namespaced_pod(pod.name, pod.namespace, ops,
-                                               _content_type=JSON_PATCH)
-        except ApiException as e:
-            if e.status in (404, 409, 422):  # 422: the JSON-patch test failed; 404: pod gone
-                raise Conflict(f"plan on {pod.key} changed: {e.reason}") from e
-            raise
+    @property
+    def timeout(self) -> float:
+        return self.guard.request_timeout
+
+    # -------------------------------------------------------------------- the choke point
+    def _write(self, verb: str, target: str, call: Callable[[], T], *, plan: str = "",
+               event: bool = False) -> T | None:
+        if self.guard.dry_run and not event:
+            audit.info("dry-run: skipped %s %s", verb, target,
+                       extra={"audit": verb, "target": target, "plan": plan, "dry_run": True})
+            return None
+        if not self.guard.may_write():
+            raise NotLeader(f"not the leader within its renew deadline; {verb} {target} "
+                            "not sent")
+        audit.info("%s %s", verb, target, extra={"audit": verb, "target": target, "plan": plan})
+        return call()
+
+    # ------------------------------------------------------------------------ stored plans
+    def _plan_body(self, record: lifecycle.PlanRecord, rv: str | None) -> dict:
+        meta = {"name": plan_object_name(record.id), "namespace": self.plan_namespace,
+                "labels": {MANAGED_BY[0]: MANAGED_BY[1],
+                           PLAN_STATE_LABEL: record.state.value}}
+        if rv is not None:
+            meta["resourceVersion"] = rv
+        return {"metadata": meta,
+                "data": {lifecycle.PLAN_DATA_KEY: lifecycle.plan_to_annotation(record)}}
+
+    def create_plan(self, record: lifecycle.PlanRecord) -> str | None:
+        """Store a new plan; returns its resourceVersion (None in dry-run)."""
+        def call() -> str:
+            try:
+                cm = self.core.create_namespaced_config_map(
+                    self.plan_namespace, self._plan_body(record, None),
+                    _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status == 409:
+                    raise Conflict(f"plan {record.id} exists already") from e
+                raise
+            return cm.metadata.resource_version
+        return self._write("create-plan", f"{self.plan_namespace}/{plan_object_name(record.id)}",
+                           call, plan=record.id)
+
+    def update_plan(self, record: lifecycle.PlanRecord, rv: str) -> str | None:
+        """Replace the stored plan, only if it is still at `rv`; returns the new one."""
+        def call() -> str:
+            try:
+                cm = self.core.replace_namespaced_config_map(
+                    plan_object_name(record.id), self.plan_namespace,
+                    self._plan_body(record, rv), _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status in (404, 409):
+                    raise Conflict(f"plan {record.id} changed: {e.reason}") from e
+                raise
+            return cm.metadata.resource_version
+        return self._write(f"update-plan {record.state.value}",
+                           f"{self.plan_namespace}/{plan_object_name(record.id)}", call,
+                           plan=record.id)
+
+    def delete_plan(self, plan_id: str, rv: str) -> None:
+        def call() -> None:
+            try:
+                self.core.delete_namespaced_config_map(
+                    plan_object_name(plan_id), self.plan_namespace,
+                    body=client.V1DeleteOptions(
+                        preconditions=client.V1Preconditions(resource_version=rv)),
+                    _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status not in (404, 409):
+                    raise
+        self._write("delete-plan", f"{self.plan_namespace}/{plan_object_name(plan_id)}", call,
+                    plan=plan_id)
 
     # --------------------------------------------------------------------------- the victims
     def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest) -> bool:
+        """True when this call wrote the request (False: terminating, asked, or dry-run)."""
         if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
             return False
         body = {"metadata": {"annotations": {
             lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(request)}}}
-        self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _content_type=MERGE)
-        return True
+        done = self._write("request-checkpoint", pod.key, lambda: self.core.patch_namespaced_pod(
+            pod.name, pod.namespace, body, _content_type=MERGE, _request_timeout=self.timeout),
+            plan=request.plan)
+        return done is not None
 
-    def evict(self, pod: PodInfo) -> bool:
+    def withdraw_checkpoint(self, pod: PodInfo, plan_id: str) -> None:
+        """Remove the drain request, only if it still names `plan_id` (the agent then tells the
+        workload the request is cancelled)."""
+        raw = pod.annotations.get(lifecycle.DRAIN_ANNOTATION)
+        if raw is None or not lifecycle.drain_requested(pod.annotations, plan_id):
+            return
+        path = _json_pointer(lifecycle.DRAIN_ANNOTATION)
+        ops = [{"op": "test", "path": path, "value": raw}, {"op": "remove", "path": path}]
+
+        def call() -> None:
+            try:
+                self.core.patch_namespaced_pod(pod.name, pod.namespace, ops,
+                                               _content_type=JSON_PATCH,
+                                               _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status not in (404, 409, 422):  # gone, or the request changed meanwhile
+                    raise
+        self._write("withdraw-checkpoint", pod.key, call, plan=plan_id)
+
+    def evict(self, pod: PodInfo, plan_id: str = "") -> bool:
         """True when this call evicted it; False when it was already gone or terminating."""
         if pod.deleting:
             return False
@@ -118,44 +239,71 @@ class Actions:
 
         @retry(retry=retry_if_exception(_retryable), stop=stop_after_attempt(self.evict_attempts),
                wait=wait_random_exponential(multiplier=0.2, max=2.0), reraise=False)
-        def call() -> None:
+        def attempt() -> None:
             nonlocal attempts
             attempts += 1
             if attempts > 1:
                 self._on_retry()
-            self.core.create_namespaced_pod_eviction(pod.name, pod.namespace, body)
+            # Leadership is asked again before every attempt: a retry may outlive the Lease.
+            self._write("evict", pod.key, lambda: self.core.create_namespaced_pod_eviction(
+                pod.name, pod.namespace, body, _request_timeout=self.timeout), plan=plan_id)
 
+        if self.guard.dry_run:
+            self._write("evict", pod.key, lambda: None, plan=plan_id)
+            return False
         try:
-            call()
+            attempt()
         except RetryError as e:
-            raise Blocked(f"eviction of {pod.key} refused {attempts} times: "
-                          f"{e.last_attempt.exception()}") from e
+            last = e.last_attempt.exception()
+            why = api_error(last) if isinstance(last, ApiException) else str(last)
+            raise Blocked(f"eviction of {pod.key} refused: {why}") from e
         except ApiException as e:
-            if e.status == 404:
-                return False
-            if e.status == 409:  # uid precondition: a different pod has this name now
+            if e.status in (404, 409):  # gone, or (uid precondition) another pod has the name
                 return False
             raise
         return True
 
     # -------------------------------------------------------------------------- the preemptor
-    def nominate(self, pod: PodInfo, node: str) -> None:
+    def nominate(self, pod: PodInfo, node: str, plan_id: str = "") -> None:
         if pod.deleting or pod.node or pod.nominated == node:
             return
-        try:
-            self.core.patch_namespaced_pod_status(
-                pod.name, pod.namespace, {"status": {"nominatedNodeName": node}},
-                _content_type=MERGE)
-        except ApiException as e:
-            if e.status not in (404, 422):  # 422: bound meanwhile (our cache lagged): done
-                raise
 
-    def pin(self, pod: PodInfo, node: str) -> None:
+        def call() -> None:
+            try:
+                self.core.patch_namespaced_pod_status(
+                    pod.name, pod.namespace, {"status": {"nominatedNodeName": node}},
+                    _content_type=MERGE, _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status not in (404, 422):  # 422: bound meanwhile (our cache lagged): done
+                    raise
+        self._write("nominate", f"{pod.key} -> {node}", call, plan=plan_id)
+
+    def clear_nomination(self, pod: PodInfo, node: str, plan_id: str = "") -> None:
+        """Withdraw our nomination of `pod` on `node` (an aborted plan), if it still stands."""
+        if pod.deleting or pod.node or pod.nominated != node:
+            return
+        ops = [{"op": "test", "path": "/status/nominatedNodeName", "value": node},
+               {"op": "remove", "path": "/status/nominatedNodeName"}]
+
+        def call() -> None:
+            try:
+                self.core.patch_namespaced_pod_status(pod.name, pod.namespace, ops,
+                                                      _content_type=JSON_PATCH,
+                                                      _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status not in (404, 409, 422):
+                    raise
+        self._write("clear-nomination", pod.key, call, plan=plan_id)
+
+    def _read_pod(self, pod: PodInfo) -> dict:
+        return self.core.api_client.sanitize_for_serialization(
+            self.core.read_namespaced_pod(pod.name, pod.namespace, _request_timeout=self.timeout))
+
+    def pin(self, pod: PodInfo, node: str, plan_id: str = "") -> None:
         """Narrow required node affinity to `node` (allowed while the pod is gated)."""
         if pod.deleting or ADMISSION_GATE not in pod.gates:
             return
-        live = self.core.api_client.sanitize_for_serialization(
-            self.core.read_namespaced_pod(pod.name, pod.namespace))
+        live = self._read_pod(pod)
         pin = {"key": "metadata.name", "operator": "In", "values": [node]}
         required = (((live["spec"].get("affinity") or {}).get("nodeAffinity") or {})
                     .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
@@ -169,76 +317,84 @@ class Actions:
                 "spec": {"affinity": {"nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": terms}}}}}
-        self._patch_guarded(pod, body)
+        self._patch_guarded("pin", pod, body, plan_id)
 
-    def ungate(self, pod: PodInfo) -> None:
+    def ungate(self, pod: PodInfo, plan_id: str = "") -> None:
         if pod.deleting or ADMISSION_GATE not in pod.gates:
             return
-        live = self.core.read_namespaced_pod(pod.name, pod.namespace)
-        gates = [g.name for g in live.spec.scheduling_gates or []]
+        live = self._read_pod(pod)
+        gates = [g["name"] for g in live["spec"].get("schedulingGates") or []]
         if ADMISSION_GATE not in gates:
             return
-        body = {"metadata": {"resourceVersion": live.metadata.resource_version},
+        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
                 "spec": {"schedulingGates": [{"name": g} for g in gates if g != ADMISSION_GATE]
                          or None}}
-        self._patch_guarded(pod, body)
+        self._patch_guarded("ungate", pod, body, plan_id)
 
-    def _patch_guarded(self, pod: PodInfo, body: dict) -> None:
-        try:
-            self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _content_type=MERGE)
-        except ApiException as e:
-            if e.status == 409:
-                raise Conflict(f"{pod.key} changed: {e.reason}") from e
-            raise
+    def tolerate(self, pod: PodInfo, plan_id: str) -> None:
+        """Add the reservation toleration to the preemptor (a pod update may add tolerations)."""
+        if pod.deleting or pod.node or has_reservation_toleration(pod, plan_id):
+            return
+        live = self._read_pod(pod)
+        tolerations = [*(live["spec"].get("tolerations") or []),
+                       {"key": RESERVED_TAINT, "operator": "Equal", "value": plan_id,
+                        "effect": "NoSchedule"}]
+        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
+                "spec": {"tolerations": tolerations}}
+        self._patch_guarded("tolerate", pod, body, plan_id)
+
+    def _patch_guarded(self, verb: str, pod: PodInfo, body: dict, plan_id: str) -> None:
+        def call() -> None:
+            try:
+                self.core.patch_namespaced_pod(pod.name, pod.namespace, body,
+                                               _content_type=MERGE,
+                                               _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status == 409:
+                    raise Conflict(f"{pod.key} changed: {e.reason}") from e
+                raise
+        self._write(verb, pod.key, call, plan=plan_id)
 
     # ------------------------------------------------------------------- node reservation
-    def reserve(self, node: str, plan: str) -> None:
+    def reserve(self, node: str, plan_id: str) -> None:
         """Taint `node` with RESERVED_TAINT=<plan>:NoSchedule (pods already there stay)."""
-        live = self.core.read_node(node)
+        live = self.core.read_node(node, _request_timeout=self.timeout)
         taints = [t.to_dict() for t in live.spec.taints or []]
-        if any(t["key"] == RESERVED_TAINT and t.get("value") == plan for t in taints):
+        if any(t["key"] == RESERVED_TAINT and t.get("value") == plan_id for t in taints):
             return
         taints = [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
                   for t in taints if t["key"] != RESERVED_TAINT]
-        taints.append({"key": RESERVED_TAINT, "value": plan, "effect": "NoSchedule"})
-        self._patch_node(live, taints)
+        taints.append({"key": RESERVED_TAINT, "value": plan_id, "effect": "NoSchedule"})
+        self._patch_node("reserve", live, taints, plan_id)
 
-    def unreserve(self, node: str, plan: str) -> None:
+    def unreserve(self, node: str, plan_id: str) -> None:
         try:
-            live = self.core.read_node(node)
+            live = self.core.read_node(node, _request_timeout=self.timeout)
         except ApiException as e:
             if e.status == 404:
                 return
             raise
         taints = [t.to_dict() for t in live.spec.taints or []]
-        if not any(t["key"] == RESERVED_TAINT and t.get("value") == plan for t in taints):
+        if not any(t["key"] == RESERVED_TAINT and t.get("value") == plan_id for t in taints):
             return
-        self._patch_node(live, [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
-                                for t in taints if t["key"] != RESERVED_TAINT])
+        self._patch_node("unreserve", live,
+                         [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
+                          for t in taints if t["key"] != RESERVED_TAINT], plan_id)
 
-    def _patch_node(self, live, taints: list[dict]) -> None:
+    def _patch_node(self, verb: str, live, taints: list[dict], plan_id: str) -> None:
         body = {"metadata": {"resourceVersion": live.metadata.resource_version},
                 "spec": {"taints": [{k: v for k, v in t.items() if v is not None}
                                     for t in taints] or None}}
-        try:
-            self.core.patch_node(live.metadata.name, body, _content_type=MERGE)
-        except ApiException as e:
-            if e.status == 409:
-                raise Conflict(f"node {live.metadata.name} changed: {e.reason}") from e
-            raise
 
-    def tolerate(self, pod: PodInfo, plan: str) -> None:
-        """Add the reservation toleration to the preemptor (a pod update may add tolerations)."""
-        if pod.deleting or pod.node or has_reservation_toleration(pod, plan):
-            return
-        live = self.core.api_client.sanitize_for_serialization(
-            self.core.read_namespaced_pod(pod.name, pod.namespace))
-        tolerations = [*(live["spec"].get("tolerations") or []),
-                       {"key": RESERVED_TAINT, "operator": "Equal", "value": plan,
-                        "effect": "NoSchedule"}]
-        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-                "spec": {"tolerations": tolerations}}
-        self._patch_guarded(pod, body)
+        def call() -> None:
+            try:
+                self.core.patch_node(live.metadata.name, body, _content_type=MERGE,
+                                     _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status == 409:
+                    raise Conflict(f"node {live.metadata.name} changed: {e.reason}") from e
+                raise
+        self._write(verb, f"node/{live.metadata.name}", call, plan=plan_id)
 
     # -------------------------------------------------------------------------------- events
     def emit(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
@@ -253,8 +409,11 @@ class Actions:
             "regarding": {"apiVersion": "v1", "kind": "Pod", "name": pod.name,
                           "namespace": pod.namespace, "uid": pod.uid},
         }
-        try:
-            self.events.create_namespaced_event(pod.namespace, body)
-        except ApiException as e:  # an Event is best effort; never fail an action over it
-            log.warning("event %s on %s not recorded: %s", reason, pod.key, e.reason)
 
+        def call() -> None:
+            try:
+                self.events.create_namespaced_event(pod.namespace, body,
+                                                    _request_timeout=self.timeout)
+            except ApiException as e:  # an Event is best effort; never fail an action over it
+                log.warning("event %s on %s not recorded: %s", reason, pod.key, e.reason)
+        self._write(f"event {reason}", pod.key, call, event=True)

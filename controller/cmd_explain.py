@@ -27,7 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="with POD: kubeconfig file (default: $KUBECONFIG)")
     p.add_argument("--snapshot", type=Path, help="snapshot file (JSON or YAML)")
     p.add_argument("--no-drain", action="store_true", help="plan without draining victims")
-    p.add_argument("--max-checkpoint-seconds", type=float, default=600.0)
+    p.add_argument("--max-checkpoint-seconds", type=float, default=None,
+                   help="cap on a victim's checkpoint time (default: the config's, 600)")
+    p.add_argument("--config", type=Path,
+                   help="with POD: the controller's config file (scope, limits, planNamespace), "
+                        "so the answer is the one the controller would give")
     p.add_argument("--compare", action="store_true", help="also show kube-default's choice")
     p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
 
@@ -46,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for p in problems:
         print(f"warning: {p}", file=sys.stderr)
-    cfg = preemption.PlannerConfig(
-        drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds
-    )
+    cfg = preemption.PlannerConfig(drain=not args.no_drain) \
+        if args.max_checkpoint_seconds is None else preemption.PlannerConfig(
+            drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds)
     plans = [preemption.plan(snap, preemptor, cfg)]
     if args.compare:
         plans.append(kube_default.plan(snap, preemptor))
@@ -88,15 +92,25 @@ def render(plan: Plan, now: float) -> str:
 
 def _run_live(args: argparse.Namespace) -> int:
     """`explain POD` on a live cluster: see controller/explain_live.py."""
+    import dataclasses
+
+    from controller import config as config_file
     from controller import explain_live
     from controller.cmd_run import api_client
-    from controller.config import Config
 
     namespace, _, name = args.pod.rpartition("/")
     try:
-        result = explain_live.explain(
-            api_client(args.kubeconfig, False), namespace or "default", name,
-            Config(drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds))
+        cfg = config_file.load(args.config)
+    except config_file.ConfigError as e:
+        print(f"ckpt-preempt explain: {e}", file=sys.stderr)
+        return 2
+    if args.no_drain:
+        cfg = dataclasses.replace(cfg, drain=False)
+    if args.max_checkpoint_seconds is not None:
+        cfg = dataclasses.replace(cfg, max_checkpoint_seconds=args.max_checkpoint_seconds)
+    try:
+        result = explain_live.explain(api_client(args.kubeconfig, False), namespace or "default",
+                                      name, cfg)
     except explain_live.PodNotFound as e:
         print(f"ckpt-preempt explain: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """``explain POD`` on a live cluster: the plan the controller would make for it right now.
 
-One-shot lists (no watch), the same conversion and the same planner as the controller, plus
-kube-scheduler's DefaultPreemption on the same snapshot for comparison. Nothing is written.
+One-shot lists (no watch), the same conversion, the same restriction step (nodes and victims
+held by stored plans still running; ``controller.plans.restriction``) and the same planner as
+the controller, plus kube-scheduler's DefaultPreemption on the same snapshot for comparison.
+Nothing is written.
 For the CLI (controller/cmd_explain.py)::
 
     from controller import explain_live
@@ -18,7 +20,10 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from controller import convert
+from controller.actions import MANAGED_BY
 from controller.config import Config
+from controller.plans import load_all, restriction
+from controller.watch import stored_plan
 from policies import annotations as ann
 from policies import kube_default, lifecycle, preemption
 from policies.model import Plan
@@ -34,7 +39,7 @@ class Explanation:
     members: tuple[str, ...]  # the whole gang when the pod belongs to one
     plan: Plan
     kube_default: Plan
-    persisted: lifecycle.PlanRecord | None  # the plan the controller is executing, if any
+    persisted: lifecycle.PlanRecord | None  # the newest stored plan for this pod, if any
     warnings: tuple[str, ...]
 
 
@@ -65,20 +70,22 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     members = [p for p in pods if not p.node and not p.done and (
         p.uid == target.uid or (gang is not None and model.get(p.uid) is not None
                                 and model[p.uid].gang == gang))]
+    stored = load_all(stored_plan(d) for d in _list(lambda **kw: core.list_namespaced_config_map(
+        cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))
+    mine = [r for r in stored if any(pl.uid in {p.uid for p in members} for pl in r.placements)]
+    held = restriction([r for r in stored if not r.state.terminal and r not in mine], {}, now)
     snap = convert.for_preemptor(conv.snapshot, {n.name: n for n in nodes}, members,
-                                 reserved_nodes=frozenset(), busy_pods=frozenset())
+                                 reserved_nodes=frozenset(held.reserved_nodes),
+                                 busy_pods=frozenset(held.held_pods))
     mpods = [model[p.uid] for p in members]
     ours = preemption.plan(snap, mpods, preemption.PlannerConfig(
         drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds))
     theirs = kube_default.plan(snap, mpods, kube_default.KubeDefaultConfig(seed=0))
-    persisted = None
-    raw = target.annotations.get(lifecycle.PLAN_ANNOTATION)
+    persisted = max(mine, key=lambda r: r.created) if mine else None
     warnings = [w for p in members for w in conv.problems.get(p.uid, ())]
-    if raw:
-        try:
-            persisted = lifecycle.plan_from_annotation(raw)
-        except lifecycle.PlanFormatError as e:
-            warnings.append(f"{lifecycle.PLAN_ANNOTATION}: {e}")
+    if lifecycle.PLAN_ANNOTATION in target.annotations:
+        warnings.append(f"{lifecycle.PLAN_ANNOTATION} on the pod is ignored: plans are kept in "
+                        f"namespace {cfg.plan_namespace}")
     if target.node:
         warnings.append(f"the pod is already bound to {target.node}; shown: a plan as if pending")
     return Explanation(pod=target.key, members=tuple(p.key for p in members), plan=ours,
@@ -90,7 +97,7 @@ def render(e: Explanation) -> str:
     for w in e.warnings:
         out.append(f"  warning: {w}")
     if e.persisted is not None:
-        out.append(f"  persisted plan {e.persisted.id}: {e.persisted.state}"
+        out.append(f"  stored plan {e.persisted.id}: {e.persisted.state}"
                    + (f" ({e.persisted.reason})" if e.persisted.reason else ""))
     p = e.plan
     out.append(f"  ckpt-preempt: {p.reason}")

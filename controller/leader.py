@@ -5,7 +5,13 @@ when ``renewTime + leaseDurationSeconds`` has passed *by its own clock since it 
 Lease change* (so clock skew between replicas does not matter), and only with an update guarded
 by the resourceVersion it read: of two replicas racing, the API server lets exactly one win
 (409 for the other). A leader that cannot renew within the duration steps down by itself
-before anyone else may take over. ``is_leader`` is what the loop checks before every action.
+before anyone else may take over.
+
+``may_write()`` is what ``controller.actions`` asks before every single write: true only while
+the last successful renewal is less than ``renew_deadline`` old (by this process's monotonic
+clock, measured from *before* the renewal request was sent). The config keeps
+``renew_deadline + request timeout <= duration``, so a write sent in time lands before any other
+replica may take over, even if this process is then stopped (SIGSTOP, a long GC) mid-pass.
 """
 
 from __future__ import annotations
@@ -27,12 +33,15 @@ def _micro(t: float) -> str:
 
 class LeaseElector:
     def __init__(self, api: client.ApiClient, *, name: str, namespace: str, identity: str,
-                 duration: float = 15.0, on_change=None) -> None:
+                 duration: float = 15.0, renew_deadline: float | None = None,
+                 request_timeout: float = 5.0, on_change=None) -> None:
         self.api = client.CoordinationV1Api(api)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.duration = duration
+        self.renew_deadline = renew_deadline if renew_deadline is not None else duration * 2 / 3
+        self.request_timeout = request_timeout
         self._leader = threading.Event()
-        self._valid_until = 0.0  # monotonic: leadership ends here unless renewed
+        self._valid_until = 0.0  # monotonic: writing stops here unless renewed
         self._seen: tuple[str, float] | None = None  # (resourceVersion, monotonic when seen)
         self._stop = threading.Event()
         self._on_change = on_change or (lambda leader: None)
@@ -43,6 +52,9 @@ class LeaseElector:
         if self._leader.is_set() and time.monotonic() >= self._valid_until:
             self._set(False)
         return self._leader.is_set()
+
+    def may_write(self) -> bool:
+        return self.is_leader
 
     def start(self) -> None:
         self._thread.start()
@@ -68,19 +80,21 @@ class LeaseElector:
     def try_acquire_or_renew(self) -> bool:
         start = time.monotonic()
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace,
+                                                  _request_timeout=self.request_timeout)
         except ApiException as e:
             if e.status != 404:
                 raise
             body = {"metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(0, None)}
             try:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self.api.create_namespaced_lease(self.namespace, body,
+                                                 _request_timeout=self.request_timeout)
             except ApiException as e2:
                 if e2.status == 409:
                     return False
                 raise
-            self._valid_until = start + self.duration
+            self._valid_until = start + self.renew_deadline
             return True
         spec, rv = lease.spec, lease.metadata.resource_version
         if self._seen is None or self._seen[0] != rv:
@@ -98,12 +112,13 @@ class LeaseElector:
                              "resourceVersion": rv},
                 "spec": self._spec(transitions, acquire)}
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, body)
+            self.api.replace_namespaced_lease(self.name, self.namespace, body,
+                                              _request_timeout=self.request_timeout)
         except ApiException as e:
             if e.status == 409:
                 return False
             raise
-        self._valid_until = start + self.duration
+        self._valid_until = start + self.renew_deadline
         return True
 
     def _release(self) -> None:

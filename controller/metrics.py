@@ -14,10 +14,11 @@ class Metrics:
                                registry=r)
         self.lost_gpu_hours = Counter("ckpt_preempt_lost_gpu_hours_total",
                                       "GPU-hours of work lost by planned victims", registry=r)
-        self.saved_gpu_hours = Counter(
-            "ckpt_preempt_gpu_hours_saved_total",
-            "GPU-hours kube-default preemption would have lost minus what our plans lose, "
-            "on the same snapshot", registry=r)
+        self.saved_gpu_hours = Gauge(
+            "ckpt_preempt_gpu_hours_saved",
+            "Running sum over stored plans of GPU-hours kube-default preemption would have "
+            "lost minus what our plan loses, on the same snapshot (negative when ours lost "
+            "more)", registry=r)
         self.drain_seconds = Histogram(
             "ckpt_preempt_drain_duration_seconds", "Plan creation to the start of evictions",
             buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200), registry=r)

@@ -1,18 +1,21 @@
-"""The reconcile pass: carry every persisted plan one step further, then plan for new preemptors.
+"""The reconcile pass: carry every stored plan one step further, then plan for new preemptors.
 
-One ``tick()`` reads the watch cache (never the API server, except inside the named actions),
-so a pass is cheap and a restarted controller rebuilds everything from annotations:
+One ``tick()`` reads the watch cache (never the API server, except inside ``Actions``), so a
+pass is cheap and a restarted controller rebuilds everything from the stored plans:
 
-1. **Active plans.** Every pod carrying a non-terminal ``ckpt-preempt.io/plan`` is advanced with
-   ``policies.lifecycle.next_step``. Transitions are written first, then the step's action runs.
+1. **Stored plans** (ConfigMaps in the controller's own namespace, see ``controller.plans``).
+   Every plan not yet Done or Aborted is re-validated against live state and advanced one step
+   (``controller.advance``). Finished plans lift their reservations, clean up after aborts and
+   are deleted after ``planHistorySeconds``. In dry-run, stored plans are only reported.
 2. **New preemptors**, in queue order (priority, then gang size, then age, then uid):
    (a) pods ``PodScheduled=False/Unschedulable`` with ``preemptionPolicy: Never``;
    (b) gangs whose members carry the ``ckpt-preempt.io/admission`` gate, once every member of
-   the declared gang-total exists. Nodes targeted by active plans and their victims are held
-   back from new plans.
+   the declared gang-total exists. The restriction step (``plans.restriction``) closes nodes
+   and victims that running plans hold; a preemptor whose aborted plan still has terminating
+   victims waits for them to go.
 
 Anything unexpected in one plan or one preemptor is logged, counted and skipped: the loop never
-dies of bad input, and evicts only victims listed in a persisted plan.
+dies of bad input, and evicts only victims of a stored plan that passes ``lifecycle.check``.
 """
 
 from __future__ import annotations
@@ -23,30 +26,25 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
 from controller import convert
-from controller.actions import (
-    RESERVED_TAINT,
-    Actions,
-    Blocked,
-    Conflict,
-    has_reservation_toleration,
-    node_reserved_for,
-)
+from controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
+from controller.advance import Memory, PlanStepper, World
 from controller.config import Config
 from controller.convert import ADMISSION_GATE, PodInfo
 from controller.metrics import Metrics
+from controller.plans import PlanBook, Stored, restriction, waiting_for_victims
 from controller.watch import ClusterCache
 from policies import annotations as ann
 from policies import kube_default, lifecycle, preemption
-from policies.lifecycle import Mode, PlanRecord, State, StepKind
-from policies.model import Plan
+from policies.lifecycle import Mode, PlanRecord, State
+from policies.model import Plan, Pod
 
 log = logging.getLogger("ckpt_preempt.reconcile")
-RESERVATION_GRACE_SECONDS = 60.0  # after evictBy, a reservation is lifted whatever happened
+RESERVATION_GRACE_SECONDS = 60.0  # after bindBy, a reservation is lifted whatever happened
 UNKNOWN_RESERVATION_SECONDS = 15.0  # a taint whose plan is nowhere is lifted after this
 PRUNE_SECONDS = 60.0  # how often the process forgets gone pods and plans
 
@@ -68,19 +66,9 @@ def cycle_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-@dataclass
-class _Memory:
-    """What this process did, so a stale cache never makes it repeat an action."""
-
-    requested: set[tuple[str, str]] = field(default_factory=set)  # (plan, uid)
-    evicted: set[tuple[str, str]] = field(default_factory=set)
-    steered: set[tuple[str, str]] = field(default_factory=set)
-    acked: set[tuple[str, str]] = field(default_factory=set)
-    emitted: set[tuple] = field(default_factory=set)
-    next_try: dict[str, float] = field(default_factory=dict)
-    gang_waiting: dict[str, float] = field(default_factory=dict)
-    blocked: dict[str, float] = field(default_factory=dict)  # victim uid -> not before
-    reserved: set[tuple[str, str]] = field(default_factory=set)
+def workload_key(p: Pod) -> str:
+    """Whose history a preemption counts against: the gang, else the pod."""
+    return f"gang:{p.gang}" if p.gang else f"pod:{p.uid}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,236 +92,106 @@ class Reconciler:
                  *, clock: Callable[[], float] = time.time) -> None:
         self.cache, self.actions, self.cfg, self.metrics = cache, actions, cfg, metrics
         self.clock = clock
-        self.mem = _Memory()
+        self.mem = Memory()
+        self.book = PlanBook()
         self._pruned = 0.0
-        self._new_plans: set[str] = set()  # created since the last prune (not yet in the cache)
         self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
         self.scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
                                    priority_classes=frozenset(cfg.priority_classes))
         self.limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
                                  max_min_runtime=cfg.max_min_runtime_seconds)
+        self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
+                                   self.scope, self._note_once)
 
     # ----------------------------------------------------------------------------- one pass
     def tick(self) -> None:
         now = self.clock()
         pods = [p for p in self.cache.pods.items() if not p.done]
-        by_uid = {p.uid: p for p in pods}
-        active: list[tuple[PodInfo, PlanRecord, str]] = []
-        previous: dict[str, str] = {}  # anchor uid -> its terminal or malformed plan value
+        world = World(by_uid={p.uid: p for p in pods},
+                      nodes={n.name: n for n in self.cache.nodes.items()},
+                      pdbs=tuple(self.cache.pdbs.items()), now=now)
+        stored, unreadable = self.book.load(self.cache.plans.items())
+        for name, why in unreadable:
+            self._log_once(("unreadable-plan", name, why), "stored plan %s is unreadable and "
+                           "never acted on: %s", name, why)
         for p in pods:
-            raw = p.annotations.get(lifecycle.PLAN_ANNOTATION)
-            if raw is None:
-                continue
-            try:
-                record = lifecycle.plan_from_annotation(raw)
-            except lifecycle.PlanFormatError as e:
-                self._warn_once(p, "InvalidPlan", f"{lifecycle.PLAN_ANNOTATION}: {e}; ignored "
-                                "(nothing is evicted for it); the pod may be planned anew")
-                previous[p.uid] = raw
-                continue
-            if record.state.terminal:
-                previous[p.uid] = raw
-            else:
-                active.append((p, record, raw))
+            if lifecycle.PLAN_ANNOTATION in p.annotations and self.scope.covers(p):
+                self._warn_once(p, "InvalidAnnotation", f"{lifecycle.PLAN_ANNOTATION} on a pod "
+                                "is ignored: plans are kept only in the controller's namespace")
+        active = [s for s in stored if not s.record.state.terminal]
         self.metrics.active_plans.set(len(active))
-        self._release_reservations(pods, now)
-        for anchor, record, raw in active:
-            try:
-                self._advance(anchor, record, raw, by_uid, now)
-            except Conflict as e:
-                log.info("plan %s: %s; will re-read", record.id, e)
-            except Exception:
-                log.exception("plan %s: step failed", record.id)
-                self.metrics.loop_errors.inc()
-        self._plan_new(pods, by_uid, active, previous, now)
+        self._release_reservations(stored, world)
+        if self.cfg.dry_run:
+            for s in active:
+                self._note_once_plan(s.record, world, "(dry run) stored plan "
+                                     f"{s.record.id} is {s.record.state}; not advanced")
+        else:
+            for s in stored:
+                self._run_guarded(s.record.id, self._step_stored, s, world)
+        stored, _ = self.book.load(self.cache.plans.items())  # with this pass's writes
+        self._plan_new(pods, world, [s.record for s in stored], now)
         if now - self._pruned > PRUNE_SECONDS:
-            self._prune(by_uid, {r.id for _, r, _ in active} | self._new_plans, now)
+            self._prune(world.by_uid, stored, now)
 
-    def _prune(self, by_uid: Mapping[str, PodInfo], live_plans: set[str], now: float) -> None:
-        """Forget pods and plans that are gone, so a long-running controller stays small."""
+    def _step_stored(self, s: Stored, world: World) -> None:
+        if s.record.state.terminal:
+            self.stepper.tidy(s.record, world)
+            return
+        self.stepper.advance(s.record, s.rv, world)
+
+    def _run_guarded(self, what: str, fn: Callable[..., None], *args) -> None:
+        try:
+            fn(*args)
+        except NotLeader:
+            raise
+        except Conflict as e:
+            log.info("%s: %s; will re-read", what, e)
+        except ApiException as e:
+            log.warning("%s: %s", what, api_error(e))
+        except Exception:
+            log.exception("%s: step failed", what)
+            self.metrics.loop_errors.inc()
+
+    def _prune(self, by_uid: Mapping[str, PodInfo], stored: list[Stored], now: float) -> None:
+        """Forget pods and plans that are gone, and delete finished plans past their history
+        window, so a long-running controller and its namespace stay small."""
         m = self.mem
+        live_plans = {s.record.id for s in stored if not s.record.state.terminal}
         m.next_try = {u: t for u, t in m.next_try.items() if u in by_uid}
         m.blocked = {u: t for u, t in m.blocked.items() if u in by_uid and t > now}
-        m.emitted = {k for k in m.emitted if k[0] in by_uid}
+        m.emitted = {k for k in m.emitted if k[0] in by_uid or k[0] in live_plans}
         for name in ("requested", "evicted", "steered", "acked", "reserved"):
             setattr(m, name, {k for k in getattr(m, name) if k[0] in live_plans})
         m.gang_waiting = {k: t for k, t in m.gang_waiting.items() if now - t < 86400}
         self._pruned = now
-        self._new_plans = set()
         self._unknown_reservations = {k: t for k, t in self._unknown_reservations.items()
                                       if now - t < 3600}
+        for s in stored:
+            if s.record.state.terminal and now - s.record.created > self.cfg.plan_history_seconds:
+                self._run_guarded(s.record.id, self.actions.delete_plan, s.record.id, s.rv)
+                self.book.forget(s.record.id)
 
-    def _release_reservations(self, pods: list[PodInfo], now: float) -> None:
-        """Lift a reservation taint once its plan is over: aborted, gone, past evictBy plus a
-        grace period, or every preemptor bound (or gone)."""
-        records: dict[str, tuple[PlanRecord, list[PodInfo]]] = {}
-        by_uid = {p.uid: p for p in pods}
-        for p in pods:
-            raw = p.annotations.get(lifecycle.PLAN_ANNOTATION)
-            if raw:
-                with contextlib.suppress(lifecycle.PlanFormatError):
-                    r = lifecycle.plan_from_annotation(raw)
-                    records[r.id] = (r, [by_uid[pl.uid] for pl in r.placements
-                                         if pl.uid in by_uid])
-        for node in self.cache.nodes.items():
+    def _release_reservations(self, stored: list[Stored], world: World) -> None:
+        """Lift a reservation taint once its plan is over (Done, Aborted, or past its bind
+        deadline plus a grace period), or when no stored plan has its id."""
+        records = {s.record.id: s.record for s in stored}
+        now = world.now
+        for node in world.nodes.values():
             for t in node.taints:
                 if t.get("key") != RESERVED_TAINT:
                     continue
                 plan = t.get("value", "")
-                r, pre = records.get(plan, (None, []))
-                if r is None:  # the node's watch may run ahead of the pod's: wait a little
+                r = records.get(plan)
+                if r is None:  # the node's watch may run ahead of the plans': wait a little
                     since = self._unknown_reservations.setdefault(plan, now)
                     if now - since < UNKNOWN_RESERVATION_SECONDS:
                         continue
                 else:
                     self._unknown_reservations.pop(plan, None)
-                over = (r is None or r.state is State.ABORTED
-                        or now > r.evict_by + RESERVATION_GRACE_SECONDS
-                        or (r.state is State.DONE and all(p.node for p in pre)))
-                if over:
-                    try:
-                        self.actions.unreserve(node.name, plan)
-                    except (Conflict, ApiException) as e:
-                        log.info("reservation on %s not lifted yet: %s", node.name, e)
-
-    # ------------------------------------------------------------------------- active plans
-    def _observe(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> lifecycle.Observed:
-        victims = {}
-        for v in r.victims:
-            p = by_uid.get(v.uid)
-            if p is None:
-                continue
-            victims[v.uid] = lifecycle.VictimObs(
-                uid=p.uid, node=p.node,
-                terminating=p.deleting or (r.id, v.uid) in self.mem.evicted,
-                acked=lifecycle.acked(p.annotations, r.id),
-                drain_requested=lifecycle.drain_requested(p.annotations, r.id)
-                or (r.id, v.uid) in self.mem.requested)
-        preemptors = {}
-        for pl in r.placements:
-            p = by_uid.get(pl.uid)
-            if p is None or p.deleting:
-                continue
-            steered = (r.id, p.uid) in self.mem.steered or (
-                p.nominated == pl.node if r.mode is Mode.NOMINATE
-                else ADMISSION_GATE not in p.gates)
-            node = self.cache.nodes.get(pl.node)
-            reserved = not self.cfg.reserve_nodes or (r.id, p.uid) in self.mem.reserved or (
-                has_reservation_toleration(p, r.id) and node is not None
-                and node_reserved_for(node.taints, r.id))
-            preemptors[pl.uid] = lifecycle.PreemptorObs(uid=p.uid, node=p.node, steered=steered,
-                                                    reserved=reserved)
-        return lifecycle.Observed(victims=victims, preemptors=preemptors)
-
-    def _advance(self, anchor: PodInfo, r: PlanRecord, raw: str,
-                 by_uid: Mapping[str, PodInfo], now: float) -> None:
-        for _ in range(8):  # transitions chain within a pass; one action ends it
-            observed = self._observe(r, by_uid)
-            self._report_acks(r, observed, by_uid)
-            step = lifecycle.next_step(r, observed, now)
-            if step.kind is StepKind.TRANSITION:
-                new = r.with_state(step.to_state, step.reason)
-                self.actions.write_plan(anchor, new, previous=raw)
-                log.info("plan %s: %s -> %s (%s)", r.id, r.state, new.state, step.reason,
-                         extra={"plan": r.id, "pod": anchor.key})
-                self._on_transition(anchor, r, new, observed, by_uid, now)
-                r, raw = new, lifecycle.plan_to_annotation(new)
-                continue
-            if step.kind is StepKind.REQUEST_CHECKPOINT:
-                self._request(r, step.victims, by_uid, now)
-            elif step.kind is StepKind.EVICT:
-                self._evict(anchor, r, step.victims, by_uid)
-            elif step.kind is StepKind.STEER:
-                self._steer(r, by_uid)
-            elif step.kind is StepKind.RESERVE:
-                for pl in r.placements:
-                    self.actions.reserve(pl.node, r.id)
-                    self.actions.tolerate(by_uid[pl.uid], r.id)
-                    self.mem.reserved.add((r.id, pl.uid))
-                continue  # evict in the same pass: the reservation is in place
-            return
-
-    def _report_acks(self, r: PlanRecord, observed: lifecycle.Observed,
-                     by_uid: Mapping[str, PodInfo]) -> None:
-        if r.state is not State.DRAINING:
-            return
-        for uid, seen in observed.victims.items():
-            if seen.acked and (r.id, uid) not in self.mem.acked:
-                self.mem.acked.add((r.id, uid))
-                self.actions.emit(by_uid[uid], "CheckpointCompleted",
-                                  f"checkpoint for plan {r.id} acknowledged")
-
-    def _on_transition(self, anchor: PodInfo, old: PlanRecord, new: PlanRecord,
-                       observed: lifecycle.Observed, by_uid: Mapping[str, PodInfo],
-                       now: float) -> None:
-        if new.state is State.EVICTING:
-            self.metrics.drain_seconds.observe(max(0.0, now - old.created))
-            for v in old.victims:
-                seen = observed.victims.get(v.uid)
-                if v.drain and seen is not None and not seen.acked:
-                    self.actions.emit(by_uid[v.uid], "CheckpointDeadlineExceeded",
-                                      f"no checkpoint acknowledgement for plan {old.id} by its "
-                                      "deadline; evicting", warning=True)
-        elif new.state is State.DONE:
-            self.metrics.plans.labels("done").inc()
-            for pl in new.placements:
-                p = by_uid.get(pl.uid)
-                if p is not None and new.mode is Mode.ADMIT:
-                    self.actions.emit(p, "GangAdmitted",
-                                      f"plan {new.id}: pinned to {pl.node} and admitted")
-        elif new.state is State.ABORTED:
-            self.metrics.plans.labels("aborted").inc()
-            self.actions.emit(anchor, "PreemptionAborted", f"plan {new.id}: {new.reason}",
-                              warning=True)
-            if old.state is State.EVICTING:  # still refused at evictBy (a PDB): plan around it
-                for v in old.victims:
-                    seen = observed.victims.get(v.uid)
-                    if seen is not None and not seen.terminating:
-                        self.mem.blocked[v.uid] = now + self.cfg.blocked_victim_seconds
-            for pl in new.placements:  # re-plan at once
-                self.mem.next_try.pop(pl.uid, None)
-
-    def _request(self, r: PlanRecord, uids: tuple[str, ...], by_uid: Mapping[str, PodInfo],
-                 now: float) -> None:
-        req = lifecycle.DrainRequest(plan=r.id, requested=now, deadline=r.deadline)
-        for uid in uids:
-            p = by_uid[uid]
-            if self.actions.request_checkpoint(p, req):
-                self.actions.emit(p, "CheckpointRequested",
-                                  f"plan {r.id}: please checkpoint before "
-                                  f"{lifecycle.drain_to_annotation(req)}")
-            self.mem.requested.add((r.id, uid))
-
-    def _evict(self, anchor: PodInfo, r: PlanRecord, uids: tuple[str, ...],
-               by_uid: Mapping[str, PodInfo]) -> None:
-        for uid in uids:
-            if (r.id, uid) in self.mem.evicted:
-                continue
-            p = by_uid[uid]
-            try:
-                done = self.actions.evict(p)
-            except Blocked as e:
-                log.info("plan %s: %s", r.id, e, extra={"plan": r.id})
-                self._warn_once(anchor, "EvictionBlocked", f"plan {r.id}: {e}")
-                continue
-            self.mem.evicted.add((r.id, uid))
-            if done:
-                self.metrics.victims.inc()
-                for_ = ", ".join(f"{pl.namespace}/{pl.name}" for pl in r.placements)
-                self.actions.emit(p, "Evicted", f"evicted by plan {r.id} for {for_}")
-
-    def _steer(self, r: PlanRecord, by_uid: Mapping[str, PodInfo]) -> None:
-        members = [(by_uid[pl.uid], pl.node) for pl in r.placements]
-        if r.mode is Mode.NOMINATE:
-            for p, node in members:
-                self.actions.nominate(p, node)
-        else:  # every member is pinned before any gate is lifted
-            for p, node in members:
-                self.actions.pin(p, node)
-            for p, _ in members:
-                self.actions.ungate(p)
-        for p, _ in members:
-            self.mem.steered.add((r.id, p.uid))
+                if (r is None or r.state.terminal
+                        or now > r.bind_by + RESERVATION_GRACE_SECONDS) and not self.cfg.dry_run:
+                    self._run_guarded(f"unreserve {node.name}", self.actions.unreserve,
+                                      node.name, plan)
 
     # ---------------------------------------------------------------------------- new plans
     def _candidates(self, pods: list[PodInfo], conv: convert.Converted,
@@ -372,55 +230,53 @@ class Reconciler:
             out.append(Candidate(mode=mode, key=key, members=tuple(members)))
         return sorted(out, key=Candidate.order)
 
-    def _plan_new(self, pods: list[PodInfo], by_uid: Mapping[str, PodInfo],
-                  active: list[tuple[PodInfo, PlanRecord, str]], previous: Mapping[str, str],
+    def _plan_new(self, pods: list[PodInfo], world: World, stored: list[PlanRecord],
                   now: float) -> None:
-        planned = {pl.uid for _, r, _ in active for pl in r.placements}
+        active = [r for r in stored if not r.state.terminal]
+        planned = {pl.uid for r in active for pl in r.placements}
+        planned |= waiting_for_victims(stored, {p.uid for p in pods if p.deleting})
         if not any(not p.node and not p.deleting and p.uid not in planned
                    and self.mem.next_try.get(p.uid, 0.0) <= now
                    and (ADMISSION_GATE in p.gates
                         or (p.unschedulable and p.preemption_policy == "Never"))
                    for p in pods):
             return  # nothing due: skip converting the whole cluster
-        conv = convert.snapshot(now=now, nodes=self.cache.nodes.items(), pods=pods,
-                                pdbs=self.cache.pdbs.items(), scope=self.scope,
-                                limits=self.limits)
+        conv = convert.snapshot(now=now, nodes=world.nodes.values(), pods=pods,
+                                pdbs=world.pdbs, scope=self.scope, limits=self.limits)
         with cycle_objects_frozen():
-            self._plan_queue(pods, by_uid, conv, active, planned, previous, now)
+            self._plan_queue(pods, world, conv, active, planned, now)
 
-    def _plan_queue(self, pods: list[PodInfo], by_uid: Mapping[str, PodInfo],
-                    conv: convert.Converted, active: list[tuple[PodInfo, PlanRecord, str]],
-                    planned: set[str], previous: Mapping[str, str], now: float) -> None:
+    def _plan_queue(self, pods: list[PodInfo], world: World, conv: convert.Converted,
+                    active: list[PlanRecord], planned: set[str], now: float) -> None:
         for uid, problems in conv.problems.items():  # victims' bad input is reported too
-            p = by_uid.get(uid)
+            p = world.by_uid.get(uid)
             if p is not None and self.scope.covers(p):
                 for problem in problems:
                     self._warn_once(p, "InvalidAnnotation", problem)
-        nodes = {n.name: n for n in self.cache.nodes.items()}
-        reserved = {pl.node for _, r, _ in active for pl in r.placements}
-        busy = {v.uid for _, r, _ in active for v in r.victims}
-        busy |= {uid for uid, until in self.mem.blocked.items() if until > now}
+        held = restriction(active, self.mem.blocked, now)
+        reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
             try:
-                record = self._plan_one(cand, conv, nodes, frozenset(reserved), frozenset(busy),
-                                        previous, now)
-            except Conflict as e:
+                made = self._plan_one(cand, conv, world.nodes, frozenset(reserved),
+                                      frozenset(busy), now)
+            except (Conflict, NotLeader) as e:
                 log.info("%s: %s", cand.key, e)
+                if isinstance(e, NotLeader):
+                    raise
                 continue
             except ApiException as e:
-                log.warning("%s: plan not persisted: %s", cand.key, e.reason)
+                log.warning("%s: plan not stored: %s", cand.key, api_error(e))
                 continue
-            if record is not None:
-                reserved |= {pl.node for pl in record.placements}
+            if made is not None:
+                record, rv = made
+                reserved |= record.nodes
                 busy |= record.victim_uids
-                with contextlib.suppress(Conflict):  # the next pass re-reads and resumes
-                    self._advance(cand.anchor, record, lifecycle.plan_to_annotation(record), by_uid,
-                                  now)
+                self._run_guarded(record.id, self.stepper.advance, record, rv, world)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
-                  previous: Mapping[str, str], now: float) -> PlanRecord | None:
+                  now: float) -> tuple[PlanRecord, str] | None:
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
                                      reserved_nodes=reserved, busy_pods=busy)
@@ -439,45 +295,49 @@ class Reconciler:
             return None
         self.mem.gang_waiting.pop(cand.key, None)
         kd = kube_default.plan(snap, members, kube_default.KubeDefaultConfig(seed=0))
-        saved = (kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600 if kd.feasible else 0.0
-        record = self._record(cand, plan, now)
+        record = self._record(cand, plan, conv, now)
         body = plan.reason
         if plan.victim_groups:
             body += (f"; victims {', '.join(f'{v.namespace}/{v.name}' for v in plan.victims)} "
                      f"on {', '.join(plan.target_nodes)}")
         if kd.feasible and plan.victim_groups:
             body += f"; kube-default would lose {kd.lost_gpu_seconds / 3600:.2f} GPU-h"
-        message = f"plan {record.id}: {body}"
         if self.cfg.dry_run:
             self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body,
                             key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
-        self.actions.write_plan(cand.anchor, record, previous=previous.get(cand.anchor.uid))
-        self._new_plans.add(record.id)
+        rv = self.actions.create_plan(record)
+        if rv is None:
+            return None
+        self.book.wrote(record, rv)
         self.metrics.plans.labels("planned").inc()
         self.metrics.lost_gpu_hours.inc(plan.lost_gpu_seconds / 3600)
-        if saved > 0:
-            self.metrics.saved_gpu_hours.inc(saved)
+        if kd.feasible:
+            self.metrics.saved_gpu_hours.inc((kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600)
         for p in cand.members:
-            self.actions.emit(p, "PreemptionPlanned", message)
+            self.actions.emit(p, "PreemptionPlanned", f"plan {record.id}: {body}")
         log.info("planned %s", record.id, extra={"plan": record.id, "preemptor": cand.key,
                                                   "victims": len(record.victims),
                                                   "lost_gpu_h": plan.lost_gpu_seconds / 3600})
-        return record
+        return record, rv
 
-    def _record(self, cand: Candidate, plan: Plan, now: float) -> PlanRecord:
+    def _record(self, cand: Candidate, plan: Plan, conv: convert.Converted,
+                now: float) -> PlanRecord:
         pods = {p.uid: p for p in cand.members}
-        deadline = min(plan.drain_deadline or now, now + self.cfg.max_checkpoint_seconds)
+        model = conv.snapshot.pod_by_uid
+        deadline = max(now, min(plan.drain_deadline or now,
+                                now + self.cfg.max_checkpoint_seconds))
+        evict_by = deadline + self.cfg.eviction_timeout_seconds
         return PlanRecord(
             id=f"{int(now):x}-{uuid.uuid4().hex[:8]}", state=State.PLANNED, mode=cand.mode,
-            created=now, deadline=max(deadline, now),
-            evict_by=max(deadline, now) + self.cfg.eviction_timeout_seconds,
+            created=now, deadline=deadline, evict_by=evict_by,
+            bind_by=evict_by + self.cfg.bind_timeout_seconds,
             placements=tuple(lifecycle.PlannedPlacement(
                 uid=pl.pod_uid, namespace=pods[pl.pod_uid].namespace,
                 name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
-            victims=tuple(lifecycle.PlannedVictim(uid=v.uid, namespace=v.namespace, name=v.name,
-                                              node=v.node, drain=v.drain)
-                          for v in plan.victims),
+            victims=tuple(lifecycle.PlannedVictim(
+                uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
+                workload=workload_key(model[v.uid])) for v in plan.victims),
             lost_gpu_seconds=plan.lost_gpu_seconds,
         )
 
@@ -491,6 +351,16 @@ class Reconciler:
                                 f"{now - since:.0f}s", warning=True)
 
     # -------------------------------------------------------------------------------- events
+    def _log_once(self, key: tuple, msg: str, *args) -> None:
+        if key not in self.mem.emitted:
+            self.mem.emitted.add(key)
+            log.warning(msg, *args)
+
+    def _note_once_plan(self, r: PlanRecord, world: World, message: str) -> None:
+        anchor = world.by_uid.get(r.anchor.uid)
+        if anchor is not None:
+            self._note_once(anchor, "PreemptionPlanned", message, key=(r.id, r.state))
+
     def _warn_once(self, pod: PodInfo, reason: str, message: str) -> None:
         self._note_once(pod, reason, message, warning=True)
 

@@ -16,7 +16,7 @@ import uuid
 
 from kubernetes import client
 
-from controller.actions import Actions
+from controller.actions import Actions, NotLeader, WriteGuard
 from controller.config import Config
 from controller.leader import LeaseElector
 from controller.metrics import Metrics
@@ -35,16 +35,20 @@ class Controller:
         self.cfg = cfg
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
-        self.cache = ClusterCache(api)
-        self.actions = Actions(api, dry_run=cfg.dry_run, evict_attempts=cfg.evict_attempts,
+        self.cache = ClusterCache(api, plan_namespace=cfg.plan_namespace)
+        self.elector = LeaseElector(
+            api, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=self.identity,
+            duration=cfg.lease_duration_seconds, renew_deadline=cfg.renew_deadline_seconds,
+            request_timeout=cfg.request_timeout_seconds,
+            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
+        ) if elect else None
+        guard = WriteGuard(dry_run=cfg.dry_run, request_timeout=cfg.request_timeout_seconds,
+                           may_write=self.elector.may_write if self.elector else lambda: True)
+        self.actions = Actions(api, plan_namespace=cfg.plan_namespace, guard=guard,
+                               evict_attempts=cfg.evict_attempts,
                                on_retry=self.metrics.eviction_retries.inc)
         self.actions.instance = self.identity[:128]
         self.reconciler = Reconciler(self.cache, self.actions, cfg, self.metrics)
-        self.elector = LeaseElector(
-            api, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=self.identity,
-            duration=cfg.lease_duration_seconds,
-            on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
-        ) if elect else None
         self.listen = listen
         self.server = None
         self._last_tick = time.monotonic()
@@ -74,6 +78,8 @@ class Controller:
                     continue
                 try:
                     self.reconciler.tick()
+                except NotLeader as e:
+                    log.warning("pass stopped: %s", e)
                 except Exception:
                     log.exception("reconcile pass failed")
                     self.metrics.loop_errors.inc()

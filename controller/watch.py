@@ -9,12 +9,14 @@ and trimmed by ``convert.*_info`` right away, so the cache holds compact records
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -137,11 +139,30 @@ def _ns_key(d: dict) -> str:
     return f"{m.get('namespace', '')}/{m['name']}"
 
 
-class ClusterCache:
-    """Nodes, Pods and PDBs, each watched by its own Informer. ``changed`` wakes the loop."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredPlan:
+    """A plan ConfigMap as the cache keeps it: its name, resourceVersion and raw plan text."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    name: str
+    resource_version: str
+    raw: str | None  # None: the ConfigMap has no plan data (never acted on)
+
+
+def stored_plan(d: dict) -> StoredPlan:
+    from policies import lifecycle
+
+    meta = d["metadata"]
+    return StoredPlan(name=meta["name"], resource_version=meta.get("resourceVersion", ""),
+                      raw=(d.get("data") or {}).get(lifecycle.PLAN_DATA_KEY))
+
+
+class ClusterCache:
+    """Nodes, Pods, PDBs and our stored plans (ConfigMaps in the controller's namespace with our
+    managed-by label), each watched by its own Informer. ``changed`` wakes the loop."""
+
+    def __init__(self, api: client.ApiClient, *, plan_namespace: str) -> None:
         from controller import convert
+        from controller.actions import MANAGED_BY
 
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()
@@ -151,7 +172,11 @@ class ClusterCache:
                              _ns_key, self.changed)
         self.pdbs = Informer("pdbs", policy.list_pod_disruption_budget_for_all_namespaces,
                              convert.pdb_info, _ns_key, self.changed)
-        self.informers = (self.nodes, self.pods, self.pdbs)
+        self.plans = Informer("plans", functools.partial(
+            core.list_namespaced_config_map, plan_namespace,
+            label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}"), stored_plan,
+            lambda d: d["metadata"]["name"], self.changed)
+        self.informers = (self.nodes, self.pods, self.pdbs, self.plans)
 
     def start(self) -> None:
         for i in self.informers:

@@ -14,6 +14,7 @@ from e2e.test_controller_support import (
     LOW,
     config_for,
     exists,
+    plan_of,
     pod_events,
     priority_classes,
     rfc3339,
@@ -57,12 +58,11 @@ def test_malformed_annotations_warn_and_choose_safely(cluster, namespace, pool, 
         warnings = {(e.involved_object.name, e.reason) for e in pod_events(cluster, namespace)
                     if e.type == "Warning"}
         assert ("garbled", "InvalidAnnotation") in warnings
-        assert ("big", "InvalidPlan") in warnings
+        assert ("big", "InvalidAnnotation") in warnings  # the pod annotation is never read
         assert exists(cluster, namespace, "innocent")
         assert exists(cluster, namespace, "garbled")  # no checkpoint information: not cheaper
         assert pod.spec.node_name == nodes[1]
-        plan = lifecycle.plan_from_annotation(cluster.core.read_namespaced_pod(
-            "big", namespace).metadata.annotations[lifecycle.PLAN_ANNOTATION])
+        plan = plan_of(cluster, namespace, "big")
         assert [v.name for v in plan.victims] == ["honest"]
     finally:
         kube.delete_nodes(cluster, [other])

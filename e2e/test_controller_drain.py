@@ -21,6 +21,7 @@ from e2e.test_controller_support import (
     exists,
     free_port,
     grant_agent,
+    plan_of,
     pod_events,
     priority_classes,
     running_controller,
@@ -49,11 +50,9 @@ def _listening(port: int) -> bool:
 
 
 def wait_plan_done(cluster, namespace, name, timeout=60):
-    """The plan persisted on the preemptor, once it reads Done."""
+    """The stored plan for the preemptor, once it reads Done."""
     def done():
-        raw = (cluster.core.read_namespaced_pod(name, namespace).metadata.annotations
-               or {}).get(lifecycle.PLAN_ANNOTATION)
-        rec = lifecycle.plan_from_annotation(raw) if raw else None
+        rec = plan_of(cluster, namespace, name)
         return rec if rec and rec.state is lifecycle.State.DONE else kube.NotYet(
             f"plan={rec and rec.state}")
     return kube.wait_for("the plan to reach Done", done, timeout=timeout)
@@ -63,7 +62,8 @@ def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
         cluster, namespace, pool, gpu_nodes, tmp_path):
     """The victim runs the example training loop with the agent (RBAC: its own pod only) as a
     process. Order, by Event resourceVersion: CheckpointRequested → CheckpointCompleted →
-    Evicted, and the ack came from the workload's own save (the loop exits 0 after saving)."""
+    Evicted, and the ack came from the workload's own save. The loop keeps training after it
+    acks; the eviction's SIGTERM (sent here, as a kubelet would) makes it save and exit 143."""
     priority_classes(cluster)
     (node,) = gpu_nodes(1)
     kube.create_pod(cluster, namespace, "trainer", gpus=8, pool=pool, priority_class=LOW,
@@ -90,12 +90,16 @@ def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
                             priority_class=HIGH_NEVER)
             kube.wait_pod_running(cluster, namespace, "big", timeout=90)
             took = time.monotonic() - t0
+        still_training = train.poll() is None  # acked, then trained on until evicted
+        train.send_signal(signal.SIGTERM)  # what the kubelet sends an evicted pod
         out, _ = train.communicate(timeout=10)
     finally:
         _stop(agent)
         if train.poll() is None:
             train.kill()
-    assert train.returncode == 0 and "checkpoint on request" in out, out
+    assert still_training, out
+    assert train.returncode == 143, out
+    assert "checkpoint on request" in out and "evicted: saved at step" in out, out
     state = json.loads((run / "checkpoint.json").read_text())
     assert state["step"] > 0
     order = [e.reason for e in pod_events(cluster, namespace)
@@ -128,9 +132,7 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
         kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
 
         def draining():
-            pod = cluster.core.read_namespaced_pod("big", namespace)
-            raw = (pod.metadata.annotations or {}).get(lifecycle.PLAN_ANNOTATION)
-            rec = lifecycle.plan_from_annotation(raw) if raw else None
+            rec = plan_of(cluster, namespace, "big")
             asked = lifecycle.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
                 "victim", namespace).metadata.annotations or {})
             return rec if rec and rec.state is lifecycle.State.DRAINING and asked else \
@@ -214,8 +216,7 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
     try:
         kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
         kube.wait_event(cluster, namespace, "EvictionBlocked", name="big", timeout=60)
-        rec = lifecycle.plan_from_annotation(cluster.core.read_namespaced_pod(
-            "big", namespace).metadata.annotations[lifecycle.PLAN_ANNOTATION])
+        rec = plan_of(cluster, namespace, "big")
         assert rec.state is lifecycle.State.EVICTING
     finally:
         first.kill()

@@ -52,8 +52,10 @@ def test_scenario8_gated_gang_is_pinned_and_admitted_all_at_once(
         assert [(f.key, f.values) for f in fields] == [("metadata.name", [p.spec.node_name])]
     assert not exists(cluster, namespace, "occupant")
     assert reasons(cluster, namespace, "occupant") == ["Evicted"]
+    anchor = min(members)  # Events about the whole plan go to its lowest-named member
     for m in members:
-        assert reasons(cluster, namespace, m) == ["PreemptionPlanned", "GangAdmitted"]
+        assert reasons(cluster, namespace, m) == ["PreemptionPlanned", "GangAdmitted"] + (
+            ["PreemptionDone"] if m == anchor else [])
 
 
 def test_scenario8_gang_that_cannot_fit_stays_gated_whole(cluster, namespace, pool, gpu_nodes):

@@ -39,7 +39,8 @@ def rfc3339(ago_seconds: float = 0.0) -> str:
 
 def config_for(namespace: str, **kw) -> Config:
     base = {"namespaces": (namespace,), "lease_namespace": namespace, "retry_seconds": 1.0,
-            "lease_duration_seconds": 4.0, "renew_deadline_seconds": 2.5,
+            "lease_duration_seconds": 6.0, "renew_deadline_seconds": 4.0,
+            "request_timeout_seconds": 2.0,
             "plan_namespace": namespace}
     return Config(**{**base, **kw})
 
@@ -64,6 +65,7 @@ def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identit
     data = {"namespaces": list(cfg.namespaces), "leaseNamespace": cfg.lease_namespace,
             "retrySeconds": cfg.retry_seconds, "leaseDurationSeconds": cfg.lease_duration_seconds,
             "renewDeadlineSeconds": cfg.renew_deadline_seconds,
+            "requestTimeoutSeconds": cfg.request_timeout_seconds,
             "planNamespace": cfg.plan_namespace, "dryRun": cfg.dry_run,
             "maxCheckpointSeconds": cfg.max_checkpoint_seconds,
             "evictionTimeoutSeconds": cfg.eviction_timeout_seconds}

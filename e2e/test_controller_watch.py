@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_cache_follows_adds_updates_and_deletes(cluster, namespace):
-    cache = ClusterCache(kube.client_copy(cluster.api))
+    cache = ClusterCache(kube.client_copy(cluster.api), plan_namespace=namespace)
     cache.start()
     try:
         assert cache.wait_synced(30)

@@ -1,28 +1,34 @@
-"""The drain state machine for one Plan and the annotations that persist it. Pure: no I/O or clock.
+"""The plan lifecycle: the state machine for one Plan, its validation against live state, and
+the formats that persist it. Pure: no I/O or clock.
 
-    Planned ──► Draining ──(every drained victim acked, or the deadline passed)──► Evicting ──► Done
-       │           │                                                               │
-       └───────────┴──────────────► Aborted ◄──────────────────────────────────────┘
+    Planned ──► Draining ──(every drained victim acked, or the deadline)──► Evicting ──► Done
+       │           │                                                            │
+       └───────────┴──────────────► Aborted ◄───────────────────────────────────┘
 
-``next_step(record, observed, now)`` looks at the persisted plan (``PlanRecord``, stored in the
-preemptor's ``ckpt-preempt.io/plan`` annotation) and at what the API server shows now
+``next_step(record, observed, now)`` looks at the stored plan (``PlanRecord``, kept in a
+ConfigMap the controller owns in its own namespace) and at what the API server shows now
 (``Observed``), and returns the one ``Step`` the controller should carry out. A state change is
-its own step (``TRANSITION``): the controller writes it to the API server *before* doing what
-the new state allows, so a controller killed at any point resumes from the annotations.
+its own step (``TRANSITION``): the controller writes it *before* doing what the new state
+allows, so a controller killed at any point resumes from the stored plan.
+``check(record, live, caps)`` re-validates a stored plan against live state; the controller
+calls it before every write it makes for the plan and aborts the plan when it fails.
 
-Guarantees (checked by property tests in tests/controller/test_lifecycle.py):
+Guarantees (property tests in tests/controller/test_lifecycle.py):
 
 - ``RESERVE`` comes before the first ``EVICT``: the target nodes are tainted for this plan and
-  the preemptor pods tolerate it, so no other pending pod takes the freed GPUs.
-- ``EVICT`` only names victims of the persisted plan, whose observed uid still matches, that
-  are neither terminating nor gone: no pod outside the plan, no pod twice.
+  the preemptor pods tolerate it; in mode (a) the preemptor is also nominated (``STEER``)
+  before the first ``EVICT``, so the scheduler counts it on that node.
+- ``EVICT`` only names victims of the stored plan, whose observed uid still matches, that are
+  neither terminating nor gone: no pod outside the plan, no pod twice.
 - Before ``Evicting``, a victim that disappeared or a preemptor that went away (or was
-  scheduled elsewhere) aborts the plan, so the controller re-plans on the world as it is.
-- ``Evicting`` ends by ``evict_by`` (deadline + eviction timeout): a victim that still cannot be
-  evicted then (e.g. a PDB keeps answering 429) aborts the plan instead of leaving the
-  preemptor stuck.
+  scheduled without the plan) aborts the plan, so the controller re-plans on the world as is.
+- A plan holds until its work is done: ``Evicting`` ends ``Done`` only once every preemptor is
+  bound and every victim is terminating or gone (a preemptor bound on any node the plan freed
+  is success); it aborts when victims are still not evicted at ``evict_by`` or the preemptor is
+  not bound by ``bind_by``. While it holds, its nodes stay reserved and its victims counted, so
+  a preemptor whose node still has terminating victims is never planned again.
 
-Errors: ``PlanFormatError`` / ``DrainFormatError`` (both ``ValueError``) for annotations that do
+Errors: ``PlanFormatError`` / ``DrainFormatError`` (both ``ValueError``) for values that do
 not parse strictly. Callers treat such a value as carrying no plan, and never act on it.
 """
 
@@ -40,7 +46,7 @@ PLAN_ANNOTATION = "ckpt-preempt.io/plan"  # legacy: never read; a pod carrying i
 PLAN_DATA_KEY = "plan"  # the plan's JSON inside its ConfigMap in the controller's namespace
 DRAIN_ANNOTATION = "ckpt-preempt.io/drain"
 DONE_ANNOTATION = "ckpt-preempt.io/checkpoint-done"
-SCHEMA = 1
+SCHEMA = 2  # 2: plans live in ConfigMaps; bindBy and victims' workload keys
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -69,7 +75,7 @@ class StepKind(enum.StrEnum):
     REQUEST_CHECKPOINT = "request-checkpoint"  # annotate step.victims with the drain request
     RESERVE = "reserve"  # taint the target nodes for this plan; the preemptor tolerates it
     EVICT = "evict"  # Eviction API for step.victims
-    STEER = "steer"  # nominate / narrow affinity and lift gates of the preemptor pods
+    STEER = "steer"  # nominate (mode a) / narrow affinity and lift gates (mode b)
     WAIT = "wait"  # nothing to do before step.wait_until (or the next change)
     NONE = "none"  # terminal state
 
@@ -89,6 +95,7 @@ class PlannedVictim:
     name: str
     node: str
     drain: bool  # ask it to checkpoint first
+    workload: str = ""  # the victim's workload key (gang, owner or pod), for fairness history
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +108,8 @@ class PlannedPlacement:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRecord:
-    """The persisted plan. ``deadline``: checkpoint deadline; ``evict_by``: give up evicting."""
+    """The stored plan. ``deadline``: checkpoint deadline; ``evict_by``: give up evicting;
+    ``bind_by``: give up waiting for the preemptor to bind once its victims are evicted."""
 
     id: str
     state: State
@@ -109,6 +117,7 @@ class PlanRecord:
     created: float
     deadline: float
     evict_by: float
+    bind_by: float
     placements: tuple[PlannedPlacement, ...]
     victims: tuple[PlannedVictim, ...]
     lost_gpu_seconds: float = 0.0
@@ -117,6 +126,16 @@ class PlanRecord:
     @property
     def victim_uids(self) -> frozenset[str]:
         return frozenset(v.uid for v in self.victims)
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        """The nodes this plan frees (its placements' nodes)."""
+        return frozenset(p.node for p in self.placements)
+
+    @property
+    def anchor(self) -> PlannedPlacement:
+        """The placement Events about the whole plan are reported on (lowest name)."""
+        return min(self.placements, key=lambda p: (p.namespace, p.name))
 
     def with_state(self, state: State, reason: str = "") -> PlanRecord:
         return replace(self, state=state, reason=reason or self.reason)
@@ -163,13 +182,12 @@ def _transition(to: State, reason: str) -> Step:
 
 
 def _preemptor_problem(record: PlanRecord, observed: Observed) -> str | None:
-    """Before Evicting, a bound preemptor means it fit without this plan; after, only a bind
-    elsewhere than planned does."""
+    """A preemptor that is gone aborts the plan; one bound before ``Evicting`` fit without it."""
     for p in record.placements:
         seen = observed.preemptors.get(p.uid)
         if seen is None or seen.uid != p.uid:
             return f"preemptor {p.namespace}/{p.name} is gone"
-        if seen.node is not None and (seen.node != p.node or record.state is not State.EVICTING):
+        if seen.node is not None and record.state is not State.EVICTING:
             return f"preemptor {p.namespace}/{p.name} was scheduled on {seen.node} without it"
     return None
 
@@ -197,7 +215,7 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
                 State.ABORTED, f"victim {v.namespace}/{v.name} went away before eviction; re-plan"
             )
     if record.state is State.PLANNED:
-        return _transition(State.DRAINING, "plan persisted; asking victims to checkpoint")
+        return _transition(State.DRAINING, "plan stored; asking victims to checkpoint")
 
     if record.state is State.DRAINING:
         drained = [v for v in record.victims if v.drain]
@@ -214,21 +232,107 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
                                f"{len(pending)} victim(s) did not acknowledge")
         return Step(kind=StepKind.WAIT, wait_until=record.deadline,
                     reason=f"waiting for {len(pending)} acknowledgement(s)")
+    return _evicting_step(record, observed, now)
 
-    # EVICTING
+
+def _evicting_step(record: PlanRecord, observed: Observed, now: float) -> Step:
+    pre = [(p, observed.preemptors[p.uid]) for p in record.placements]
     to_evict = tuple(v.uid for v in record.victims if _alive(v, observed) is not None)
     if to_evict:
         if now >= record.evict_by:
             return _transition(State.ABORTED, f"{len(to_evict)} victim(s) still not evicted "
                                "at the eviction timeout; re-plan")
-        if not all(observed.preemptors[p.uid].reserved for p in record.placements):
+        if not all(seen.reserved for _, seen in pre):
             return Step(kind=StepKind.RESERVE, reason="reserving the freed node for the "
                         "preemptor before evicting")
+        if record.mode is Mode.NOMINATE and not all(seen.steered or seen.node for _, seen in pre):
+            return Step(kind=StepKind.STEER, reason="nominating the preemptor before evicting")
         return Step(kind=StepKind.EVICT, victims=to_evict, reason="evicting")
-    if not all(observed.preemptors[p.uid].steered or observed.preemptors[p.uid].node == p.node
-               for p in record.placements):  # bound on its planned node: nothing to steer
+    if all(seen.node is not None for _, seen in pre):
+        outside = sorted({seen.node for _, seen in pre} - record.nodes)
+        if outside:
+            return _transition(State.DONE, f"victims evicted; preemptor bound on "
+                               f"{', '.join(outside)}, which this plan did not free")
+        return _transition(State.DONE, "victims evicted and preemptor bound on a node this "
+                           "plan freed")
+    if now >= record.bind_by:
+        return _transition(State.ABORTED, "victims evicted but the preemptor was not bound "
+                           "by the bind timeout")
+    if not all(seen.steered or seen.node for _, seen in pre):
         return Step(kind=StepKind.STEER, reason="victims evicted; steering the preemptor")
-    return _transition(State.DONE, "victims evicted and preemptor steered to its node")
+    return Step(kind=StepKind.WAIT, wait_until=record.bind_by,
+                reason="waiting for victims to go and the preemptor to bind")
+
+
+# ------------------------------------------------------------------------ live re-validation
+
+
+@dataclass(frozen=True, kw_only=True)
+class LivePod:
+    """A planned pod as the controller sees it now (its own conversion of the live object)."""
+
+    uid: str
+    in_scope: bool
+    priority: int
+    bound: str | None
+    terminating: bool
+    evictable: bool  # opt-out and min-runtime allow eviction now (admin limits applied)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveState:
+    """Keyed by uid; a planned pod missing here is gone."""
+
+    pods: Mapping[str, LivePod]
+    nodes: frozenset[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caps:
+    """The controller's configured limits a stored plan must stay within."""
+
+    max_checkpoint_seconds: float
+    eviction_timeout_seconds: float
+    bind_timeout_seconds: float
+    clock_skew_seconds: float = 300.0  # a plan may not be created further in the future
+
+
+def check(record: PlanRecord, live: LiveState, caps: Caps, now: float) -> str | None:
+    """Why this plan may not act now, or None. Gone or terminating pods are not a violation
+    here (``next_step`` handles them); everything still present is re-checked."""
+    slack = 1.0  # serialisation rounds times to milliseconds
+    if record.created > now + caps.clock_skew_seconds:
+        return "created in the future"
+    if record.deadline - record.created > caps.max_checkpoint_seconds + slack:
+        return "checkpoint deadline beyond the configured cap"
+    if record.evict_by - record.deadline > caps.eviction_timeout_seconds + slack:
+        return "eviction deadline beyond the configured cap"
+    if record.bind_by - record.evict_by > caps.bind_timeout_seconds + slack:
+        return "bind deadline beyond the configured cap"
+    for node in sorted(record.nodes | {v.node for v in record.victims}):
+        if node not in live.nodes:
+            return f"node {node} does not exist"
+    floor = None
+    for p in record.placements:
+        seen = live.pods.get(p.uid)
+        if seen is None:
+            continue
+        if not seen.in_scope:
+            return f"preemptor {p.namespace}/{p.name} is outside the controller's scope"
+        floor = seen.priority if floor is None else min(floor, seen.priority)
+    for v in record.victims:
+        seen = live.pods.get(v.uid)
+        if seen is None or seen.terminating:
+            continue
+        if not seen.in_scope:
+            return f"victim {v.namespace}/{v.name} is outside the controller's scope"
+        if seen.bound != v.node:
+            return f"victim {v.namespace}/{v.name} is not on {v.node}"
+        if floor is not None and seen.priority >= floor:
+            return f"victim {v.namespace}/{v.name} is not of lower priority than the preemptor"
+        if not seen.evictable:
+            return f"victim {v.namespace}/{v.name} may not be evicted now (opt-out or min-runtime)"
+    return None
 
 
 # ---------------------------------------------------------------------------- serialisation
@@ -278,16 +382,19 @@ def plan_to_annotation(r: PlanRecord) -> str:
     return json.dumps({
         "v": SCHEMA, "id": r.id, "state": r.state.value, "mode": r.mode.value,
         "created": _time(r.created), "deadline": _time(r.deadline), "evictBy": _time(r.evict_by),
+        "bindBy": _time(r.bind_by),
         "lostGpuSeconds": round(r.lost_gpu_seconds, 3), "reason": r.reason,
         "placements": [{"uid": p.uid, "namespace": p.namespace, "name": p.name, "node": p.node}
                        for p in r.placements],
         "victims": [{"uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
-                     "drain": v.drain} for v in r.victims],
+                     "drain": v.drain, "workload": v.workload} for v in r.victims],
     }, separators=(",", ":"))
 
 
-_PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "lostGpuSeconds",
-              "reason", "placements", "victims"}
+_PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "bindBy",
+              "lostGpuSeconds", "reason", "placements", "victims"}
+_VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload"}
+_WORKLOAD = re.compile(r"^[\x21-\x7e]{0,320}$")  # printable ASCII, no spaces
 
 
 def plan_from_annotation(raw: str) -> PlanRecord:
@@ -318,13 +425,14 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             name=_str(p, "name", _NAME, E), node=_str(p, "node", _NAME, E)))
     victims = []
     for v in d["victims"]:
-        if set(v) != {"uid", "namespace", "name", "node", "drain"}:
+        if set(v) != _VICTIM_KEYS:
             raise E(f"victims: unexpected fields {sorted(v)}")
         if not isinstance(v["drain"], bool):
             raise E(f"victims.drain: expected true or false, got {v['drain']!r}")
         victims.append(PlannedVictim(
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
-            name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"]))
+            name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
+            workload=_str(v, "workload", _WORKLOAD, E)))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]
@@ -335,11 +443,12 @@ def plan_from_annotation(raw: str) -> PlanRecord:
     created = _parse_time(d["created"], "created", E)
     deadline = _parse_time(d["deadline"], "deadline", E)
     evict_by = _parse_time(d["evictBy"], "evictBy", E)
-    if not created <= deadline <= evict_by:
-        raise E("times: expected created <= deadline <= evictBy")
+    bind_by = _parse_time(d["bindBy"], "bindBy", E)
+    if not created <= deadline <= evict_by <= bind_by:
+        raise E("times: expected created <= deadline <= evictBy <= bindBy")
     return PlanRecord(
         id=_str(d, "id", _ID, E), state=state, mode=mode, created=created, deadline=deadline,
-        evict_by=evict_by, placements=tuple(placements), victims=tuple(victims),
+        evict_by=evict_by, bind_by=bind_by, placements=tuple(placements), victims=tuple(victims),
         lost_gpu_seconds=float(lost), reason=d["reason"],
     )
 

@@ -1,4 +1,4 @@
-"""The drain state machine as a pure function, and strict parsing of its annotations."""
+"""The plan lifecycle as a pure function, its live re-validation, and strict parsing."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def make_plan(state: State = State.DRAINING, *, victims=TWO_VICTIMS,
               mode: Mode = Mode.NOMINATE, deadline: float = T0 + 60) -> PlanRecord:
     return PlanRecord(
         id="p-1", state=state, mode=mode, created=T0, deadline=deadline, evict_by=deadline + 120,
+        bind_by=deadline + 420,
         placements=(PlannedPlacement(uid="pre", namespace="ns", name="big", node="n1"),),
         victims=tuple(victims), lost_gpu_seconds=100.0,
     )
@@ -55,6 +56,8 @@ def obs(victims=None, *, preemptor: PreemptorObs | None = None,
         "pre": preemptor or PreemptorObs(uid="pre", node=None, steered=False)}
     return Observed(victims={v.uid: v for v in victims}, preemptors=pre)
 
+
+STEERED = PreemptorObs(uid="pre", node=None, steered=True)
 
 CASES = [
     pytest.param(make_plan(State.PLANNED), obs(), T0, StepKind.TRANSITION, State.DRAINING, (),
@@ -78,7 +81,12 @@ CASES = [
                  T0, StepKind.TRANSITION, State.ABORTED, (),
                  id="Draining: preemptor scheduled elsewhere aborts"),
     pytest.param(make_plan(State.EVICTING), obs([seen("v0", acked=True), seen("v1")]), T0 + 1,
+                 StepKind.STEER, None, (), id="Evicting (a): nominates before evicting"),
+    pytest.param(make_plan(State.EVICTING), obs([seen("v0", acked=True), seen("v1")],
+                 preemptor=STEERED), T0 + 1,
                  StepKind.EVICT, None, ("v0", "v1"), id="Evicting: evicts every live victim"),
+    pytest.param(make_plan(State.EVICTING, mode=Mode.ADMIT), obs(), T0 + 1,
+                 StepKind.EVICT, None, ("v0", "v1"), id="Evicting (b): gates stay until evicted"),
     pytest.param(make_plan(State.EVICTING), obs(preemptor=PreemptorObs(
                  uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
                  StepKind.RESERVE, None, (), id="Evicting: the node is reserved first"),
@@ -88,14 +96,23 @@ CASES = [
     pytest.param(make_plan(State.EVICTING, victims=()), obs([], preemptor=PreemptorObs(
                  uid="pre", node=None, steered=False, reserved=False)), T0 + 1,
                  StepKind.STEER, None, (), id="Evicting: nothing to evict needs no reservation"),
-    pytest.param(make_plan(State.EVICTING), obs([seen("v0", terminating=True), seen("v1")]),
-                 T0 + 1, StepKind.EVICT, None, ("v1",),
+    pytest.param(make_plan(State.EVICTING), obs([seen("v0", terminating=True), seen("v1")],
+                 preemptor=STEERED), T0 + 1, StepKind.EVICT, None, ("v1",),
                  id="Evicting: a terminating victim is not evicted again"),
     pytest.param(make_plan(State.EVICTING), obs([]), T0 + 1, StepKind.STEER, None, (),
                  id="Evicting: all gone -> steer"),
+    pytest.param(make_plan(State.EVICTING), obs([], preemptor=STEERED), T0 + 1,
+                 StepKind.WAIT, None, (), id="Evicting: steered but not bound holds the plan"),
+    pytest.param(make_plan(State.EVICTING), obs([seen("v0", terminating=True)],
+                 preemptor=STEERED), T0 + 1, StepKind.WAIT, None, (),
+                 id="Evicting: victims still terminating hold the plan (no new eviction)"),
+    pytest.param(make_plan(State.EVICTING), obs([], preemptor=STEERED), T0 + 481,
+                 StepKind.TRANSITION, State.ABORTED, (),
+                 id="Evicting: not bound by bindBy aborts"),
     pytest.param(make_plan(State.EVICTING),
-                 obs([], preemptor=PreemptorObs(uid="pre", node=None, steered=True)), T0 + 1,
-                 StepKind.TRANSITION, State.DONE, (), id="Evicting: steered -> Done"),
+                 obs([], preemptor=PreemptorObs(uid="pre", node="n7", steered=True)), T0 + 1,
+                 StepKind.TRANSITION, State.DONE, (),
+                 id="Evicting: bound elsewhere after the evictions is Done, not Aborted"),
     pytest.param(make_plan(State.EVICTING),
                  obs([], preemptor=PreemptorObs(uid="pre", node="n1", steered=True)), T0 + 1,
                  StepKind.TRANSITION, State.DONE, (), id="Evicting: bound on its node -> Done"),
@@ -186,10 +203,12 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
     evicted: list[str] = []
     pre = PreemptorObs(uid="pre", node=None, steered=False, reserved=False)
     now = T0
-    for _ in range(50):
+    for _ in range(60):
         step = lifecycle.next_step(record, Observed(victims=alive, preemptors={"pre": pre}), now)
         if step.kind is StepKind.NONE:
             break
+        if step.kind is StepKind.EVICT:
+            assert pre.steered and pre.reserved  # nominated and reserved before any eviction
         if step.kind is StepKind.TRANSITION:
             record = record.with_state(step.to_state, step.reason)
         elif step.kind is StepKind.REQUEST_CHECKPOINT:
@@ -210,7 +229,12 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
             assert not evicted
             pre = replace(pre, reserved=True)
         elif step.kind is StepKind.WAIT:
-            now = step.wait_until
+            if record.state is State.EVICTING:  # the kubelet finishes, the scheduler binds
+                alive = {u: o for u, o in alive.items() if not o.terminating}
+                if not alive:
+                    pre = replace(pre, node="n1")
+            else:
+                now = step.wait_until
     assert record.state is State.DONE
     assert sorted(evicted) == sorted(v.uid for v in victims)
 
@@ -238,16 +262,21 @@ def _mutated(**changes) -> str:
     pytest.param("{not json", id="not JSON"),
     pytest.param("[]", id="not an object"),
     pytest.param(_mutated(state="Running"), id="unknown state"),
-    pytest.param(_mutated(v=2), id="future schema"),
+    pytest.param(_mutated(v=lifecycle.SCHEMA + 1), id="future schema"),
+    pytest.param(_mutated(v=1), id="the old pod-annotation schema"),
+    pytest.param(_mutated(bindBy=...), id="bindBy missing"),
     pytest.param(_mutated(victims=...), id="victims missing"),
     pytest.param(_mutated(extra=1), id="unknown field"),
     pytest.param(_mutated(victims=[{"uid": "x"}]), id="victim lacks fields"),
     pytest.param(_mutated(victims=[{"uid": "a b", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": True}]), id="bad uid"),
+                                    "drain": True, "workload": ""}]), id="bad uid"),
     pytest.param(_mutated(victims=[{"uid": "v", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": "yes"}]), id="drain not a bool"),
+                                    "drain": True, "workload": "a b"}]), id="bad workload"),
+    pytest.param(_mutated(victims=[{"uid": "v", "namespace": "ns", "name": "x", "node": "n",
+                                    "drain": "yes", "workload": ""}]), id="drain not a bool"),
     pytest.param(_mutated(victims=[{"uid": "pre", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": True}]), id="preemptor is its own victim"),
+                                    "drain": True, "workload": ""}]),
+                 id="preemptor is its own victim"),
     pytest.param(_mutated(deadline="yesterday"), id="bad time"),
     pytest.param(_mutated(deadline="2020-01-01T00:00:00"), id="time without zone"),
     pytest.param(_mutated(deadline="2020-01-01T00:00:00Z"), id="deadline before created"),

@@ -1,0 +1,306 @@
+"""Carry one stored plan one step further: re-validate, observe, step, act.
+
+Before anything is written for a plan (a transition, a drain request, a reservation, an
+eviction, a nomination), the plan is checked against live state with ``lifecycle.check``: the
+preemptor is in scope, every remaining victim is in scope, on its node, of strictly lower
+priority, not opted out and past min-runtime, every node exists, and the plan's deadlines are
+within the configured caps. A plan that fails is Aborted with a Warning and nothing else is done
+for it but its cleanup. Right before the first eviction, every gang among the victims must be
+evictable whole under the live PDBs; otherwise the plan aborts (and is re-planned) instead of
+evicting part of a gang.
+
+An abort is clean: the victims' drain requests are withdrawn (the agent surfaces a cancel), a
+mode (a) nomination is cleared, ``PreemptionAborted`` is emitted on the preemptor and the
+victims, and the reservation is lifted by the reconciler's next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from controller import convert
+from controller.actions import (
+    Actions,
+    Blocked,
+    has_reservation_toleration,
+    node_reserved_for,
+)
+from controller.config import Config
+from controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
+from controller.metrics import Metrics
+from controller.plans import PlanBook
+from policies import annotations as ann
+from policies import lifecycle
+from policies.lifecycle import Mode, PlanRecord, State, StepKind
+
+log = logging.getLogger("ckpt_preempt.advance")
+MAX_STEPS_PER_PASS = 8  # transitions chain within a pass; an action that needs the world to
+#                         move (evict, request, steer after eviction) ends it
+
+
+@dataclass
+class Memory:
+    """What this process did, so a stale cache never makes it repeat an action."""
+
+    requested: set[tuple[str, str]] = field(default_factory=set)  # (plan, uid)
+    evicted: set[tuple[str, str]] = field(default_factory=set)
+    steered: set[tuple[str, str]] = field(default_factory=set)
+    acked: set[tuple[str, str]] = field(default_factory=set)
+    reserved: set[tuple[str, str]] = field(default_factory=set)
+    emitted: set[tuple] = field(default_factory=set)
+    next_try: dict[str, float] = field(default_factory=dict)  # preemptor uid -> not before
+    gang_waiting: dict[str, float] = field(default_factory=dict)
+    blocked: dict[str, float] = field(default_factory=dict)  # victim uid -> not before
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    """The pass's view of the cluster (the watch cache, read once per pass)."""
+
+    by_uid: Mapping[str, PodInfo]
+    nodes: Mapping[str, NodeInfo]
+    pdbs: tuple[PdbInfo, ...]
+    now: float
+
+
+def gang_pdb_problem(r: PlanRecord, world: World, gang_of: Callable[[PodInfo], str | None]
+                     ) -> str | None:
+    """Why evicting this plan's remaining victims could leave a gang half-evicted under the
+    live PDBs: a PDB covering a gang member allows fewer disruptions than the plan's victims
+    it covers. None when every gang can go whole."""
+    alive = [world.by_uid[v.uid] for v in r.victims
+             if v.uid in world.by_uid and not world.by_uid[v.uid].deleting]
+    gangs = {p.uid for p in alive if gang_of(p)}
+    for b in world.pdbs:
+        covered = [p for p in alive if p.namespace == b.namespace and (
+            b.has_expressions or all(p.labels.get(k) == v for k, v in b.match_labels.items()))]
+        if b.has_expressions and not any(p.uid in gangs for p in covered):
+            continue
+        if any(p.uid in gangs for p in covered) and b.disruptions_allowed < len(covered):
+            return (f"PodDisruptionBudget {b.namespace}/{b.name} allows "
+                    f"{b.disruptions_allowed} disruption(s) but the plan would evict "
+                    f"{len(covered)} covered pod(s) of a gang; evicting part of it is refused")
+    return None
+
+
+class PlanStepper:
+    """Advances stored plans; one instance per reconciler (shares its memory)."""
+
+    def __init__(self, actions: Actions, cfg: Config, metrics: Metrics, book: PlanBook,
+                 mem: Memory, limits: ann.Limits, scope: convert.Scope,
+                 note: Callable[..., None]) -> None:
+        self.actions, self.cfg, self.metrics, self.book, self.mem = actions, cfg, metrics, book, mem
+        self.limits, self.scope, self._note = limits, scope, note
+        self.caps = lifecycle.Caps(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
+                                   eviction_timeout_seconds=cfg.eviction_timeout_seconds,
+                                   bind_timeout_seconds=cfg.bind_timeout_seconds)
+
+    # ------------------------------------------------------------------------ live checks
+    def _model(self, p: PodInfo, now: float):
+        pod, _ = convert.to_pod(p, now, self.limits, self.scope.covers(p))
+        return pod
+
+    def live(self, r: PlanRecord, world: World) -> lifecycle.LiveState:
+        pods = {}
+        for uid in [pl.uid for pl in r.placements] + [v.uid for v in r.victims]:
+            p = world.by_uid.get(uid)
+            if p is None:
+                continue
+            m = self._model(p, world.now)
+            pods[uid] = lifecycle.LivePod(
+                uid=uid, in_scope=self.scope.covers(p), priority=p.priority, bound=p.node,
+                terminating=p.deleting,
+                evictable=m.preemptible and world.now - m.start_time >= m.min_runtime)
+        return lifecycle.LiveState(pods=pods, nodes=frozenset(world.nodes))
+
+    def gang_of(self, p: PodInfo) -> str | None:
+        return self._model(p, 0.0).gang
+
+    def observe(self, r: PlanRecord, world: World) -> lifecycle.Observed:
+        victims = {}
+        for v in r.victims:
+            p = world.by_uid.get(v.uid)
+            if p is None:
+                continue
+            victims[v.uid] = lifecycle.VictimObs(
+                uid=p.uid, node=p.node,
+                terminating=p.deleting or (r.id, v.uid) in self.mem.evicted,
+                acked=lifecycle.acked(p.annotations, r.id),
+                drain_requested=lifecycle.drain_requested(p.annotations, r.id)
+                or (r.id, v.uid) in self.mem.requested)
+        preemptors = {}
+        for pl in r.placements:
+            p = world.by_uid.get(pl.uid)
+            if p is None or p.deleting:
+                continue
+            steered = (r.id, p.uid) in self.mem.steered or (
+                p.nominated == pl.node if r.mode is Mode.NOMINATE
+                else ADMISSION_GATE not in p.gates)
+            node = world.nodes.get(pl.node)
+            reserved = not self.cfg.reserve_nodes or (r.id, p.uid) in self.mem.reserved or (
+                has_reservation_toleration(p, r.id) and node is not None
+                and node_reserved_for(node.taints, r.id))
+            preemptors[pl.uid] = lifecycle.PreemptorObs(uid=p.uid, node=p.node, steered=steered,
+                                                        reserved=reserved)
+        return lifecycle.Observed(victims=victims, preemptors=preemptors)
+
+    # ------------------------------------------------------------------------------ a pass
+    def advance(self, r: PlanRecord, rv: str, world: World) -> None:
+        now = world.now
+        for _ in range(MAX_STEPS_PER_PASS):
+            problem = lifecycle.check(r, self.live(r, world), self.caps, now)
+            if problem:
+                self.abort(r, rv, f"plan no longer valid: {problem}", world)
+                return
+            observed = self.observe(r, world)
+            self._report_acks(r, observed, world)
+            step = lifecycle.next_step(r, observed, now)
+            if step.kind is StepKind.TRANSITION:
+                if step.to_state is State.ABORTED:
+                    self.abort(r, rv, step.reason, world)
+                    return
+                new = r.with_state(step.to_state, step.reason)
+                rv = self.actions.update_plan(new, rv)
+                self.book.wrote(new, rv)
+                log.info("plan %s: %s -> %s (%s)", r.id, r.state, new.state, step.reason,
+                         extra={"plan": r.id})
+                self._on_transition(r, new, observed, world)
+                r = new
+                continue
+            if step.kind is StepKind.REQUEST_CHECKPOINT:
+                self._request(r, step.victims, world)
+            elif step.kind is StepKind.EVICT:
+                first = not any((r.id, v.uid) in self.mem.evicted or v.uid not in world.by_uid
+                                or world.by_uid[v.uid].deleting for v in r.victims)
+                blocked = gang_pdb_problem(r, world, self.gang_of) if first else None
+                if blocked:
+                    self.abort(r, rv, blocked, world)
+                    return
+                self._evict(r, step.victims, world)
+            elif step.kind is StepKind.STEER:
+                self._steer(r, world)
+                if any(world.by_uid.get(v.uid) is not None and not world.by_uid[v.uid].deleting
+                       and (r.id, v.uid) not in self.mem.evicted for v in r.victims):
+                    continue  # nominated before evicting: evict in the same pass
+            elif step.kind is StepKind.RESERVE:
+                for pl in r.placements:
+                    self.actions.reserve(pl.node, r.id)
+                    self.actions.tolerate(world.by_uid[pl.uid], r.id)
+                    self.mem.reserved.add((r.id, pl.uid))
+                continue  # evict in the same pass: the reservation is in place
+            return
+
+    def abort(self, r: PlanRecord, rv: str, reason: str, world: World) -> None:
+        new = r.with_state(State.ABORTED, reason)
+        self.book.wrote(new, self.actions.update_plan(new, rv))
+        log.info("plan %s: %s -> Aborted (%s)", r.id, r.state, reason, extra={"plan": r.id})
+        self.metrics.plans.labels("aborted").inc()
+        anchor = world.by_uid.get(r.anchor.uid)
+        if anchor is not None:
+            self.actions.emit(anchor, "PreemptionAborted", f"plan {r.id}: {reason}",
+                              warning=True)
+        for v in r.victims:
+            p = world.by_uid.get(v.uid)
+            if p is not None and not p.deleting:
+                self.actions.emit(p, "PreemptionAborted",
+                                  f"plan {r.id} will not evict this pod: {reason}")
+        if r.state is State.EVICTING:  # still refused at evictBy (a PDB): plan around it
+            for v in r.victims:
+                p = world.by_uid.get(v.uid)
+                if p is not None and not p.deleting and (r.id, v.uid) not in self.mem.evicted:
+                    self.mem.blocked[v.uid] = world.now + self.cfg.blocked_victim_seconds
+        for pl in r.placements:  # re-plan at once
+            self.mem.next_try.pop(pl.uid, None)
+        self.tidy(new, world)
+
+    def tidy(self, r: PlanRecord, world: World) -> None:
+        """After an abort (also on a later pass, or after a restart): no drain request or
+        nomination of this plan is left behind."""
+        if r.state is not State.ABORTED:
+            return
+        for v in r.victims:
+            p = world.by_uid.get(v.uid)
+            if p is not None and lifecycle.drain_requested(p.annotations, r.id):
+                self.actions.withdraw_checkpoint(p, r.id)
+        if r.mode is Mode.NOMINATE:
+            for pl in r.placements:
+                p = world.by_uid.get(pl.uid)
+                if p is not None and p.nominated == pl.node:
+                    self.actions.clear_nomination(p, pl.node, r.id)
+
+    # ---------------------------------------------------------------------------- actions
+    def _report_acks(self, r: PlanRecord, observed: lifecycle.Observed, world: World) -> None:
+        if r.state is not State.DRAINING:
+            return
+        for uid, seen in observed.victims.items():
+            if seen.acked and (r.id, uid) not in self.mem.acked:
+                self.mem.acked.add((r.id, uid))
+                self.actions.emit(world.by_uid[uid], "CheckpointCompleted",
+                                  f"checkpoint for plan {r.id} acknowledged")
+
+    def _on_transition(self, old: PlanRecord, new: PlanRecord, observed: lifecycle.Observed,
+                       world: World) -> None:
+        if new.state is State.EVICTING:
+            self.metrics.drain_seconds.observe(max(0.0, world.now - old.created))
+            for v in old.victims:
+                seen = observed.victims.get(v.uid)
+                if v.drain and seen is not None and not seen.acked:
+                    self.actions.emit(world.by_uid[v.uid], "CheckpointDeadlineExceeded",
+                                      f"no checkpoint acknowledgement for plan {old.id} by its "
+                                      "deadline; evicting", warning=True)
+        elif new.state is State.DONE:
+            self.metrics.plans.labels("done").inc()
+            for pl in new.placements:
+                p = world.by_uid.get(pl.uid)
+                if p is not None and new.mode is Mode.ADMIT:
+                    self.actions.emit(p, "GangAdmitted",
+                                      f"plan {new.id}: pinned to {pl.node} and admitted")
+            anchor = world.by_uid.get(new.anchor.uid)
+            if anchor is not None:
+                self.actions.emit(anchor, "PreemptionDone", f"plan {new.id}: {new.reason}")
+
+    def _request(self, r: PlanRecord, uids: tuple[str, ...], world: World) -> None:
+        req = lifecycle.DrainRequest(plan=r.id, requested=world.now, deadline=r.deadline)
+        for uid in uids:
+            p = world.by_uid[uid]
+            if self.actions.request_checkpoint(p, req):
+                self.actions.emit(p, "CheckpointRequested",
+                                  f"plan {r.id}: please checkpoint before "
+                                  f"{lifecycle.drain_to_annotation(req)}")
+            self.mem.requested.add((r.id, uid))
+
+    def _evict(self, r: PlanRecord, uids: tuple[str, ...], world: World) -> None:
+        anchor = world.by_uid.get(r.anchor.uid)
+        for uid in uids:
+            if (r.id, uid) in self.mem.evicted:
+                continue
+            p = world.by_uid[uid]
+            try:
+                done = self.actions.evict(p, r.id)
+            except Blocked as e:
+                log.info("plan %s: %s", r.id, e, extra={"plan": r.id})
+                if anchor is not None:
+                    self._note(anchor, "EvictionBlocked", f"plan {r.id}: {e}", warning=True)
+                continue
+            if self.cfg.dry_run:
+                continue
+            self.mem.evicted.add((r.id, uid))
+            if done:
+                self.metrics.victims.inc()
+                for_ = ", ".join(f"{pl.namespace}/{pl.name}" for pl in r.placements)
+                self.actions.emit(p, "Evicted", f"evicted by plan {r.id} for {for_}")
+
+    def _steer(self, r: PlanRecord, world: World) -> None:
+        members = [(world.by_uid[pl.uid], pl.node) for pl in r.placements]
+        if r.mode is Mode.NOMINATE:
+            for p, node in members:
+                self.actions.nominate(p, node, r.id)
+        else:  # every member is pinned before any gate is lifted
+            for p, node in members:
+                self.actions.pin(p, node, r.id)
+            for p, _ in members:
+                self.actions.ungate(p, r.id)
+        for p, _ in members:
+            self.mem.steered.add((r.id, p.uid))

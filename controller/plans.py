@@ -1,0 +1,134 @@
+"""Stored plans as this process sees them, and what the reconciler and ``explain`` derive from
+them.
+
+Plans live in ConfigMaps the controller owns in its own namespace (``controller.actions``
+writes them; tenants have no write access there, so a plan cannot be forged, replayed or
+deleted by a workload). ``PlanBook`` overlays the watch cache with what this process wrote
+since, because the cache may lag the process's own writes by a few milliseconds.
+
+``restriction`` is the one step both the reconciler and ``explain POD`` apply before planning:
+nodes of plans still running are reserved, their victims are held, and so are victims whose
+eviction was recently blocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.actions import plan_object_name
+from controller.watch import StoredPlan
+from policies import lifecycle
+from policies.lifecycle import PlanRecord, State
+
+log = logging.getLogger("ckpt_preempt.plans")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stored:
+    record: PlanRecord
+    rv: str  # the ConfigMap's resourceVersion: writes are guarded by it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restriction:
+    """What a new plan may not use. Reasons are kept so a plan can say why a node lost."""
+
+    reserved_nodes: Mapping[str, str]  # node -> plan id holding it
+    held_pods: Mapping[str, str]  # victim uid -> plan id, or "eviction blocked"
+
+
+def _rv(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1
+
+
+def parse(obj: StoredPlan) -> Stored:
+    """Raises ``lifecycle.PlanFormatError`` for data that does not parse strictly."""
+    if obj.raw is None:
+        raise lifecycle.PlanFormatError("no plan data")
+    record = lifecycle.plan_from_annotation(obj.raw)
+    if obj.name != plan_object_name(record.id):
+        raise lifecycle.PlanFormatError(f"stored as {obj.name}, not under its own id")
+    return Stored(record=record, rv=obj.resource_version)
+
+
+class PlanBook:
+    def __init__(self) -> None:
+        self._mine: dict[str, Stored] = {}  # plan id -> what this process last wrote
+
+    def wrote(self, record: PlanRecord, rv: str | None) -> None:
+        if rv is not None:
+            self._mine[record.id] = Stored(record=record, rv=rv)
+
+    def forget(self, plan_id: str) -> None:
+        self._mine.pop(plan_id, None)
+
+    def load(self, objects: Iterable[StoredPlan]) -> tuple[list[Stored], list[tuple[str, str]]]:
+        """(every readable plan, newest version known; [(object name, why unreadable)])."""
+        plans: dict[str, Stored] = {}
+        bad: list[tuple[str, str]] = []
+        for obj in objects:
+            try:
+                s = parse(obj)
+            except lifecycle.PlanFormatError as e:
+                bad.append((obj.name, str(e)))
+                continue
+            plans[s.record.id] = s
+        for plan_id, mine in list(self._mine.items()):
+            seen = plans.get(plan_id)
+            if seen is None or _rv(mine.rv) > _rv(seen.rv):
+                plans[plan_id] = mine
+            else:
+                del self._mine[plan_id]  # the cache caught up
+        return sorted(plans.values(), key=lambda s: (s.record.created, s.record.id)), bad
+
+
+def restriction(active: Iterable[PlanRecord], blocked: Mapping[str, float],
+                now: float) -> Restriction:
+    reserved: dict[str, str] = {}
+    held: dict[str, str] = {}
+    for r in active:
+        for node in r.nodes:
+            reserved.setdefault(node, r.id)
+        for v in r.victims:
+            held.setdefault(v.uid, r.id)
+    for uid, until in blocked.items():
+        if until > now:
+            held.setdefault(uid, "eviction blocked")
+    return Restriction(reserved_nodes=reserved, held_pods=held)
+
+
+def recent_preemptions(plans: Iterable[PlanRecord], since: float) -> dict[str, int]:
+    """Workload key -> how many plans created after `since` evicted it (plans that reached
+    Evicting: Done, or still Evicting)."""
+    counts: dict[str, int] = {}
+    for r in plans:
+        if r.created < since or r.state not in (State.DONE, State.EVICTING):
+            continue
+        for key in {v.workload or v.uid for v in r.victims}:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def waiting_for_victims(plans: Iterable[PlanRecord], terminating: set[str]) -> set[str]:
+    """Preemptor uids whose last aborted plan still has victims terminating: like
+    kube-scheduler, never plan again for them until those victims are gone."""
+    out: set[str] = set()
+    for r in plans:
+        if r.state is State.ABORTED and r.victim_uids & terminating:
+            out |= {p.uid for p in r.placements}
+    return out
+
+
+def load_all(objects: Iterable[StoredPlan]) -> list[PlanRecord]:
+    """Readable plans only (for ``explain``, which has no overlay)."""
+    out = []
+    for obj in objects:
+        with contextlib.suppress(lifecycle.PlanFormatError):
+            out.append(parse(obj).record)
+    return out
