@@ -1,4 +1,4 @@
-"""A tiny training loop that checkpoints on request and resumes from its last checkpoint.
+"""A tiny training loop that checkpoints on request, keeps training, and resumes after eviction.
 
 CPU only, standard library only: it fits y = 3x + 1 with SGD on a two-parameter model, in the
 shape of a PyTorch loop (model state dict, optimiser step, torch.save-style atomic checkpoint).
@@ -8,9 +8,14 @@ shape of a PyTorch loop (model state dict, optimiser step, torch.save-style atom
     ckpt-preempt agent --pod $POD_NAME --namespace $POD_NAMESPACE \
         --signal-pidfile /tmp/run/train.pid
 
-On SIGUSR1 (sent by the agent when the controller asks this pod to drain) it saves at once,
-tells the agent through the SDK (which acknowledges the drain) and exits 0. Started again, it
-resumes from the saved step. Every --every steps it saves on its own and reports it (periodic).
+- A checkpoint request (the agent's SIGUSR1, or seen by polling the agent through the SDK): it
+  saves at once, acknowledges through the SDK and **keeps training**. The request only means
+  "this pod may be evicted soon"; the plan may still be cancelled (SIGUSR2 / a ``cancelled``
+  event), and then nothing happens at all.
+- Eviction (SIGTERM): it saves if it can and exits 143, so a Job never counts a preempted run as
+  Succeeded. Started again with the same --dir, it resumes from the saved step.
+- Every --every steps it saves on its own and reports it (periodic checkpoint). It exits 0 only
+  when all --steps are done.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a source checkout
 from controller import sdk
+
+EXIT_EVICTED = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 
 
 def save(path: Path, state: dict) -> None:
@@ -47,17 +56,27 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.json"
-    if args.pidfile:
-        Path(args.pidfile).write_text(str(os.getpid()))
+    evicted = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: evicted.set())
     agent = sdk.Checkpointer(args.agent_url)
-    agent.install_signal_handler()
+    agent.install_signal_handlers()
+    if args.pidfile:  # only now: the agent may signal this process once it knows the pid
+        Path(args.pidfile).write_text(str(os.getpid()))
 
     state = {"step": 0, "w": 0.0, "b": 0.0, "lr": 0.05}
     if ckpt.exists():
         state = json.loads(ckpt.read_text())
         print(f"resumed from step {state['step']}", flush=True)
+    print(f"training from step {state['step']}", flush=True)
     rng = random.Random(state["step"])
     while state["step"] < args.steps:
+        if evicted.is_set():
+            try:
+                save(ckpt, state)
+                print(f"evicted: saved at step {state['step']}", flush=True)
+            except OSError as e:
+                print(f"evicted: could not save at step {state['step']}: {e}", flush=True)
+            return EXIT_EVICTED
         x = rng.uniform(-1, 1)
         err = state["w"] * x + state["b"] - (3 * x + 1)
         state["w"] -= state["lr"] * err * x
@@ -68,11 +87,21 @@ def main(argv: list[str] | None = None) -> int:
             save(ckpt, state)
             with contextlib.suppress(sdk.AgentUnavailable):  # training goes on without it
                 agent.checkpointed()
-        if agent.requested():
-            save(ckpt, state)
-            acked = agent.done()
-            print(f"checkpoint on request at step {state['step']} (acked={acked})", flush=True)
-            return 0
+        try:
+            events = agent.events()
+        except sdk.AgentUnavailable:
+            events = []
+        for event in events:
+            if event.state is sdk.State.REQUESTED:
+                save(ckpt, state)
+                acked = False
+                with contextlib.suppress(sdk.AgentUnavailable):
+                    acked = agent.done(event.plan)
+                print(f"checkpoint on request for plan {event.plan} at step {state['step']} "
+                      f"(acked={acked}); training on", flush=True)
+            elif event.state is sdk.State.CANCELLED:
+                print(f"checkpoint request for plan {event.plan} cancelled at step "
+                      f"{state['step']}; training on", flush=True)
     save(ckpt, state)
     print(f"finished: w={state['w']:.3f} b={state['b']:.3f}", flush=True)
     return 0
