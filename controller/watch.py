@@ -1,9 +1,10 @@
 """List + watch into a small in-memory cache, one thread per resource kind.
 
-Each ``Informer`` lists (paged, 500 at a time), then watches from the list's resourceVersion with
-bookmarks. A 410 Gone (or an ERROR event) relists; a broken connection reconnects with
-exponential backoff and jitter. Objects are decoded from raw JSON (``_preload_content=False``)
-and trimmed by ``convert.*_info`` right away, so the cache holds compact records only.
+Each ``Informer`` lists (paged, 500 at a time), then watches from the list's resourceVersion
+with bookmarks. A 410 Gone (or an ERROR event) relists at once; a broken connection reconnects
+with the project's one backoff policy (``controller.backoff``: tenacity, full jitter, capped).
+Objects are decoded from raw JSON (``_preload_content=False``) and trimmed by
+``convert.*_info`` right away, so the cache holds compact records only.
 ``synced`` is set after the first complete list (``/readyz`` waits for it).
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +21,8 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from controller.backoff import keep_running
 
 log = logging.getLogger("ckpt_preempt.watch")
 PAGE = 500
@@ -113,25 +115,20 @@ class Informer:
 
     def _run(self) -> None:
         rv: str | None = None
-        failures = 0
-        while not self._stop.is_set():
+
+        def once() -> None:
+            nonlocal rv
             try:
                 if rv is None:
                     rv = self._relist()
                 rv = self._watch(rv)
-                failures = 0
             except ApiException as e:
-                if e.status == 410:
-                    rv = None
-                    continue
-                failures += 1
-                log.warning("watch %s failed: %s", self.kind, e.reason)
-            except Exception as e:  # connection reset, timeouts, bad JSON: reconnect
-                failures += 1
-                log.warning("watch %s interrupted: %s", self.kind, e)
-            if failures:
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                self._stop.wait(delay)
+                if e.status != 410:
+                    raise
+                log.info("watch %s: 410 Gone; relisting", self.kind)
+                rv = None  # relist at once, not after a backoff
+
+        keep_running(once, self._stop, what=f"watch {self.kind}", logger=log)
 
 
 def _ns_key(d: dict) -> str:
