@@ -43,8 +43,9 @@ class Explanation:
     warnings: tuple[str, ...]
 
 
-def _list(fn) -> list[dict]:
-    return json.loads(fn(_preload_content=False).data).get("items") or []
+def _list(fn, timeout: float = 30.0) -> list[dict]:
+    return json.loads(fn(_preload_content=False, _request_timeout=timeout).data).get(
+        "items") or []
 
 
 def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None = None,

@@ -20,8 +20,9 @@ Guarantees (property tests in tests/controller/test_lifecycle.py):
   before the first ``EVICT``, so the scheduler counts it on that node.
 - ``EVICT`` only names victims of the stored plan, whose observed uid still matches, that are
   neither terminating nor gone: no pod outside the plan, no pod twice.
-- Before ``Evicting``, a victim that disappeared or a preemptor that went away (or was
+- Before the first eviction, a victim that disappeared or a preemptor that went away (or was
   scheduled without the plan) aborts the plan, so the controller re-plans on the world as is.
+  Once a victim is evicted, the rest are evicted too (a gang is never left half-evicted).
 - A plan holds until its work is done: ``Evicting`` ends ``Done`` only once every preemptor is
   bound and every victim is terminating or gone (a preemptor bound on any node the plan freed
   is success); it aborts when victims are still not evicted at ``evict_by`` or the preemptor is
@@ -238,6 +239,11 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
 def _evicting_step(record: PlanRecord, observed: Observed, now: float) -> Step:
     pre = [(p, observed.preemptors[p.uid]) for p in record.placements]
     to_evict = tuple(v.uid for v in record.victims if _alive(v, observed) is not None)
+    bound = [(p, seen.node) for p, seen in pre if seen.node is not None]
+    if bound and to_evict and len(to_evict) == len(record.victims):
+        p, node = bound[0]  # nothing evicted yet, and it was scheduled anyway: not needed
+        return _transition(State.ABORTED, f"preemptor {p.namespace}/{p.name} was scheduled on "
+                           f"{node} before any eviction; the plan is not needed")
     if to_evict:
         if now >= record.evict_by:
             return _transition(State.ABORTED, f"{len(to_evict)} victim(s) still not evicted "

@@ -85,6 +85,13 @@ CASES = [
     pytest.param(make_plan(State.EVICTING), obs([seen("v0", acked=True), seen("v1")],
                  preemptor=STEERED), T0 + 1,
                  StepKind.EVICT, None, ("v0", "v1"), id="Evicting: evicts every live victim"),
+    pytest.param(make_plan(State.EVICTING), obs(preemptor=PreemptorObs(
+                 uid="pre", node="n1", steered=True)), T0 + 1, StepKind.TRANSITION, State.ABORTED,
+                 (), id="Evicting: bound before any eviction aborts (not needed)"),
+    pytest.param(make_plan(State.EVICTING), obs([seen("v0", terminating=True), seen("v1")],
+                 preemptor=PreemptorObs(uid="pre", node="n1", steered=True)), T0 + 1,
+                 StepKind.EVICT, None, ("v1",),
+                 id="Evicting: once one victim is evicted the rest follow"),
     pytest.param(make_plan(State.EVICTING, mode=Mode.ADMIT), obs(), T0 + 1,
                  StepKind.EVICT, None, ("v0", "v1"), id="Evicting (b): gates stay until evicted"),
     pytest.param(make_plan(State.EVICTING), obs(preemptor=PreemptorObs(
