@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from controller.backoff import retrying
+
 log = logging.getLogger("ckpt_preempt.leader")
 
 
@@ -135,11 +137,11 @@ class LeaseElector:
             log.info("lease release skipped: %s", e.reason)
 
     def _run(self) -> None:
+        # API errors are retried with the project's one backoff policy, capped well inside the
+        # renew deadline; meanwhile ``is_leader`` lapses by itself at ``_valid_until``.
+        policy = retrying(self._stop, what=f"lease {self.name}", logger=log,
+                          cap_seconds=self.duration / 5)
         while not self._stop.is_set():
-            try:
-                ok = self.try_acquire_or_renew()
-            except Exception as e:  # API unreachable: keep what we have until it runs out
-                log.warning("lease %s: %s", self.name, e)
-                ok = self._leader.is_set() and time.monotonic() < self._valid_until
-            self._set(ok)
+            ok = bool(policy(self.try_acquire_or_renew))
+            self._set(ok and time.monotonic() < self._valid_until)
             self._stop.wait(self.duration / 3 if ok else self.duration / 5)
