@@ -20,7 +20,8 @@ relays bytes until the API server closes. Each request falls in one class:
     event     writes to events
     write     any other POST/PUT/PATCH/DELETE
 
-A class without its own rate uses its family's (`write` for eviction/lease/event). An injected
+A class without its own rate uses its family's (`write` for eviction/lease/event); `paths` fails
+every request whose path contains a fragment with a fixed status (a targeted outage). An injected
 status never reaches the API server (the write did not happen) and carries a Status body as the
 API server writes it, plus `Retry-After: 1` on 429 and 503. Decisions come from one seeded
 random stream per class, so a given sequence of requests meets the same faults on every run.
@@ -61,6 +62,7 @@ class Faults:
     seed: int = 0
     rates: dict[str, float] = field(default_factory=dict)
     watch_cut_after: tuple[float, float] = (0.5, 5.0)  # seconds a faulted watch stream lasts
+    paths: dict[str, int] = field(default_factory=dict)  # path fragment -> always this status
 
     def rate(self, cls: str) -> float:
         return self.rates.get(cls, self.rates.get(FAMILY[cls], 0.0))
@@ -172,9 +174,13 @@ class FaultProxy:
         }, indent=1))
         return path
 
-    def decide(self, cls: str) -> int | None:
-        """The fault for the next request of `cls`: a status, 0 for a watch cut, or None."""
+    def decide(self, cls: str, path: str = "") -> int | None:
+        """The fault for the next request of `cls` on `path`: a status, 0 for a watch cut, or
+        None. A `paths` entry whose fragment `path` contains wins over the rates."""
         with self._lock:
+            for fragment, status in self._faults.paths.items():
+                if fragment in path:
+                    return status
             rate = self._faults.rate(cls)
             rnd = self._random.setdefault(cls, random.Random(f"{self._faults.seed}/{cls}"))
             if rnd.random() >= rate:
@@ -212,7 +218,7 @@ class FaultProxy:
             request_line, headers = head
             method, target, _ = request_line.split(" ", 2)
             cls = classify(method, target)
-            fault = self.decide(cls)
+            fault = self.decide(cls, urlsplit(target).path)
             with self._lock:
                 blocked = self._blocked and cls == WATCH
             if blocked:
