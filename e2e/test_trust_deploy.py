@@ -55,7 +55,8 @@ def test_chart_rbac_is_deploy_rbac():
 
 def test_chart_values_set_every_config_key_validly():
     expected = {config._camel(f.name) for f in fields(config.Config)} - SET_BY_TEMPLATE
-    assert set(VALUES["config"]) == expected
+    missing, unknown = expected - set(VALUES["config"]), set(VALUES["config"]) - expected
+    assert (missing, unknown) == (set(), set()), "values.yaml's config: (missing, unknown) keys"
     cfg = config.parse({**VALUES["config"], "leaseNamespace": NAMESPACE,
                         "planNamespace": NAMESPACE, "dryRun": False})
     assert cfg == config.Config(lease_namespace=NAMESPACE, plan_namespace=NAMESPACE), \
