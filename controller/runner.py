@@ -2,7 +2,8 @@
 
 ``Controller(api, cfg).run(stop)`` blocks until ``stop`` is set; e2e tests run it in a thread
 or, through ``ckpt-preempt run``, as a subprocess. Only the Lease holder acts; every replica
-keeps its cache warm so a new leader starts from a synced view.
+keeps its cache warm so a new leader starts from a synced view. A dry-run replica never takes
+the Lease (it writes nothing but Events), so it cannot keep the real replicas from acting.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Controller:
             duration=cfg.lease_duration_seconds, renew_deadline=cfg.renew_deadline_seconds,
             request_timeout=cfg.request_timeout_seconds,
             on_change=lambda leader: self.metrics.leader.set(1 if leader else 0),
-        ) if elect else None
+        ) if elect and not cfg.dry_run else None  # a dry run never takes the Lease
         guard = WriteGuard(dry_run=cfg.dry_run, request_timeout=cfg.request_timeout_seconds,
                            may_write=self.elector.may_write if self.elector else lambda: True)
         self.actions = Actions(api, plan_namespace=cfg.plan_namespace, guard=guard,
