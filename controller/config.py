@@ -20,6 +20,11 @@
     requestTimeoutSeconds: 10        # every API call gives up after this long
     bindTimeoutSeconds: 300          # after its victims are gone, the preemptor must bind by then
     planHistorySeconds: 3600         # finished plans are kept this long (fairness, audit)
+    optOutNamespaces: []             # where preemptible: "false" is honoured ("*": everywhere)
+    optOutPriorityClasses: []        # likewise, by priority class (default: nowhere)
+    unknownCheckpoint: start-time    # start-time | cluster-median | assume:30m
+    fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
+    fairnessPenaltySeconds: 1800     # per GPU per recent preemption, added to its cost (0: off)
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
+
+from policies import annotations as ann
+from policies import preemption
 
 
 class ConfigError(ValueError):
@@ -57,11 +65,26 @@ class Config:
     request_timeout_seconds: float = 10.0
     bind_timeout_seconds: float = 300.0
     plan_history_seconds: float = 3600.0
+    opt_out_namespaces: tuple[str, ...] = ()
+    opt_out_priority_classes: tuple[str, ...] = ()
+    unknown_checkpoint: str = str(ann.UNKNOWN_CHECKPOINT)
+    fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
+    fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
 
     def __post_init__(self) -> None:
+        try:
+            ann.parse_unknown_checkpoint(self.unknown_checkpoint)
+        except ValueError as e:
+            raise ConfigError(f"config: unknownCheckpoint: {e}") from None
+        if self.fairness_window_seconds > self.plan_history_seconds:
+            raise ConfigError("config: fairnessWindowSeconds must not exceed planHistorySeconds "
+                              "(preemptions are counted from the plans kept)")
         if self.renew_deadline_seconds >= self.lease_duration_seconds:
             raise ConfigError("config: renewDeadlineSeconds must be less than "
                               "leaseDurationSeconds")
+
+
+_ZERO_ALLOWED = {"fairness_penalty_seconds"}  # 0 turns the fairness guard off
 
 
 def _camel(name: str) -> str:
@@ -90,7 +113,8 @@ def parse(data: object) -> Config:
             if not isinstance(value, bool):
                 raise ConfigError(f"config: {key} must be true or false")
         elif isinstance(default, int | float):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    value > 0 or (value == 0 and f.name in _ZERO_ALLOWED)):
                 raise ConfigError(f"config: {key} must be a positive number")
             value = type(default)(value)
         elif not isinstance(value, str) or not value:

@@ -15,15 +15,24 @@ from datetime import datetime
 
 from kubernetes.utils import parse_quantity
 
+from controller.config import Config
 from policies import annotations as ann
-from policies.model import Node, Pod, PodDisruptionBudget, Resources, Snapshot
+from policies import preemption
+from policies.model import (
+    LabelRequirement,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    PodHold,
+    RejectReason,
+    Resources,
+    Snapshot,
+)
+from policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 from policies.topology import TopologyError, parse_node_topology
 
 GPU = "nvidia.com/gpu"
-ADMISSION_GATE = "ckpt-preempt.io/admission"
-TOPOLOGY_ANNOTATION = "hwprobe.ckpt-preempt.io/topology"
-_OURS = ("ckpt-preempt.io/", "scheduling.ai/", "kueue.x-k8s.io/", "scheduling.k8s.io/",
-         "scheduling.x-k8s.io/", "jobset.sigs.k8s.io/", "leaderworkerset.sigs.k8s.io/")
+ADMISSION_GATE = ann.PREFIX + "admission"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +50,7 @@ class PodInfo:
     priority: int
     priority_class: str
     preemption_policy: str
+    owner_uid: str | None  # the controlling owner's uid (ownerReferences, controller: true)
     requests: Resources | None  # None: no container states any request
     gates: tuple[str, ...]
     unschedulable: bool  # PodScheduled=False, reason Unschedulable
@@ -74,8 +84,13 @@ class PdbInfo:
     name: str
     namespace: str
     match_labels: Mapping[str, str]
-    has_expressions: bool
+    match_expressions: tuple[LabelRequirement, ...]
+    selector: str  # "null" (covers nothing), "empty" (policy/v1: the whole namespace), "set"
     disruptions_allowed: int
+
+    @property
+    def has_expressions(self) -> bool:
+        return bool(self.match_expressions)
 
 
 def _time(value: str | None) -> float | None:
@@ -123,18 +138,21 @@ def pod_info(d: Mapping) -> PodInfo:
         requests = pod_requests(spec)
     except (ValueError, ArithmeticError):
         requests = None
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
+                  if o.get("controller") is True and o.get("uid")), None)
     return PodInfo(
         uid=meta["uid"], name=meta["name"], namespace=meta["namespace"],
         resource_version=meta.get("resourceVersion", ""),
         created=_time(meta.get("creationTimestamp")) or 0.0,
         labels=dict(meta.get("labels") or {}),
         annotations={k: v for k, v in (meta.get("annotations") or {}).items()
-                     if k.startswith(_OURS)},
+                     if k.startswith(ann.PREFIXES)},
         deleting=meta.get("deletionTimestamp") is not None,
         node=spec.get("nodeName") or None, phase=status.get("phase", ""),
         priority=int(spec.get("priority") or 0),
         priority_class=spec.get("priorityClassName") or "",
         preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        owner_uid=owner,
         requests=requests,
         gates=tuple(g["name"] for g in spec.get("schedulingGates") or []),
         unschedulable=bool(cond and cond.get("status") == "False"
@@ -166,10 +184,15 @@ def node_info(d: Mapping) -> NodeInfo:
 
 def pdb_info(d: Mapping) -> PdbInfo:
     meta, spec, status = d["metadata"], d.get("spec") or {}, d.get("status") or {}
-    sel = spec.get("selector") or {}
-    return PdbInfo(name=meta["name"], namespace=meta["namespace"],
-                   match_labels=dict(sel.get("matchLabels") or {}),
-                   has_expressions=bool(sel.get("matchExpressions")),
+    sel = spec.get("selector")
+    labels = dict((sel or {}).get("matchLabels") or {})
+    exprs = tuple(
+        LabelRequirement(key=e.get("key", ""), operator=e.get("operator", ""),
+                         values=tuple(e.get("values") or ()))
+        for e in (sel or {}).get("matchExpressions") or ())
+    kind = "null" if sel is None else "set" if labels or exprs else "empty"
+    return PdbInfo(name=meta["name"], namespace=meta["namespace"], match_labels=labels,
+                   match_expressions=exprs, selector=kind,
                    disruptions_allowed=int(status.get("disruptionsAllowed") or 0))
 
 
@@ -190,27 +213,50 @@ class Scope:
 
 @dataclass(frozen=True, kw_only=True)
 class Converted:
+    """The snapshot, and what was wrong with the input: per pod uid, and per node (a topology
+    annotation that does not parse; the controller emits those as Warning Events on the Node)."""
+
     snapshot: Snapshot
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # pod uid -> warnings
-    node_problems: Mapping[str, str] = field(default_factory=dict)
+    node_problems: Mapping[str, str] = field(default_factory=dict)  # node name -> warning
+
+
+def scope(cfg: Config) -> Scope:
+    return Scope(namespaces=frozenset(cfg.namespaces),
+                 priority_classes=frozenset(cfg.priority_classes))
+
+
+def limits(cfg: Config) -> ann.Limits:
+    """What the config lets pods ask for, as ``policies`` takes it."""
+    return ann.Limits(
+        max_checkpoint_seconds=cfg.max_checkpoint_seconds,
+        max_min_runtime=cfg.max_min_runtime_seconds,
+        opt_out_namespaces=frozenset(cfg.opt_out_namespaces),
+        opt_out_priority_classes=frozenset(cfg.opt_out_priority_classes),
+        unknown_checkpoint=ann.parse_unknown_checkpoint(cfg.unknown_checkpoint),
+    )
+
+
+def planner_config(cfg: Config) -> preemption.PlannerConfig:
+    return preemption.PlannerConfig(
+        drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds,
+        fairness_penalty_seconds=cfg.fairness_penalty_seconds,
+    )
 
 
 def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool) -> tuple[Pod, list[str]]:
-    f = ann.parse_pod_fields(namespace=p.namespace, labels=p.labels, annotations=p.annotations,
-                             now=now, limits=limits)
-    problems = [str(x) for x in f.problems]
     requests = p.requests
+    pod, found = ann.build_pod(
+        uid=p.uid, name=p.name, namespace=p.namespace, labels=p.labels,
+        annotations=p.annotations, now=now, limits=limits, priority=p.priority,
+        priority_class=p.priority_class, requests=requests or Resources(), node=p.node,
+        start_time=p.start_time if p.start_time is not None else p.created,
+        owner_uid=p.owner_uid, terminating=p.deleting, in_scope=in_scope,
+    )
+    problems = [str(x) for x in found]
     if requests is None:
-        requests = Resources()
         problems.append("pod states no resource requests; planned as requesting nothing")
-    return Pod(
-        uid=p.uid, name=p.name, namespace=p.namespace, priority=p.priority, requests=requests,
-        node=p.node, start_time=p.start_time if p.start_time is not None else p.created,
-        checkpoint=f.checkpoint, last_checkpoint=f.last_checkpoint,
-        checkpoint_seconds=f.checkpoint_seconds, min_runtime=f.min_runtime,
-        preemptible=f.preemptible and in_scope, nvlink=f.nvlink, gang=f.gang,
-        gang_total=f.gang_total, labels=p.labels, terminating=p.deleting,
-    ), problems
+    return pod, problems
 
 
 def to_node(n: NodeInfo) -> tuple[Node, str | None]:
@@ -224,10 +270,20 @@ def to_node(n: NodeInfo) -> tuple[Node, str | None]:
                 unschedulable=n.unschedulable), problem
 
 
+def to_pdb(b: PdbInfo) -> PodDisruptionBudget:
+    return PodDisruptionBudget(
+        name=b.name, namespace=b.namespace, match_labels=b.match_labels,
+        match_expressions=b.match_expressions, match_all=b.selector == "empty",
+        disruptions_allowed=b.disruptions_allowed)
+
+
 def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
-             pdbs: Iterable[PdbInfo], scope: Scope, limits: ann.Limits) -> Converted:
+             pdbs: Iterable[PdbInfo], scope: Scope, limits: ann.Limits,
+             recent_preemptions: Mapping[str, int] | None = None) -> Converted:
     """Bound, unfinished pods hold capacity; pending pods are listed too (for gang membership).
-    Pods outside the scope are never candidates (``preemptible=False``)."""
+    Pods outside the scope are never candidates (``preemptible=False``).
+    ``recent_preemptions``: per workload key (``Victim.workload``, ``Pod.workload``), how
+    often it was preempted within the fairness window, from the stored plan history."""
     model_nodes, node_problems = [], {}
     for n in nodes:
         node, problem = to_node(n)
@@ -242,13 +298,12 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         model_pods.append(pod)
         if pp:
             problems[p.uid] = tuple(pp)
-    model_pdbs = tuple(
-        PodDisruptionBudget(name=b.name, namespace=b.namespace, match_labels=b.match_labels,
-                            disruptions_allowed=b.disruptions_allowed)
-        for b in pdbs if not b.has_expressions)  # the Eviction API still enforces the others
-    return Converted(snapshot=Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
-                                       pdbs=model_pdbs),
-                     problems=problems, node_problems=node_problems)
+    return Converted(
+        snapshot=Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
+                          pdbs=tuple(to_pdb(b) for b in pdbs),
+                          recent_preemptions=dict(recent_preemptions or {}),
+                          unknown_checkpoint=limits.unknown_checkpoint),
+        problems=problems, node_problems=node_problems)
 
 
 def _tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
@@ -290,28 +345,49 @@ def _term(term: Mapping, n: NodeInfo) -> bool:
                     for f in fields))
 
 
-def node_allows(n: NodeInfo, pods: Iterable[PodInfo]) -> bool:
-    """nodeSelector, required node affinity and NoSchedule/NoExecute taints, for every
-    preemptor pod (inter-pod affinity is not evaluated)."""
+def node_exclusion(n: NodeInfo, pods: Iterable[PodInfo]) -> RejectReason | None:
+    """Why some preemptor pod may not use node ``n``: its nodeSelector, its required node
+    affinity, or a NoSchedule/NoExecute taint it does not tolerate (another plan's reservation
+    taint named as such); None when every pod may (inter-pod affinity is not evaluated)."""
+    pods = list(pods)
     for p in pods:
         if any(n.labels.get(k) != v for k, v in p.node_selector.items()):
-            return False
+            return RejectReason.NODE_SELECTOR
+    for p in pods:
         if p.required_terms and not any(_term(t, n) for t in p.required_terms):
-            return False
+            return RejectReason.NODE_AFFINITY
+    reserved = False
+    for p in pods:
         for taint in n.taints:
             if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
                     p.tolerations, taint):
-                return False
-    return True
+                if taint.get("key") != ann.RESERVED_TAINT:
+                    return RejectReason.NODE_TAINT
+                reserved = True
+    return RejectReason.NODE_RESERVED if reserved else None
+
+
+def node_allows(n: NodeInfo, pods: Iterable[PodInfo]) -> bool:
+    """Whether every preemptor pod may use node ``n`` (see ``node_exclusion``)."""
+    return node_exclusion(n, pods) is None
 
 
 def for_preemptor(snap: Snapshot, nodes: Mapping[str, NodeInfo], preemptor: Iterable[PodInfo],
-                  *, reserved_nodes: frozenset[str], busy_pods: frozenset[str]) -> Snapshot:
-    """The snapshot as one preemptor sees it: nodes it may not use (selector, taints, or held
-    by another active plan) are unschedulable; victims of other active plans are not
-    candidates again."""
+                  *, reserved_nodes: frozenset[str], busy_pods: frozenset[str],
+                  blocked_pods: frozenset[str] = frozenset()) -> Snapshot:
+    """The snapshot as one preemptor sees it, each exclusion with its reason: nodes it may not
+    use (selector, affinity, taints, a reservation taint, or ``reserved_nodes``: targets of
+    other active plans) are closed; ``busy_pods`` (victims of other active plans) and
+    ``blocked_pods`` (whose eviction was refused lately) are no candidates."""
     pre = list(preemptor)
-    closed = [n.name for n in snap.nodes
-              if n.name in reserved_nodes or n.name not in nodes
-              or not node_allows(nodes[n.name], pre)]
-    return snap.restricted(unschedulable=closed, terminating=busy_pods)
+    closed = {}
+    for n in snap.nodes:
+        info = nodes.get(n.name)
+        why = RejectReason.UNSCHEDULABLE if info is None else node_exclusion(info, pre)
+        if why is None and n.name in reserved_nodes:
+            why = RejectReason.NODE_HELD
+        if why is not None:
+            closed[n.name] = why
+    held = dict.fromkeys(blocked_pods, PodHold.EVICTION_BLOCKED)
+    held.update(dict.fromkeys(busy_pods, PodHold.HELD_BY_PLAN))
+    return snap.restricted(closed=closed, held=held)

@@ -15,9 +15,9 @@ from importlib import resources
 from typing import Any
 
 from hwprobe.model import Topology
+from policies.topology import ANNOTATION  # noqa: F401 - re-exported: the planner owns the key
 
 SCHEMA = "hwprobe/v1"
-ANNOTATION = "hwprobe.ckpt-preempt.io/topology"
 LABEL_PREFIX = "hwprobe.ckpt-preempt.io/"
 
 

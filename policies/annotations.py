@@ -1,12 +1,21 @@
-"""Strict parsing of the ``ckpt-preempt.io/`` pod annotations into planner fields.
+"""Strict parsing of the ``ckpt-preempt.io/`` pod annotations into planner fields, and the one
+builder from a pod's metadata to ``model.Pod`` (``build_pod``) that the controller and
+snapshot documents share.
 
 Every malformed value yields an ``AnnotationProblem`` (the controller emits it as a Warning
-Event) and a safe choice. The safe choice never makes a pod cheaper to preempt:
+Event) and acts as if the annotation were absent, so that no value a tenant writes buys a pod
+protection, and none makes it cheaper to preempt:
 
-- any bad checkpoint annotation drops *all* checkpoint information (cost counts from start);
-- a bad ``preemptible`` opts the pod out; a bad ``min-runtime`` takes the configured cap;
-- a bad gang label makes the pod non-preemptible (evicting it alone would understate the cost
-  of breaking the gang it probably belongs to).
+- any bad checkpoint annotation drops *all* checkpoint information, and the pod is charged from
+  its start whatever the unknown-checkpoint policy (never cheaper than reporting nothing);
+- a bad ``preemptible``, ``min-runtime`` or ``nvlink`` is ignored: preemptible, no min-runtime,
+  no NVLink need;
+- a bad gang name is ignored (the next convention, if any, names the gang), a bad gang total
+  leaves the gang's size undeclared.
+
+Protection is the admin's to grant (``Limits``): an opt-out (``preemptible: "false"``) is
+honoured only in the namespaces or priority classes the config lists, and a min-runtime only up
+to the configured cap; an opt-out that is not allowed is ignored with a problem.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from policies import gangs
-from policies.model import CheckpointMode, NvlinkNeed
+from policies.model import ZERO, CheckpointMode, NvlinkNeed, Pod, Resources, UnknownCheckpoint
 
 PREFIX = "ckpt-preempt.io/"
 CHECKPOINT = PREFIX + "checkpoint"
@@ -27,6 +36,12 @@ CHECKPOINT_SECONDS = PREFIX + "checkpoint-seconds"
 MIN_RUNTIME = PREFIX + "min-runtime"
 PREEMPTIBLE = PREFIX + "preemptible"
 NVLINK = PREFIX + "nvlink"
+RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (the controller's)
+# Every key prefix whose pod annotations planning reads: ours and the gang conventions'.
+PREFIXES = (PREFIX, *(p for p in gangs.PREFIXES if p != PREFIX))
+ANY = "*"  # in an opt-out list: every namespace, or every priority class
+# The default unknown-checkpoint policy, chosen from the simulator (README, "The simulator").
+UNKNOWN_CHECKPOINT = UnknownCheckpoint()
 CLOCK_SKEW_SECONDS = 60.0  # a last-checkpoint this far in the future is rejected
 
 # ASCII digits only, whole string only (fullmatch: "$" would also accept a trailing newline).
@@ -51,10 +66,22 @@ class AnnotationProblem:
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:
-    """Operator caps from the controller config (seconds)."""
+    """What the admin lets pods ask for (controller config): caps in seconds, who may opt out
+    (a namespace or a priority class listed, or ``ANY``; by default nobody: protection from
+    preemption is what PriorityClasses are for, and an annotation anyone can write must not
+    grant it), and the policy for pods that report no checkpoint."""
 
     max_checkpoint_seconds: float = 600.0
     max_min_runtime: float = 3600.0
+    opt_out_namespaces: frozenset[str] = frozenset()
+    opt_out_priority_classes: frozenset[str] = frozenset()
+    unknown_checkpoint: UnknownCheckpoint = UNKNOWN_CHECKPOINT
+
+    def may_opt_out(self, namespace: str, priority_class: str) -> bool:
+        return bool(
+            {ANY, namespace} & self.opt_out_namespaces
+            or (priority_class and {ANY, priority_class} & self.opt_out_priority_classes)
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +94,7 @@ class PodPolicyFields:
     nvlink: NvlinkNeed = NvlinkNeed.NONE
     gang: str | None = None
     gang_total: int | None = None
+    checkpoint_malformed: bool = False  # a checkpoint annotation was bad: all were dropped
     problems: tuple[AnnotationProblem, ...] = ()
 
 
@@ -80,6 +108,19 @@ def parse_duration(value: str) -> float:
         raise ValueError("expected seconds or a duration such as 90s, 15m, 1h30m")
     h, mi, s = (float(g) if g else 0.0 for g in m.groups())
     return h * 3600 + mi * 60 + s
+
+
+def parse_unknown_checkpoint(value: str) -> UnknownCheckpoint:
+    """``start-time``, ``cluster-median`` or ``assume:<duration>`` (e.g. ``assume:30m``)."""
+    v = value.strip()
+    if v.startswith("assume:"):
+        seconds = parse_duration(v.removeprefix("assume:"))
+        if not 0 < seconds < float("inf"):
+            raise ValueError("assume: needs a positive duration, e.g. assume:30m")
+        return UnknownCheckpoint(kind="assume", seconds=seconds)
+    if v in ("start-time", "cluster-median"):
+        return UnknownCheckpoint(kind=v)
+    raise ValueError("expected start-time, cluster-median or assume:<duration> (assume:30m)")
 
 
 def parse_rfc3339(value: str) -> float:
@@ -144,11 +185,13 @@ def parse_pod_fields(
     annotations: Mapping[str, str],
     now: float,
     limits: Limits = Limits(),
+    priority_class: str = "",
 ) -> PodPolicyFields:
     problems: list[AnnotationProblem] = []
     mode, last, seconds, p = _checkpoint_fields(annotations, now, limits)
     if p:
         problems.append(p)
+    absent = "ignored, as if absent"
 
     min_runtime = 0.0
     if MIN_RUNTIME in annotations:
@@ -156,21 +199,30 @@ def parse_pod_fields(
         try:
             min_runtime = min(parse_duration(raw), limits.max_min_runtime)
         except ValueError as e:
-            min_runtime = limits.max_min_runtime
             problems.append(AnnotationProblem(
-                key=MIN_RUNTIME, value=raw, problem=str(e),
-                consequence=f"protected for the maximum min-runtime ({limits.max_min_runtime:g}s)",
+                key=MIN_RUNTIME, value=raw, problem=str(e), consequence=absent + ": no min-runtime"
             ))
 
     preemptible = True
     if PREEMPTIBLE in annotations:
-        raw = annotations[PREEMPTIBLE].strip().lower()
-        if raw not in ("true", "false"):
+        raw = annotations[PREEMPTIBLE]
+        value = raw.strip().lower()
+        if value not in ("true", "false"):
             problems.append(AnnotationProblem(
-                key=PREEMPTIBLE, value=annotations[PREEMPTIBLE],
-                problem="must be true or false", consequence="treated as opted out (false)",
+                key=PREEMPTIBLE, value=raw, problem="must be true or false",
+                consequence=absent + ": preemptible",
             ))
-        preemptible = raw == "true"
+        elif value == "false" and not limits.may_opt_out(namespace, priority_class):
+            where = f"namespace {namespace}" + (
+                f" or priority class {priority_class}" if priority_class else "")
+            problems.append(AnnotationProblem(
+                key=PREEMPTIBLE, value=raw,
+                problem=f"opting out is not allowed in {where} (the controller config lists "
+                        "who may: optOutNamespaces, optOutPriorityClasses)",
+                consequence="ignored: preemptible",
+            ))
+        else:
+            preemptible = value == "true"
 
     nvlink = NvlinkNeed.NONE
     if NVLINK in annotations:
@@ -179,24 +231,50 @@ def parse_pod_fields(
         except ValueError:
             problems.append(AnnotationProblem(
                 key=NVLINK, value=annotations[NVLINK],
-                problem="must be required, preferred or none", consequence="treated as none",
+                problem="must be required, preferred or none", consequence=absent + ": none",
             ))
 
-    gang = total = None
-    try:
-        member = gangs.detect(namespace, labels, annotations)
-    except gangs.GangError as e:
-        member = None
-        preemptible = False
-        problems.append(AnnotationProblem(
-            key=e.key, value=e.value, problem=str(e),
-            consequence="not preempted (its gang cannot be determined)",
-        ))
-    if member is not None:
-        gang, total = member.key, member.total
-
+    member, bad = gangs.detect(namespace, labels, annotations)
+    problems.extend(
+        AnnotationProblem(key=e.key, value=e.value, problem=e.problem, consequence=absent)
+        for e in bad
+    )
     return PodPolicyFields(
         checkpoint=mode, last_checkpoint=last, checkpoint_seconds=seconds,
         min_runtime=min_runtime, preemptible=preemptible, nvlink=nvlink,
-        gang=gang, gang_total=total, problems=tuple(problems),
+        gang=member.key if member else None, gang_total=member.total if member else None,
+        checkpoint_malformed=p is not None, problems=tuple(problems),
     )
+
+
+def build_pod(
+    *,
+    uid: str,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    now: float,
+    limits: Limits = Limits(),
+    priority: int = 0,
+    priority_class: str = "",
+    requests: Resources = ZERO,
+    node: str | None = None,
+    start_time: float | None = None,
+    owner_uid: str | None = None,
+    terminating: bool = False,
+    in_scope: bool = True,
+) -> tuple[Pod, tuple[AnnotationProblem, ...]]:
+    """The planner's view of one pod from its metadata, and what was wrong with it. A pod
+    outside the controller's scope (``in_scope`` False) is never a victim."""
+    f = parse_pod_fields(namespace=namespace, labels=labels, annotations=annotations, now=now,
+                         limits=limits, priority_class=priority_class)
+    pod = Pod(
+        uid=uid, name=name, namespace=namespace, priority=priority, requests=requests,
+        node=node, start_time=start_time, checkpoint=f.checkpoint,
+        last_checkpoint=f.last_checkpoint, checkpoint_seconds=f.checkpoint_seconds,
+        min_runtime=f.min_runtime, preemptible=f.preemptible and in_scope, nvlink=f.nvlink,
+        gang=f.gang, gang_total=f.gang_total, labels=labels, terminating=terminating,
+        checkpoint_malformed=f.checkpoint_malformed, owner_uid=owner_uid,
+    )
+    return pod, f.problems

@@ -1,17 +1,19 @@
 """The cost model: GPU-seconds of work a pod loses when it is evicted now.
 
-``cost(p) = gpus(p) × (now − last_checkpoint(p))`` where ``last_checkpoint`` falls back to the
-start time. An ``on-request`` pod that will be drained loses only its checkpoint time, provided
-that time fits under the operator's drain cap (a checkpoint the deadline would cut short saves
-nothing). Eligibility: strictly lower priority, not opted out, past min-runtime, not already
-terminating.
+``cost(p) = gpus(p) × (now − last_checkpoint(p))``. A pod that reports no checkpoint is charged
+as the snapshot's ``UnknownCheckpoint`` policy says (``unknown_age``: at most that many seconds
+old; None: since its start); a pod whose checkpoint annotations are malformed is charged from
+its start whatever the policy. An ``on-request`` pod that will be drained loses only its
+checkpoint time, provided that time fits under the operator's drain cap (a checkpoint the
+deadline would cut short saves nothing). Eligibility: strictly lower priority, not opted out,
+past min-runtime, not already terminating, not held by another plan or blocked.
 """
 
 from __future__ import annotations
 
 import enum
 
-from policies.model import CheckpointMode, Pod
+from policies.model import CheckpointMode, Pod, PodHold
 
 
 class Ineligible(enum.StrEnum):
@@ -20,13 +22,18 @@ class Ineligible(enum.StrEnum):
     MIN_RUNTIME = "within-min-runtime"
     TERMINATING = "already-terminating"
     NOT_RUNNING = "not-bound"
+    HELD_BY_PLAN = PodHold.HELD_BY_PLAN.value
+    EVICTION_BLOCKED = PodHold.EVICTION_BLOCKED.value
+    GANG_PDB = "gang-exceeds-its-pdb"  # a PDB covering the gang allows fewer than its members
 
 
-def work_since_checkpoint(pod: Pod, now: float) -> float:
+def work_since_checkpoint(pod: Pod, now: float, unknown_age: float | None = None) -> float:
     """Seconds of unsaved work; never negative, never credits a checkpoint before start."""
     start = pod.start_time if pod.start_time is not None else now
-    last = start if pod.last_checkpoint is None else max(start, pod.last_checkpoint)
-    return max(0.0, now - last)
+    last = pod.last_checkpoint
+    if last is None:
+        last = start if unknown_age is None or pod.checkpoint_malformed else now - unknown_age
+    return max(0.0, now - max(start, last))
 
 
 def drain_seconds(pod: Pod, max_checkpoint_seconds: float) -> float | None:
@@ -38,10 +45,11 @@ def drain_seconds(pod: Pod, max_checkpoint_seconds: float) -> float | None:
 
 
 def lost_gpu_seconds(
-    pod: Pod, now: float, *, drain: bool, max_checkpoint_seconds: float
+    pod: Pod, now: float, *, drain: bool, max_checkpoint_seconds: float,
+    unknown_age: float | None = None,
 ) -> tuple[float, bool]:
     """(lost GPU-seconds, whether the pod is drained first)."""
-    full = pod.gpus * work_since_checkpoint(pod, now)
+    full = pod.gpus * work_since_checkpoint(pod, now, unknown_age)
     if drain:
         secs = drain_seconds(pod, max_checkpoint_seconds)
         if secs is not None and pod.gpus * secs < full:
@@ -54,6 +62,8 @@ def ineligibility(pod: Pod, preemptor_priority: int, now: float) -> Ineligible |
         return Ineligible.NOT_RUNNING
     if pod.terminating:
         return Ineligible.TERMINATING
+    if pod.held is not None:
+        return Ineligible(pod.held.value)
     if pod.priority >= preemptor_priority:
         return Ineligible.NOT_LOWER_PRIORITY
     if not pod.preemptible:

@@ -1,8 +1,10 @@
 """Gang membership from every labelling convention in use, parsed strictly.
 
 A pod belongs to at most one gang. Conventions are tried in a fixed order and the first one
-present wins (a JobSet pod that Kueue also groups is one gang, not two). Bad values raise
-``GangError``; callers turn it into a Warning and a safe choice (see ``policies.annotations``).
+present with a well-formed name wins (a JobSet pod that Kueue also groups is one gang, not two).
+A malformed value counts as absent: a bad name lets the next convention decide, a bad total
+leaves the gang without a declared size. Each comes back as a ``GangError`` for the caller to
+report (see ``policies.annotations``); none of them ever protects a pod.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class GangError(ValueError):
         super().__init__(f"{key}={value!r}: {problem}")
         self.key = key
         self.value = value
+        self.problem = problem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,11 @@ CONVENTIONS: tuple[Convention, ...] = (
     Convention(id="lws", name_key="leaderworkerset.sigs.k8s.io/group-key"),
     Convention(id="jobset", name_key="jobset.sigs.k8s.io/jobset-name"),
 )
+# The key prefixes of every convention, in convention order, each once ("kueue.x-k8s.io/").
+PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(
+    key.split("/", 1)[0] + "/"
+    for c in CONVENTIONS for key in (c.name_key, c.total_key) if key is not None
+))
 
 # A DNS-1123 subdomain-ish value that also admits label-value characters ('_').
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?")  # used with fullmatch
@@ -72,20 +80,26 @@ def parse_total(key: str, value: str) -> int:
 
 def detect(
     namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]
-) -> GangMembership | None:
-    """Return the pod's gang, None when it has none; raise GangError on a malformed value."""
+) -> tuple[GangMembership | None, tuple[GangError, ...]]:
+    """The pod's gang (None when it has none) and every malformed value passed over."""
+    problems: list[GangError] = []
     for conv in CONVENTIONS:
         name = _lookup(conv.name_key, labels, annotations)
         if name is None:
             continue
         if not _NAME.fullmatch(name):
-            raise GangError(conv.name_key, name, "not a valid object name")
+            problems.append(GangError(conv.name_key, name, "not a valid object name"))
+            continue
         total = None
         if conv.total_key is not None:
             raw = _lookup(conv.total_key, labels, annotations)
             if raw is not None:
-                total = parse_total(conv.total_key, raw)
-        return GangMembership(
+                try:
+                    total = parse_total(conv.total_key, raw)
+                except GangError as e:
+                    problems.append(e)
+        member = GangMembership(
             key=f"{namespace}/{conv.id}/{name}", convention=conv.id, name=name, total=total
         )
-    return None
+        return member, tuple(problems)
+    return None, tuple(problems)

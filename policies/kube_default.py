@@ -11,8 +11,9 @@ Differences from upstream, all deliberate: candidate nodes are tried one at a ti
 by 16 parallel workers (upstream's early stop is racy; ours is deterministic), the random
 offset comes from the caller, "first node" ties resolve in evaluation order rather than Go
 map order, and pods already terminating are not counted as potential victims (deleting them
-again frees nothing sooner). Only resource fit is simulated (our nodes carry no taints or
-affinities).
+again frees nothing sooner). Only resource fit is simulated; nodes the preemptor may not use
+(``Node.closed``: cordoned, or excluded by its selector, affinity, taints or another plan) and
+pods another plan holds (``Pod.held``) are left out, as the planner leaves them out.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def select_victims_on_node(
     Returns (victims ordered most important first, PDB-violating victims), or None when even
     removing all lower-priority pods does not make room.
     """
-    potential = [p for p in on_node if p.priority < pod.priority and not p.terminating]
+    potential = [p for p in on_node
+                 if p.priority < pod.priority and not p.terminating and p.held is None]
     if not potential:
         return None
     room = free
@@ -129,15 +131,15 @@ def _place_one(
     now = snapshot.now
     fits = [
         n for n in snapshot.nodes
-        if not n.unschedulable and pod.requests.fits_in(free[n.name])
+        if n.closed is None and pod.requests.fits_in(free[n.name])
     ]
     if fits:  # no preemption needed: the scheduler would simply bind it
         best = min(fits, key=lambda n: (free[n.name].gpus - pod.gpus, n.name))
         return best.name, [], 0
     potential = []
     for n in snapshot.nodes:
-        if n.unschedulable:
-            rejections.append(NodeRejection(node=n.name, reason=RejectReason.UNSCHEDULABLE))
+        if n.closed is not None:
+            rejections.append(NodeRejection(node=n.name, reason=n.closed))
         elif not pod.requests.fits_in(n.allocatable):
             rejections.append(NodeRejection(node=n.name, reason=RejectReason.TOO_SMALL))
         else:
@@ -218,7 +220,7 @@ def victim_groups(snapshot: Snapshot, victims: Sequence[Pod]) -> tuple[VictimGro
     The rest of a broken gang stalls without the evicted member and loses the same unsaved work,
     which is why the whole gang's loss is counted once, on the group.
     """
-    now = snapshot.now
+    now, unknown = snapshot.now, snapshot.unknown_checkpoint_age
     by_gang: dict[str | None, list[Pod]] = {}
     for v in victims:
         by_gang.setdefault(v.gang, []).append(v)
@@ -226,28 +228,29 @@ def victim_groups(snapshot: Snapshot, victims: Sequence[Pod]) -> tuple[VictimGro
     for gang, pods in by_gang.items():
         for evicted in [[p] for p in pods] if gang is None else [pods]:
             if gang is None:
-                lost = sum(p.gpus * cost.work_since_checkpoint(p, now) for p in evicted)
+                lost = sum(p.gpus * cost.work_since_checkpoint(p, now, unknown) for p in evicted)
                 why = "lowest priority, started latest"
             else:
                 running = [
                     snapshot.pod_by_uid[u] for u in snapshot.gangs[gang].members
                     if snapshot.pod_by_uid[u].node is not None
                 ]
-                lost = sum(p.gpus * cost.work_since_checkpoint(p, now) for p in running)
+                lost = sum(p.gpus * cost.work_since_checkpoint(p, now, unknown) for p in running)
                 why = f"breaks gang {gang}: {len(running)} running member(s) lose their work"
             out.append(VictimGroup(
                 gang=gang,
-                victims=tuple(_victim(p, now) for p in evicted),
+                victims=tuple(_victim(p, now, unknown) for p in evicted),
                 lost_gpu_seconds=lost,
                 reason=why,
             ))
     return tuple(out)
 
 
-def _victim(p: Pod, now: float) -> Victim:
+def _victim(p: Pod, now: float, unknown_age: float | None) -> Victim:
     return Victim(
         uid=p.uid, name=p.name, namespace=p.namespace, node=p.node or "", gpus=p.gpus,
-        priority=p.priority, lost_gpu_seconds=p.gpus * cost.work_since_checkpoint(p, now),
-        drain=False,
+        priority=p.priority,
+        lost_gpu_seconds=p.gpus * cost.work_since_checkpoint(p, now, unknown_age),
+        drain=False, workload=p.workload,
     )
 

@@ -8,6 +8,7 @@ CPU in millicores, memory in MiB, GPUs as whole ``nvidia.com/gpu`` devices.
 from __future__ import annotations
 
 import enum
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -62,20 +63,86 @@ class Resources:
 ZERO = Resources()
 
 
+class RejectReason(enum.StrEnum):
+    """Why a node (or a whole request) got no plan. Values are stable strings for output."""
+
+    FITS_WITHOUT_PREEMPTION = "fits-without-preemption"
+    TOO_SMALL = "node-allocatable-too-small"
+    UNSCHEDULABLE = "node-unschedulable"
+    NODE_SELECTOR = "node-selector-mismatch"
+    NODE_AFFINITY = "node-affinity-mismatch"
+    NODE_TAINT = "node-taint-not-tolerated"
+    NODE_RESERVED = "node-reserved-for-another-plan"  # carries another plan's reservation taint
+    NODE_HELD = "node-held-by-another-plan"  # the target of another active plan
+    NOT_ENOUGH_PREEMPTIBLE = "not-enough-preemptible-capacity"
+    NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
+    NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
+    COSTLIER = "another-node-loses-less-work"
+    NOT_SAMPLED = "not-evaluated-sampling-stopped"
+    SEARCH_BUDGET = "search-budget-exhausted"
+
+
+class PodHold(enum.StrEnum):
+    """Why a running pod is no candidate for this preemptor although it could be otherwise."""
+
+    HELD_BY_PLAN = "held-by-another-plan"  # a victim of another active plan
+    EVICTION_BLOCKED = "eviction-blocked-recently"  # the Eviction API refused it lately
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnknownCheckpoint:
+    """How old the last checkpoint of a pod that reports none is assumed to be.
+
+    ``start-time``: as old as the pod (it loses everything since it started);
+    ``cluster-median``: the median checkpoint age of the pods that do report one (after the
+    suggestion in kueue#477), or its start when nobody reports; ``assume``: at most
+    ``seconds`` old. Never older than the pod's start.
+    """
+
+    kind: str = "start-time"  # start-time | cluster-median | assume
+    seconds: float | None = None  # for assume
+
+    KINDS = ("start-time", "cluster-median", "assume")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise ValueError(f"unknown-checkpoint policy must be one of {', '.join(self.KINDS)}")
+        if (self.kind == "assume") != (self.seconds is not None):
+            raise ValueError("only the assume policy takes a number of seconds")
+        if self.seconds is not None and not 0 < self.seconds < float("inf"):
+            raise ValueError("an assumed checkpoint age must be a positive number of seconds")
+
+    def __str__(self) -> str:
+        return f"assume:{self.seconds:g}s" if self.kind == "assume" else self.kind
+
+
 @dataclass(frozen=True, kw_only=True)
 class Node:
+    """A node. ``excluded`` says why the preemptor being planned may not use it although it is
+    schedulable (its selector, affinity or taints, or another plan holds it); see
+    ``Snapshot.restricted``."""
+
     name: str
     allocatable: Resources
     topology: NodeTopology | None = None  # None: "topology unknown"
     unschedulable: bool = False
+    excluded: RejectReason | None = None
+
+    @property
+    def closed(self) -> RejectReason | None:
+        """Why no preemptor may be placed here, or None when one may."""
+        return RejectReason.UNSCHEDULABLE if self.unschedulable else self.excluded
 
 
 @dataclass(frozen=True, kw_only=True)
 class Pod:
     """A pod as the planner sees it. ``node`` is None while pending.
 
-    ``last_checkpoint`` is None when unknown or malformed: the cost model then counts from
-    ``start_time``, which is never cheaper than a valid checkpoint time.
+    ``last_checkpoint`` is None when unknown or malformed. Unknown (nothing reported): the
+    snapshot's ``UnknownCheckpoint`` policy says how old it is assumed to be. Malformed
+    (``checkpoint_malformed``): counted from ``start_time`` whatever that policy, which is never
+    cheaper than a valid checkpoint time or than reporting nothing.
+    ``held`` says why a pod that could otherwise be a victim is none for this preemptor.
     """
 
     uid: str
@@ -95,10 +162,19 @@ class Pod:
     gang_total: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     terminating: bool = False
+    checkpoint_malformed: bool = False
+    owner_uid: str | None = None  # the controlling owner (ownerReferences, controller: true)
+    held: PodHold | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def workload(self) -> str:
+        """What preemptions are counted against for fairness: the gang, else the controlling
+        owner (a Job's pods share it across restarts), else the pod itself."""
+        return self.gang or self.owner_uid or self.uid
 
     @property
     def gpus(self) -> int:
@@ -107,17 +183,50 @@ class Pod:
 
 @dataclass(frozen=True, kw_only=True)
 class PodDisruptionBudget:
-    """A PDB reduced to what preemption needs: which pods it covers and how many may go."""
+    """A PDB reduced to what preemption needs: which pods it covers and how many may go.
+
+    The selector is policy/v1's: ``match_labels`` and ``match_expressions`` must all hold;
+    ``match_all`` is the empty selector ``{}``, which covers every pod in the namespace; with
+    neither labels nor expressions nor ``match_all`` (a null selector) it covers nothing.
+    """
 
     name: str
     namespace: str
     match_labels: Mapping[str, str]
     disruptions_allowed: int
+    match_expressions: tuple[LabelRequirement, ...] = ()
+    match_all: bool = False
 
     def covers(self, pod: Pod) -> bool:
-        if pod.namespace != self.namespace or not self.match_labels:
+        if pod.namespace != self.namespace:
             return False
-        return all(pod.labels.get(k) == v for k, v in self.match_labels.items())
+        if self.match_all:
+            return True
+        if not self.match_labels and not self.match_expressions:
+            return False
+        return all(pod.labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(pod.labels) for r in self.match_expressions)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelRequirement:
+    """One ``matchExpressions`` entry of a label selector."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.operator == "In":
+            return value is not None and value in self.values
+        if self.operator == "NotIn":
+            return value is None or value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        return False  # the API server admits no other operator
 
 
 def breaks_budget(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> list[bool]:
@@ -142,17 +251,23 @@ def breaks_budget(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> l
 class Gang:
     key: str
     members: tuple[str, ...]  # pod uids, sorted
-    expected: int | None = None  # declared gang size, when the convention carries one
 
 
 @dataclass(frozen=True, kw_only=True)
 class Snapshot:
-    """The whole cluster at one instant. Index properties are computed once, lazily."""
+    """The whole cluster at one instant. Index properties are computed once, lazily.
+
+    ``recent_preemptions`` counts, per ``Pod.workload``, how often that workload was preempted
+    within the fairness window (the planner charges a penalty for each); ``unknown_checkpoint``
+    is the policy for pods that report no checkpoint.
+    """
 
     now: float
     nodes: tuple[Node, ...]
     pods: tuple[Pod, ...]
     pdbs: tuple[PodDisruptionBudget, ...] = ()
+    recent_preemptions: Mapping[str, int] = field(default_factory=dict)
+    unknown_checkpoint: UnknownCheckpoint = UnknownCheckpoint()
 
     @cached_property
     def node_by_name(self) -> dict[str, Node]:
@@ -191,27 +306,52 @@ class Snapshot:
     def pods_on_node(self) -> dict[str, tuple[Pod, ...]]:
         return self._index[0]
 
+    @cached_property
+    def pdbs_by_namespace(self) -> dict[str, list[tuple[int, PodDisruptionBudget]]]:
+        """(index in ``pdbs``, PDB) per namespace: a PDB covers pods of its own only."""
+        out: dict[str, list[tuple[int, PodDisruptionBudget]]] = {}
+        for i, b in enumerate(self.pdbs):
+            out.setdefault(b.namespace, []).append((i, b))
+        return out
+
+    @cached_property
+    def unknown_checkpoint_age(self) -> float | None:
+        """How old an unreported checkpoint is assumed to be, in seconds; None: as old as the
+        pod. For ``cluster-median``, the median over bound pods that report a checkpoint."""
+        policy = self.unknown_checkpoint
+        if policy.kind != "cluster-median":
+            return policy.seconds
+        now = self.now
+        ages = [
+            now - (p.last_checkpoint if p.start_time is None
+                   else max(p.last_checkpoint, p.start_time))
+            for p in self.pods if p.node is not None and p.last_checkpoint is not None
+        ]
+        return max(0.0, statistics.median(ages)) if ages else None
+
     def restricted(
-        self, *, unschedulable: Iterable[str] = (), terminating: Iterable[str] = ()
+        self, *, closed: Mapping[str, RejectReason] | None = None,
+        held: Mapping[str, PodHold] | None = None,
     ) -> Snapshot:
-        """This snapshot with the named nodes marked unschedulable and the pods with the given
-        uids marked terminating (as one preemptor sees the cluster while other plans hold
-        nodes and victims). The index is carried over and patched where those pods sit, not
-        rebuilt, so a controller cycle indexes the cluster once for its whole queue. Names
-        and uids the snapshot lacks are ignored."""
-        closed = {n for n in unschedulable if n in self.node_by_name}
+        """This snapshot as one preemptor sees it while other plans hold nodes and victims:
+        the nodes in ``closed`` are excluded for the reason given, the pods in ``held`` are
+        no candidates for the reason given. The index is carried over and patched where those
+        pods sit, not rebuilt, so a controller cycle indexes the cluster once for its whole
+        queue. Names and uids the snapshot lacks, nodes already closed and pods already
+        terminating or held are left as they are."""
+        by_name = self.node_by_name
+        shut = {n: why for n, why in (closed or {}).items()
+                if n in by_name and by_name[n].closed is None}
         by_uid = self.pod_by_uid
         swapped = {
-            u: replace(by_uid[u], terminating=True)
-            for u in terminating if u in by_uid and not by_uid[u].terminating
+            u: replace(by_uid[u], held=why) for u, why in (held or {}).items()
+            if u in by_uid and not by_uid[u].terminating and by_uid[u].held is None
         }
         nodes = self.nodes
-        if closed:
-            nodes = tuple(
-                replace(n, unschedulable=True) if n.name in closed and not n.unschedulable else n
-                for n in nodes
-            )
-        on_node, held, gang_pods = self._index
+        if shut:
+            nodes = tuple(replace(n, excluded=shut[n.name]) if n.name in shut else n
+                          for n in nodes)
+        on_node, held_resources, gang_pods = self._index
         pods = self.pods
         if swapped:
             pods = tuple(swapped.get(p.uid, p) for p in pods)
@@ -221,24 +361,25 @@ class Snapshot:
             gang_pods = dict(gang_pods)
             for gang in {p.gang for p in swapped.values() if p.gang is not None}:
                 gang_pods[gang] = [swapped.get(p.uid, p) for p in gang_pods[gang]]
-        out = Snapshot(now=self.now, nodes=nodes, pods=pods, pdbs=self.pdbs)
-        # Neither a closed node nor a terminating pod changes what is held or free (such pods
-        # still hold their resources) or who belongs to which gang: share those as they are.
+        out = Snapshot(now=self.now, nodes=nodes, pods=pods, pdbs=self.pdbs,
+                       recent_preemptions=self.recent_preemptions,
+                       unknown_checkpoint=self.unknown_checkpoint)
+        # Neither a closed node nor a held pod changes what is held or free (such pods still
+        # hold their resources), who belongs to which gang or what checkpoints pods report:
+        # share those as they are.
         out.__dict__.update(
-            _index=(on_node, held, gang_pods),
+            _index=(on_node, held_resources, gang_pods),
             free_by_node=self.free_by_node,
             largest_allocatable=self.largest_allocatable,
             free_gpus_index=self.free_gpus_index,
             gangs=self.gangs,
+            unknown_checkpoint_age=self.unknown_checkpoint_age,
+            pdbs_by_namespace=self.pdbs_by_namespace,
             pod_by_uid={**by_uid, **swapped} if swapped else by_uid,
         )
-        if not closed:
-            out.__dict__["node_by_name"] = self.node_by_name
+        if not shut:
+            out.__dict__["node_by_name"] = by_name
         return out
-
-    def requested(self, node: str) -> Resources:
-        """Resources held on ``node`` by bound pods (terminating ones still hold theirs)."""
-        return self._index[1].get(node, ZERO)
 
     @cached_property
     def free_by_node(self) -> dict[str, Resources]:
@@ -271,29 +412,8 @@ class Snapshot:
 
     @cached_property
     def gangs(self) -> dict[str, Gang]:
-        out = {}
-        for key, ps in self._index[2].items():
-            declared = [p.gang_total for p in ps if p.gang_total]
-            out[key] = Gang(
-                key=key,
-                members=tuple(sorted(p.uid for p in ps)),
-                expected=max(declared) if declared else None,
-            )
-        return out
-
-
-class RejectReason(enum.StrEnum):
-    """Why a node (or a whole request) got no plan. Values are stable strings for output."""
-
-    FITS_WITHOUT_PREEMPTION = "fits-without-preemption"
-    TOO_SMALL = "node-allocatable-too-small"
-    UNSCHEDULABLE = "node-unschedulable"
-    NOT_ENOUGH_PREEMPTIBLE = "not-enough-preemptible-capacity"
-    NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
-    NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
-    COSTLIER = "another-node-loses-less-work"
-    NOT_SAMPLED = "not-evaluated-sampling-stopped"
-    SEARCH_BUDGET = "search-budget-exhausted"
+        return {key: Gang(key=key, members=tuple(sorted(p.uid for p in ps)))
+                for key, ps in self._index[2].items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,16 +427,21 @@ class Victim:
     lost_gpu_seconds: float
     drain: bool  # True: ask it to checkpoint first (on-request), cost is checkpoint time only
     checkpoint_seconds: float | None = None
+    workload: str = ""  # Pod.workload: what this preemption counts against for fairness
 
 
 @dataclass(frozen=True, kw_only=True)
 class VictimGroup:
-    """One unit of eviction: a single pod, or every running member of a gang."""
+    """One unit of eviction: a single pod, or every running member of a gang.
+
+    ``penalty_gpu_seconds`` is what the fairness guard charged on top of the lost work because
+    the workload was preempted recently (``Snapshot.recent_preemptions``)."""
 
     gang: str | None
     victims: tuple[Victim, ...]
     lost_gpu_seconds: float
     reason: str
+    penalty_gpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,6 +483,11 @@ class Plan:
     @property
     def lost_gpu_seconds(self) -> float:
         return sum(g.lost_gpu_seconds for g in self.victim_groups)
+
+    @property
+    def penalty_gpu_seconds(self) -> float:
+        """The fairness penalty of the victims; the planner minimises lost work plus this."""
+        return sum(g.penalty_gpu_seconds for g in self.victim_groups)
 
     @property
     def target_nodes(self) -> tuple[str, ...]:

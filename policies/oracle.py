@@ -2,8 +2,10 @@
 
 Eviction sets are enumerated in non-decreasing cost order (a best-first walk over sorted units
 where each set's successors either add the next unit or swap the last one for it, so every set
-appears exactly once). The first set after which every preemptor member fits is optimal. It
-shares only the cost model and unit construction with the planner, not its search.
+appears exactly once). The first set after which every preemptor member fits, and which keeps
+every gang whole under the PDBs (``units.gang_pdb_ok``, the planner's rule), is optimal. Cost
+is the planner's objective: lost work plus the fairness penalty. It shares only the cost model,
+the PDB rule and unit construction with the planner, not its search.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ class OracleResult:
     lost_gpu_seconds: float
     unit_ids: tuple[str, ...]
     sets_examined: int
+    penalty_gpu_seconds: float = 0.0
+
+    @property
+    def cost(self) -> float:
+        """What was minimised: lost work plus the fairness penalty."""
+        return self.lost_gpu_seconds + self.penalty_gpu_seconds
 
 
 def _members_fit(snapshot: Snapshot, members: Sequence[Pod], free: dict[str, Resources]) -> bool:
@@ -34,7 +42,7 @@ def _members_fit(snapshot: Snapshot, members: Sequence[Pod], free: dict[str, Res
     for pod in members:
         options = []
         for node in snapshot.nodes:
-            if node.unschedulable or not pod.requests.fits_in(node.allocatable):
+            if node.closed is not None or not pod.requests.fits_in(node.allocatable):
                 continue
             gpus, _ = nvlink_gpus(pod, node, node.allocatable.gpus)
             if gpus is not None:
@@ -74,6 +82,7 @@ def solve(
     builder = units.UnitBuilder(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
+        penalty_seconds=config.fairness_penalty_seconds,
     )
     order = sorted(builder.all_units(), key=lambda u: (u.cost, u.id))
     base = {n.name: snapshot.free(n.name) for n in snapshot.nodes}
@@ -96,10 +105,12 @@ def solve(
         examined += 1
         if examined > max_sets:
             raise OracleLimit(f"more than {max_sets} eviction sets")
-        if feasible(chosen):
+        picked = [order[i] for i in chosen]
+        if units.gang_pdb_ok(picked, snapshot.pdbs) and feasible(chosen):
             return OracleResult(
-                feasible=True, lost_gpu_seconds=c,
-                unit_ids=tuple(order[i].id for i in chosen), sets_examined=examined,
+                feasible=True, lost_gpu_seconds=sum(u.lost for u in picked),
+                penalty_gpu_seconds=sum(u.penalty for u in picked),
+                unit_ids=tuple(u.id for u in picked), sets_examined=examined,
             )
         last = chosen[-1]
         if last + 1 < len(order):

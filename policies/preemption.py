@@ -9,7 +9,12 @@ first, on a working copy of free capacity so later members see earlier choices):
    ``max(10 % of nodes, 100)`` could free enough capacity;
 4. evaluate those cheapest-bound first with the exact within-node search
    (``units.min_cover``), stopping once the bound exceeds the best plan found;
-5. pick the node minimising (lost work, PDB violations, victims, name).
+5. pick the node minimising (lost work + fairness penalty, PDB violations, victims, then for
+   ``nvlink: preferred`` pods a node where one NVLink domain surely fits, name).
+
+A gang may be a victim only if every PDB covering it allows all the plan's victims it covers
+to go (``units.PdbBudget``), so the Eviction API never refuses part of a gang;
+``gang_pdb_problem`` re-checks that against live PDBs right before the first eviction.
 
 For a gang, the placement is also tried with the first member on its next-cheapest node
 (``gang_first_member_alternatives``) and with the first 2, 3, ... members packed onto one
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from policies import cost, units
@@ -38,6 +43,10 @@ from policies.model import (
 )
 
 POLICY = "checkpoint-aware"
+# The fairness guard's defaults, chosen from the simulator (README, "The simulator"): each
+# preemption of a workload within the window charges each of its GPUs this many seconds more.
+FAIRNESS_PENALTY_SECONDS = 1800.0
+FAIRNESS_WINDOW_SECONDS = 3600.0  # what Snapshot.recent_preemptions counts over
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +58,7 @@ class PlannerConfig:
     search_budget: int = 20_000  # branch-and-bound steps per node
     gang_first_member_alternatives: int = 1  # a gang's first member: also its 2nd node
     record_rejections: bool = True
+    fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
 
 
 def num_candidates(nodes: int, cfg: PlannerConfig) -> int:
@@ -69,6 +79,14 @@ def nvlink_gpus(pod: Pod, node, allocatable_gpus: int) -> tuple[int | None, Reje
     return None, RejectReason.NVLINK_INFEASIBLE
 
 
+def domain_fits(pod: Pod, node, free_gpus: int) -> bool:
+    """Would ``pod``'s GPUs surely share one NVLink domain on ``node`` with that many free?"""
+    topo = node.topology
+    if topo is None or topo.gpu_count != node.allocatable.gpus:
+        return False
+    return topo.nvlink_fits(free_gpus, pod.gpus)
+
+
 class _Search:
     """Mutable working state of one ``plan`` call; never escapes it."""
 
@@ -87,6 +105,7 @@ class _Search:
         self.rejections: list[NodeRejection] = []
         self.evaluated = 0
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
+        self.pdb = units.PdbBudget(snapshot.pdbs)  # what the chosen units charged to each PDB
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -94,11 +113,12 @@ class _Search:
         return self.free[node]
 
     def need_on(self, pod: Pod, node) -> tuple[Resources | None, RejectReason | None]:
-        if not node.unschedulable and pod.nvlink is not NvlinkNeed.REQUIRED \
+        closed = node.closed
+        if closed is None and pod.nvlink is not NvlinkNeed.REQUIRED \
                 and pod.requests.fits_in(node.allocatable):
             return pod.requests, None
-        if node.unschedulable:
-            return None, RejectReason.UNSCHEDULABLE
+        if closed is not None:
+            return None, closed
         if not pod.requests.fits_in(node.allocatable):
             return None, RejectReason.TOO_SMALL
         gpus, why = nvlink_gpus(pod, node, node.allocatable.gpus)
@@ -117,6 +137,7 @@ class _Search:
         """Best fit (fewest GPUs left over) among nodes where the pod fits as things stand."""
         r = pod.requests
         simple = pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1
+        prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
         free = self.s.free_by_node
         if r.gpus > 0:  # only nodes with enough free GPUs, from the index, and those changed
             pool = self.s.free_gpus_index
@@ -130,16 +151,18 @@ class _Search:
             f = self.free.get(node.name) or free[node.name]
             if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib:
                 continue
-            if node.unschedulable:
+            if node.closed is not None:
                 continue
             if not simple:
                 need, _ = self.need_on(pod, node)
                 if need is None or not need.fits_in(f):
                     continue
-            key = (f.gpus - r.gpus, node.name)
+            # nvlink: preferred: all such nodes lose nothing; prefer one domain, then best fit
+            key = (not domain_fits(pod, node, f.gpus) if prefer else False, f.gpus - r.gpus,
+                   node.name)
             if best is None or key < best:
                 best = key
-        return None if best is None else best[1]
+        return None if best is None else best[2]
 
     def _scan(self, pod: Pod) -> list[tuple[float, int, str, Resources]]:
         """Sample candidate nodes as kube-scheduler does: (bound, index, node, gap) for each,
@@ -166,9 +189,9 @@ class _Search:
                 got = self._judge(pod, node)
                 if clean:
                     seen[name] = got
-            if isinstance(got, RejectReason):
+            if isinstance(got[0], RejectReason):
                 if record:
-                    self.reject(pod, name, got)
+                    self.reject(pod, name, *got)
                 continue
             candidates.append((got[0], i, name, got[1]))
             if len(candidates) >= limit:
@@ -180,12 +203,12 @@ class _Search:
         candidates.sort(key=lambda c: (c[0], c[1]))
         return candidates
 
-    def _judge(self, pod: Pod, node) -> RejectReason | tuple[float, Resources]:
-        """Why ``node`` cannot host ``pod`` even after preemption, or (a lower bound on the
-        lost work there, the resources still missing)."""
+    def _judge(self, pod: Pod, node) -> tuple[RejectReason, str] | tuple[float, Resources]:
+        """Why ``node`` cannot host ``pod`` even after preemption (reason, detail), or (a
+        lower bound on the cost there, the resources still missing)."""
         need, why = self.need_on(pod, node)
         if need is None:
-            return why
+            return why, ""
         free = self.free_on(node.name)
         gap_gpus = max(0, need.gpus - free.gpus)
         gap_cpu = max(0, need.cpu_milli - free.cpu_milli)
@@ -205,20 +228,24 @@ class _Search:
         else:
             pieces, cpu, mem, gpus = ev.pieces, ev.cpu_milli, ev.memory_mib, ev.gpus
         if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
-            return RejectReason.NOT_ENOUGH_PREEMPTIBLE
+            held = ", ".join(f"{n} pod(s) {why}" for why, n in sorted(ev.held.items()))
+            return RejectReason.NOT_ENOUGH_PREEMPTIBLE, held
         gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
         return units.gpu_lower_bound(pieces, gap_gpus), gap
 
     def _cover(self, name: str, gap: Resources) -> tuple:
-        """The exact cover of ``gap`` on node ``name``, and the units there."""
+        """The exact cover of ``gap`` on node ``name`` the PDBs admit next to the units chosen
+        so far, and the units there."""
         clean = name not in self.dirty
-        got = self.memo.get(("cover", name, gap)) if clean else None
+        key = ("cover", name, gap, self.pdb.key())
+        got = self.memo.get(key) if clean else None
         if got is None:
             here = self.units.units_on(name, exclude=self.chosen)
-            got = (units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget),
+            got = (units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
+                                   self.pdb),
                    {u.id: u for u in here})
             if clean:
-                self.memo[("cover", name, gap)] = got
+                self.memo[key] = got
         return got
 
     def place(self, pod: Pod, rank: int = 0) -> str | None:
@@ -232,7 +259,10 @@ class _Search:
                 self.s.largest_allocatable):
             return None  # fits on no node; with rejections recorded, each node says so
         candidates = self._scan(pod)
-        top: list[tuple] = []  # the rank+1 best: (cost, pdb, victims, node, cover, units there)
+        prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
+        # the rank+1 best: (cost, pdb, victims, no NVLink domain surely fits, node, cover,
+        # units there)
+        top: list[tuple] = []
         for bound, _, name, gap in candidates:
             if len(top) > rank and bound > top[-1][0]:
                 self.reject(pod, name, RejectReason.COSTLIER, f"loses at least {bound:.0f} GPU-s")
@@ -240,25 +270,35 @@ class _Search:
             self.evaluated += 1
             cover, here = self._cover(name, gap)
             if cover is None:
-                self.reject(pod, name, RejectReason.NOT_ENOUGH_PREEMPTIBLE)
+                self.reject(pod, name, RejectReason.NOT_ENOUGH_PREEMPTIBLE,
+                            "no cover keeps every gang whole under its PDBs" if self.s.pdbs
+                            else "")
                 continue
             if cover.exhausted:
                 self.exhausted.append(name)
-            top.append((cover.cost, cover.pdb_violations, cover.victims, name, cover, here))
-            top.sort(key=lambda t: t[:4])
+            miss = False
+            if prefer:
+                freed = sum(here[u].release[name].gpus for u in cover.unit_ids)
+                miss = not domain_fits(pod, self.s.node_by_name[name],
+                                       self.free_on(name).gpus + freed)
+            top.append((cover.cost, cover.pdb_violations, cover.victims, miss, name, cover, here))
+            top.sort(key=lambda t: t[:5])
             if len(top) > rank + 1:
                 out = top.pop()
-                self.reject(pod, out[3], RejectReason.COSTLIER, f"loses {out[0]:.0f} GPU-s")
+                self.reject(pod, out[4], RejectReason.COSTLIER, f"loses {out[0]:.0f} GPU-s"
+                            + (" (as much, but no NVLink domain surely fits there)"
+                               if out[0] == top[-1][0] and out[3] else ""))
         if len(top) <= rank:
             return None
         for other in top[:rank]:
-            self.reject(pod, other[3], RejectReason.COSTLIER,
+            self.reject(pod, other[4], RejectReason.COSTLIER,
                         f"loses {other[0]:.0f} GPU-s, but leaves the rest of the gang costlier")
-        name, cover, here_units = top[rank][3], top[rank][4], top[rank][5]
+        name, cover, here_units = top[rank][4], top[rank][5], top[rank][6]
         for uid in cover.unit_ids:
             unit = here_units[uid]
             self.chosen[uid] = unit
             self.cost += unit.cost
+            self.pdb.add(unit)
             for n, res in unit.release.items():
                 self.free[n] = self.free_on(n) + res
                 self.touched.add(n)
@@ -276,7 +316,7 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
                 uid=p.uid, name=p.name, namespace=p.namespace, node=p.node, gpus=p.gpus,
                 priority=p.priority, lost_gpu_seconds=lost, drain=drained,
                 checkpoint_seconds=cost.drain_seconds(p, cfg.max_checkpoint_seconds)
-                if drained else None,
+                if drained else None, workload=p.workload,
             )
             for p, lost, drained in zip(u.pods, u.losses, u.drained, strict=True)
         )
@@ -286,7 +326,10 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
             why = f"whole gang of {len(victims)}: least work since its last checkpoint"
         else:
             why = "least work lost since its last checkpoint"
-        out.append(VictimGroup(gang=u.gang, victims=victims, lost_gpu_seconds=u.cost, reason=why))
+        if u.penalty:
+            why += f"; preempted recently: charged {u.penalty:.0f} GPU-s more (fairness)"
+        out.append(VictimGroup(gang=u.gang, victims=victims, lost_gpu_seconds=u.lost,
+                               reason=why, penalty_gpu_seconds=u.penalty))
     return out
 
 
@@ -325,7 +368,7 @@ def _place_members(
 
 
 def _total(search: _Search) -> tuple[float, int, int]:
-    """(lost work, PDB violations, victims) of everything a search chose."""
+    """(lost work + fairness penalty, PDB violations, victims) of everything a search chose."""
     chosen = list(search.chosen.values())
     return (
         sum(u.cost for u in chosen),
@@ -348,7 +391,9 @@ def plan(
         )
     priority = min(p.priority for p in members)
     builder = units.UnitBuilder(
-        snapshot, priority, drain=config.drain, max_checkpoint_seconds=config.max_checkpoint_seconds
+        snapshot, priority, drain=config.drain,
+        max_checkpoint_seconds=config.max_checkpoint_seconds,
+        penalty_seconds=config.fairness_penalty_seconds,
     )
     memo: dict = {}
     search, placements, stuck = _place_members(snapshot, members, config, builder, memo)
@@ -402,3 +447,26 @@ def plan(
         rejections=tuple(search.rejections),
         nodes_evaluated=evaluated,
     )
+
+
+def gang_pdb_problem(snapshot: Snapshot, victim_uids: Iterable[str]) -> str | None:
+    """Why evicting these victims could leave a gang half-evicted under the snapshot's PDBs,
+    or None when every gang among them can go whole: no PDB covering a gang member allows
+    fewer disruptions than the victims it covers. Victims already terminating or gone are
+    not counted (a PDB's allowance already reflects them). Call it right before the first
+    eviction, with live PDBs."""
+    by_uid = snapshot.pod_by_uid
+    victims = [by_uid[u] for u in dict.fromkeys(victim_uids)
+               if u in by_uid and by_uid[u].node is not None and not by_uid[u].terminating]
+    if not any(p.gang for p in victims):
+        return None
+    problems = []
+    for b in snapshot.pdbs:
+        covered = [p for p in victims if b.covers(p)]
+        gangs = sorted({p.gang for p in covered if p.gang})
+        if gangs and len(covered) > b.disruptions_allowed:
+            problems.append(
+                f"PDB {b.namespace}/{b.name} allows {b.disruptions_allowed} disruption(s) but "
+                f"covers {len(covered)} victim(s), of gang(s) {', '.join(gangs)}"
+            )
+    return "; ".join(problems) or None

@@ -9,13 +9,17 @@ whole GPUs)::
          annotations: {hwprobe.ckpt-preempt.io/topology: '{...}'}, unschedulable: false}
     pods:
       - {name: a, namespace: ml, priority: 0, gpus: 4, node: n1, start_time: ...,
-         labels: {...}, annotations: {ckpt-preempt.io/last-checkpoint: ...}}
+         labels: {...}, annotations: {ckpt-preempt.io/last-checkpoint: ...},
+         priority_class: batch, owner_uid: job-uid}     # the last two are optional
     pdbs:
-      - {name: b, namespace: ml, match_labels: {app: x}, disruptions_allowed: 0}
+      - {name: b, namespace: ml, match_labels: {app: x}, disruptions_allowed: 0,
+         match_expressions: [{key: tier, operator: In, values: [a]}]}   # optional
+    recent_preemptions: {job-uid: 2}   # optional: workload -> preemptions in the window
     preemptor: ml/big      # or a list of pod names: the members of a pending gang
 
-Pod annotations go through ``policies.annotations`` exactly as the controller's do, so a
-snapshot explains what the live controller would decide.
+Pods are built by ``policies.annotations.build_pod`` exactly as the controller builds them, with
+the given ``Limits`` (who may opt out, caps, the unknown-checkpoint policy), so a snapshot
+explains what the live controller would decide.
 """
 
 from __future__ import annotations
@@ -25,10 +29,17 @@ from dataclasses import asdict
 from typing import Any
 
 from policies import annotations as ann
-from policies.model import Node, Plan, Pod, PodDisruptionBudget, Resources, Snapshot
+from policies.model import (
+    LabelRequirement,
+    Node,
+    Plan,
+    Pod,
+    PodDisruptionBudget,
+    Resources,
+    Snapshot,
+)
+from policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 from policies.topology import TopologyError, parse_node_topology
-
-TOPOLOGY_ANNOTATION = "hwprobe.ckpt-preempt.io/topology"
 
 
 class SnapshotError(ValueError):
@@ -99,24 +110,23 @@ def _node(d: dict, i: int, problems: list[str]) -> Node:
     )
 
 
-def _pod(d: dict, i: int, now: float, problems: list[str]) -> Pod:
+def _pod(d: dict, i: int, now: float, limits: ann.Limits, problems: list[str]) -> Pod:
     where = f"pods[{i}]"
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise SnapshotError(f"{where}: missing name")
     ns = str(d.get("namespace", "default"))
-    labels = _strmap(d, "labels", where)
-    fields = ann.parse_pod_fields(
-        namespace=ns, labels=labels, annotations=_strmap(d, "annotations", where), now=now
-    )
-    problems.extend(f"pod {ns}/{name}: {p}" for p in fields.problems)
     node = d.get("node")
     start = d.get("start_time")
-    return Pod(
-        uid=str(d.get("uid", f"{ns}/{name}")),
-        name=name,
-        namespace=ns,
-        priority=int(d.get("priority", 0)),
+    priority = d.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise SnapshotError(f"{where}: priority must be an integer, got {priority!r}")
+    owner = d.get("owner_uid")
+    pod, found = ann.build_pod(
+        uid=str(d.get("uid", f"{ns}/{name}")), name=name, namespace=ns,
+        labels=_strmap(d, "labels", where), annotations=_strmap(d, "annotations", where),
+        now=now, limits=limits, priority=priority,
+        priority_class=str(d.get("priority_class") or ""),
         requests=Resources(
             cpu_milli=_int(d, "cpu_milli", where, 0),
             memory_mib=_int(d, "memory_mib", where, 0),
@@ -124,34 +134,51 @@ def _pod(d: dict, i: int, now: float, problems: list[str]) -> Pod:
         ),
         node=str(node) if node else None,
         start_time=None if start is None else _time(start, f"{where}.start_time"),
-        checkpoint=fields.checkpoint,
-        last_checkpoint=fields.last_checkpoint,
-        checkpoint_seconds=fields.checkpoint_seconds,
-        min_runtime=fields.min_runtime,
-        preemptible=fields.preemptible,
-        nvlink=fields.nvlink,
-        gang=fields.gang,
-        gang_total=fields.gang_total,
-        labels=labels,
+        owner_uid=str(owner) if owner else None,
+    )
+    problems.extend(f"pod {ns}/{name}: {p}" for p in found)
+    return pod
+
+
+def _pdb(d: dict, i: int) -> PodDisruptionBudget:
+    where = f"pdbs[{i}]"
+    exprs = d.get("match_expressions") or []
+    if not isinstance(exprs, list) or not all(isinstance(e, dict) for e in exprs):
+        raise SnapshotError(f"{where}: match_expressions must be a list of mappings")
+    reqs = []
+    for e in exprs:
+        values = e.get("values") or []
+        if e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist") or not isinstance(
+                values, list):
+            raise SnapshotError(f"{where}: bad match expression {e!r}")
+        reqs.append(LabelRequirement(key=str(e.get("key", "")), operator=e["operator"],
+                                     values=tuple(str(v) for v in values)))
+    return PodDisruptionBudget(
+        name=str(d.get("name")), namespace=str(d.get("namespace", "default")),
+        match_labels=_strmap(d, "match_labels", where),
+        disruptions_allowed=_int(d, "disruptions_allowed", where),
+        match_expressions=tuple(reqs),
     )
 
 
-def from_dict(doc: Any) -> tuple[Snapshot, list[Pod], list[str]]:
+def _counts(doc: dict) -> dict[str, int]:
+    v = doc.get("recent_preemptions") or {}
+    if not isinstance(v, dict) or not all(
+            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+            for k, n in v.items()):
+        raise SnapshotError("recent_preemptions must map workload keys to counts")
+    return dict(v)
+
+
+def from_dict(doc: Any, limits: ann.Limits = ann.Limits()) -> tuple[Snapshot, list[Pod], list[str]]:
     """(snapshot, preemptor pods, warnings); SnapshotError when the document is unusable."""
     if not isinstance(doc, dict):
         raise SnapshotError("a snapshot must be a mapping with now, nodes and pods")
     problems: list[str] = []
     now = _time(doc.get("now"), "now")
     nodes = [_node(d, i, problems) for i, d in enumerate(_list(doc, "nodes"))]
-    pods = [_pod(d, i, now, problems) for i, d in enumerate(_list(doc, "pods"))]
-    pdbs = [
-        PodDisruptionBudget(
-            name=str(d.get("name")), namespace=str(d.get("namespace", "default")),
-            match_labels=_strmap(d, "match_labels", f"pdbs[{i}]"),
-            disruptions_allowed=_int(d, "disruptions_allowed", f"pdbs[{i}]"),
-        )
-        for i, d in enumerate(_list(doc, "pdbs"))
-    ]
+    pods = [_pod(d, i, now, limits, problems) for i, d in enumerate(_list(doc, "pods"))]
+    pdbs = [_pdb(d, i) for i, d in enumerate(_list(doc, "pdbs"))]
     names = {n.name for n in nodes}
     for p in pods:
         if p.node is not None and p.node not in names:
@@ -169,7 +196,8 @@ def from_dict(doc: Any) -> tuple[Snapshot, list[Pod], list[str]]:
         if pod.node is not None:
             raise SnapshotError(f"preemptor {w!r} is already bound to {pod.node}")
         preemptor.append(pod)
-    snap = Snapshot(now=now, nodes=tuple(nodes), pods=tuple(pods), pdbs=tuple(pdbs))
+    snap = Snapshot(now=now, nodes=tuple(nodes), pods=tuple(pods), pdbs=tuple(pdbs),
+                    recent_preemptions=_counts(doc), unknown_checkpoint=limits.unknown_checkpoint)
     return snap, preemptor, problems
 
 

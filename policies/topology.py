@@ -1,6 +1,6 @@
 """NVLink topology as the planner needs it, read from hwprobe's node annotation.
 
-The annotation ``hwprobe.ckpt-preempt.io/topology`` holds a ``hwprobe/v1`` report. The planner
+The node annotation ``ANNOTATION`` holds a ``hwprobe/v1`` report. The planner
 reads only ``schema``, ``gpu_count``, ``nvlink_domains`` and ``verified``; everything else in the
 report is for people and for hwprobe itself.
 """
@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 SCHEMA = "hwprobe/v1"
+ANNOTATION = "hwprobe.ckpt-preempt.io/topology"  # on Nodes, written by hwprobe
 
 
 class TopologyError(ValueError):

@@ -1,8 +1,14 @@
 """Eviction units and the exact within-node search shared by the planner and the oracle.
 
 A unit is what one eviction decision removes: a single pod, or every running member of a gang
-(a gang goes whole or not at all). Its cost is the whole gang's lost work and it frees the
-whole gang's resources, on every node the gang occupies.
+(a gang goes whole or not at all). Its cost is the whole gang's lost work, plus the fairness
+penalty for a workload preempted recently, and it frees the whole gang's resources, on every
+node the gang occupies.
+
+PDBs: a gang may go only if every PDB covering it allows all the victims of the plan it covers
+to go (the Eviction API would otherwise refuse some members and leave the gang half-evicted);
+single pods only count as PDB violations, as in kube-scheduler. ``PdbBudget`` tracks this
+across the units of one plan.
 """
 
 from __future__ import annotations
@@ -22,38 +28,95 @@ class Unit:
     losses: tuple[float, ...]  # per pod, GPU-seconds
     drained: tuple[bool, ...]  # per pod
     release: Mapping[str, Resources]  # node -> resources freed there
+    penalty: float = 0.0  # fairness: GPU-seconds charged for the workload's recent preemptions
+    pdb_cover: tuple[tuple[int, int], ...] = ()  # (index into Snapshot.pdbs, pods it covers)
+    cost: float = 0.0  # what the search minimises: lost work plus penalty
 
     @property
-    def cost(self) -> float:
+    def lost(self) -> float:
         return sum(self.losses)
+
+
+class PdbBudget:
+    """Victims charged to each PDB by the units chosen so far, and which PDBs cover a chosen
+    gang (those must not be exceeded). Mutable; ``add`` and ``remove`` undo each other."""
+
+    def __init__(self, pdbs: Sequence[PodDisruptionBudget]) -> None:
+        self.allowed = [b.disruptions_allowed for b in pdbs]
+        self.used = [0] * len(pdbs)
+        self.gangs = [0] * len(pdbs)  # chosen gangs each PDB covers
+
+    def admits(self, unit: Unit) -> bool:
+        """Can ``unit`` join without a PDB that covers a chosen gang allowing too few?"""
+        gang = unit.gang is not None
+        for i, n in unit.pdb_cover:
+            if (gang or self.gangs[i]) and self.used[i] + n > self.allowed[i]:
+                return False
+        return True
+
+    def add(self, unit: Unit) -> None:
+        for i, n in unit.pdb_cover:
+            self.used[i] += n
+            self.gangs[i] += unit.gang is not None
+
+    def remove(self, unit: Unit) -> None:
+        for i, n in unit.pdb_cover:
+            self.used[i] -= n
+            self.gangs[i] -= unit.gang is not None
+
+    def key(self) -> tuple:
+        """The state, for memo keys: () while nothing is charged."""
+        return tuple(self.used) + tuple(self.gangs) if any(self.used) else ()
+
+    def copy(self) -> PdbBudget:
+        out = PdbBudget(())
+        out.allowed, out.used, out.gangs = self.allowed, list(self.used), list(self.gangs)
+        return out
+
+
+def gang_pdb_ok(units: Iterable[Unit], pdbs: Sequence[PodDisruptionBudget]) -> bool:
+    """Do these units together leave every gang whole under the PDBs?"""
+    budget = PdbBudget(pdbs)
+    for u in units:
+        budget.add(u)
+    return all(used <= allowed for used, allowed, gangs
+               in zip(budget.used, budget.allowed, budget.gangs, strict=True) if gangs)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Evictable:
     """The evictable pods on one node for one preemptor priority, with their totals."""
 
-    entries: list[tuple[float, int, int, int, str]]  # (GPU-s lost per GPU, gpus, cpu, mem, unit)
+    entries: list[tuple[float, int, int, int, str]]  # (GPU-s charged per GPU, gpus, cpu, mem,
+    #                                                    unit)
     cpu_milli: int
     memory_mib: int
     gpus: int
-    pieces: list[tuple[float, int]]  # (GPU-s lost per GPU, gpus) of GPU pods, cheapest first
+    pieces: list[tuple[float, int]]  # (GPU-s charged per GPU, gpus) of GPU pods, cheapest first
+    held: Mapping[str, int]  # pods that are no candidates only because another plan holds them
+    #                          or their eviction was blocked: count per reason
 
 
 class UnitBuilder:
     """Builds units lazily, so a plan touches only the pods on the nodes it evaluates.
 
     Eligibility is per unit: one ineligible member (higher priority, opted out, too young,
-    terminating) protects its whole gang.
+    terminating, held) protects its whole gang, and so does a PDB covering more of the gang's
+    members than it allows to go. ``penalty_seconds`` is the fairness penalty: each GPU of a
+    workload preempted n times recently is charged n × that many seconds on top of its loss.
     """
 
     def __init__(
         self, snapshot: Snapshot, preemptor_priority: int, *, drain: bool,
-        max_checkpoint_seconds: float,
+        max_checkpoint_seconds: float, penalty_seconds: float = 0.0,
     ) -> None:
         self.s = snapshot
         self.priority = preemptor_priority
         self.drain = drain
         self.max_checkpoint_seconds = max_checkpoint_seconds
+        self.unknown_age = snapshot.unknown_checkpoint_age
+        self.recent = snapshot.recent_preemptions if penalty_seconds > 0 else {}
+        self.penalty_seconds = penalty_seconds
         self._why: dict[str, str | None] = {}  # per gang: one bad member protects all
         self._units: dict[str, Unit] = {}
         self._loss: dict[str, tuple[float, bool]] = {}
@@ -77,23 +140,46 @@ class UnitBuilder:
         if uid in self._why:
             return self._why[uid]
         why = None
-        for p in self.members(pod):
+        members = self.members(pod)
+        for p in members:
             r = cost.ineligibility(p, self.priority, self.s.now)
             if r is not None:
                 why = f"gang-member-{r}"
                 break
+        if why is None and any(n > self.s.pdbs[i].disruptions_allowed
+                               for i, n in self.pdb_cover(members)):
+            why = str(cost.Ineligible.GANG_PDB)
         self._why[uid] = why
         return why
+
+    def pdb_cover(self, pods: Iterable[Pod]) -> tuple[tuple[int, int], ...]:
+        """(index into the snapshot's PDBs, how many of ``pods`` it covers), for each PDB
+        that covers any."""
+        by_ns = self.s.pdbs_by_namespace
+        if not by_ns:
+            return ()
+        count: dict[int, int] = {}
+        for p in pods:
+            for i, b in by_ns.get(p.namespace, ()):
+                if b.covers(p):
+                    count[i] = count.get(i, 0) + 1
+        return tuple(sorted(count.items()))
 
     def loss(self, pod: Pod) -> tuple[float, bool]:
         got = self._loss.get(pod.uid)
         if got is None:
             got = cost.lost_gpu_seconds(
                 pod, self.s.now, drain=self.drain,
-                max_checkpoint_seconds=self.max_checkpoint_seconds,
+                max_checkpoint_seconds=self.max_checkpoint_seconds, unknown_age=self.unknown_age,
             )
             self._loss[pod.uid] = got
         return got
+
+    def penalty(self, pod: Pod) -> float:
+        """The fairness penalty charged for evicting ``pod`` (GPU-seconds)."""
+        if not self.recent:
+            return 0.0
+        return pod.gpus * self.penalty_seconds * self.recent.get(pod.workload, 0)
 
     def unit(self, pod: Pod) -> Unit:
         uid = self.unit_id(pod)
@@ -104,9 +190,11 @@ class UnitBuilder:
             release: dict[str, Resources] = {}
             for p in pods:
                 release[p.node] = release.get(p.node, ZERO) + p.requests
+            penalty = sum(self.penalty(p) for p in pods)
             got = Unit(
                 id=uid, gang=pod.gang, pods=tuple(pods), losses=tuple(x for x, _ in lost),
-                drained=tuple(d for _, d in lost), release=release,
+                drained=tuple(d for _, d in lost), release=release, penalty=penalty,
+                pdb_cover=self.pdb_cover(pods), cost=sum(x for x, _ in lost) + penalty,
             )
             self._units[uid] = got
         return got
@@ -116,15 +204,20 @@ class UnitBuilder:
         got = self._evictable.get(node)
         if got is None:
             entries, pieces, cpu, mem, gpus = [], [], 0, 0, 0
+            held: dict[str, int] = {}
             prio, now = self.priority, self.s.now
             for p in self.s.pods_on_node.get(node, ()):
+                if p.held is not None and not p.terminating and p.priority < prio:
+                    held[p.held] = held.get(p.held, 0) + 1
+                    continue
                 if p.gang is None:  # the common case, without the per-gang memo
                     if cost.ineligibility(p, prio, now) is not None:
                         continue
                 elif self.why_not(p) is not None:
                     continue
                 r = p.requests
-                rate = self.loss(p)[0] / r.gpus if r.gpus else 0.0
+                charge = self.loss(p)[0] + self.penalty(p)
+                rate = charge / r.gpus if r.gpus else 0.0
                 entries.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
                 cpu += r.cpu_milli
                 mem += r.memory_mib
@@ -133,7 +226,7 @@ class UnitBuilder:
                     pieces.append((rate, r.gpus))
             pieces.sort()
             got = Evictable(entries=entries, cpu_milli=cpu, memory_mib=mem, gpus=gpus,
-                            pieces=pieces)
+                            pieces=pieces, held=held)
             self._evictable[node] = got
         return got
 
@@ -162,14 +255,6 @@ def pdb_violations(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> 
 
 def covers(have: Resources, need: Resources) -> bool:
     return need.fits_in(have)
-
-
-def deficit(need: Resources, free: Resources) -> Resources:
-    return Resources(
-        cpu_milli=max(0, need.cpu_milli - free.cpu_milli),
-        memory_mib=max(0, need.memory_mib - free.memory_mib),
-        gpus=max(0, need.gpus - free.gpus),
-    )
 
 
 def gpu_lower_bound(pieces: list[tuple[float, int]], need_gpus: int) -> float:
@@ -207,13 +292,17 @@ def min_cover(
     need: Resources,
     pdbs: Sequence[PodDisruptionBudget],
     budget: int = 20_000,
+    pdb_budget: PdbBudget | None = None,
 ) -> Cover | None:
-    """Exact minimum of (lost work, PDB violations, victims) over unit subsets freeing ``need``.
+    """Exact minimum of (cost, PDB violations, victims) over unit subsets freeing ``need``
+    that keep every gang whole under the PDBs (``pdb_budget``: what the plan's other units
+    already charged; None when nothing is and there are no PDBs).
 
     Depth-first branch and bound over units sorted cheapest first. A branch is cut when
     everything left cannot cover the need, or when its cost plus a bound on the GPUs still
     missing (at the cheapest per-GPU rate left) cannot beat the best cover. Units that free
-    nothing the need lacks are dropped first: they only add victims.
+    nothing the need lacks are dropped first: they only add victims. A unit the PDBs do not
+    admit next to those chosen is skipped: adding more only uses up more budget.
     """
 
     def useful(r: Resources) -> bool:
@@ -240,6 +329,9 @@ def min_cover(
         rate[i] = min(rate[i + 1], own)
     if not covers(suffix[0], need):
         return None
+    if pdb_budget is None and pdbs and any(u.pdb_cover for u in order):
+        pdb_budget = PdbBudget(pdbs)
+    gate = pdb_budget if pdb_budget is not None and any(u.pdb_cover for u in order) else None
     best: list = [None]  # (cost, pdb, victims, ids)
     steps = 0
     chosen: list[int] = []
@@ -283,22 +375,38 @@ def min_cover(
                 return
         if not covers(have + suffix[i], need):
             return
-        chosen.append(i)
-        dfs(i + 1, have + rel[i], c + order[i].cost, count + len(order[i].pods))
-        chosen.pop()
+        u = order[i]
+        if gate is None or not u.pdb_cover:
+            chosen.append(i)
+            dfs(i + 1, have + rel[i], c + u.cost, count + len(u.pods))
+            chosen.pop()
+        elif gate.admits(u):
+            chosen.append(i)
+            gate.add(u)
+            dfs(i + 1, have + rel[i], c + u.cost, count + len(u.pods))
+            gate.remove(u)
+            chosen.pop()
         dfs(i + 1, have, c, count)
 
     dfs(0, ZERO, 0.0, 0)
-    if best[0] is None:
-        # budget spent before any cover: fall back to the cheapest-first greedy cover, which
-        # exists because everything together covers the need
+    if best[0] is None and steps > budget:
+        # budget spent before any cover: fall back to the cheapest-first greedy cover the
+        # PDBs admit (without PDBs one exists: everything together covers the need)
+        greedy = gate.copy() if gate is not None else None
         have = ZERO
         for i in range(n):
+            if greedy is not None and not greedy.admits(order[i]):
+                continue
+            if greedy is not None:
+                greedy.add(order[i])
             chosen.append(i)
             have = have + rel[i]
             if covers(have, need):
+                record(sum(order[i].cost for i in chosen),
+                       sum(len(order[i].pods) for i in chosen))
                 break
-        record(sum(order[i].cost for i in chosen), sum(len(order[i].pods) for i in chosen))
+    if best[0] is None:
+        return None
     c, pdb, count, ids = best[0]
     return Cover(
         unit_ids=ids, cost=c, pdb_violations=pdb, victims=count, exhausted=steps > budget

@@ -8,16 +8,25 @@ ground truth at the moment each victim stops: drained victims lose their checkpo
 others lose everything since their last periodic checkpoint. A victim of a kube-default plan
 that belongs to a gang breaks it: every member stops and loses its unsaved work.
 
+Jobs that checkpoint report it (their pods carry ``last-checkpoint``) unless the generator made
+them silent; jobs that never checkpoint report nothing, and the planner charges both as the
+unknown-checkpoint policy says. Each job is one workload for the fairness guard: the planner
+sees how often it was preempted within the window, and the result reports how often each job
+was preempted over the whole run.
+
 The run ends once the arrival window is over and no high-priority job is still pending;
 utilisation is measured over the arrival window, where the load applies.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from policies import annotations as ann
 from policies import kube_default, preemption
 from policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
 from policies.sim.trace import TraceNode
@@ -30,9 +39,10 @@ def _kube(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
     return kube_default.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
 
 
-def _aware(drain: bool, max_ckpt: float) -> Planner:
+def _aware(drain: bool, max_ckpt: float, penalty: float) -> Planner:
     cfg = preemption.PlannerConfig(
-        drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False
+        drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
+        fairness_penalty_seconds=penalty,
     )
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
@@ -40,21 +50,27 @@ def _aware(drain: bool, max_ckpt: float) -> Planner:
 POLICIES = ("kube-default", "checkpoint-aware", "checkpoint-aware-drain")
 
 
-def planner_for(name: str, max_checkpoint_seconds: float) -> Planner:
+def planner_for(name: str, max_checkpoint_seconds: float,
+                fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS) -> Planner:
     if name == "kube-default":
         return _kube
     if name == "checkpoint-aware":
-        return _aware(False, max_checkpoint_seconds)
+        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds)
     if name == "checkpoint-aware-drain":
-        return _aware(True, max_checkpoint_seconds)
+        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SimConfig:
+    """The replay's knobs; the last three are the controller config's defaults."""
+
     grace_seconds: float = 30.0  # default terminationGracePeriodSeconds
     max_checkpoint_seconds: float = 600.0  # the controller's drain cap
     retry_seconds: float = 60.0  # an unplaceable preemptor re-plans at most this often
+    unknown_checkpoint: str = str(ann.UNKNOWN_CHECKPOINT)  # start-time, cluster-median, assume:
+    fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
+    fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS  # 0: guard off
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +89,10 @@ class PolicyResult:
     plans_invalid: int
     plan_latency_p50_ms: float
     plan_latency_p99_ms: float
+    max_preemptions_per_workload: int  # the most times any one job was preempted
+    workloads_preempted: int  # jobs preempted at least once
+    preemptions_per_workload: Mapping[int, int]  # times preempted -> jobs preempted that often
+    victim_jobs_unreported: int  # preempted jobs (counted per preemption) reporting no checkpoint
     lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
 
 
@@ -112,7 +132,9 @@ class Simulation:
         self.w = workload
         self.cfg = config
         self.policy = policy
-        self.plan_fn = planner_for(policy, config.max_checkpoint_seconds)
+        self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
+                                   config.fairness_penalty_seconds)
+        self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress
         self.nodes = tuple(
@@ -142,7 +164,8 @@ class Simulation:
         self.latencies: list[float] = []
         self.waits: list[float] = []
         self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
-                           invalid=0, waiting=0)
+                           invalid=0, waiting=0, unreported=0)
+        self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
 
     # -- capacity bookkeeping -------------------------------------------------------------
     def _take(self, i: int, r: Resources, sign: int) -> None:
@@ -192,7 +215,7 @@ class Simulation:
             requests=Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus),
             node=node, start_time=js.start if node else None, checkpoint=j.checkpoint,
             checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
-            if j.is_gang else None,
+            if j.is_gang else None, owner_uid=f"job-{j.id}",
         )
 
     def _start(self, js: _JobState, placed: list[int], at: float) -> None:
@@ -246,22 +269,31 @@ class Simulation:
             heapq.heappush(self.low.setdefault(key, []), (at, js.job.id, js))
 
     # -- preemption ----------------------------------------------------------------------
+    def _reports(self, job: Job) -> bool:
+        return job.interval is not None and job.reports
+
     def _snapshot(self, pre: list[Pod]) -> Snapshot:
         priority = min(p.priority for p in pre)
         pods = []
+        recent: dict[str, int] = {}
         t = self.t
+        since = t - self.cfg.fairness_window_seconds
         for js in self.running.values():
             if js.job.priority >= priority:
                 continue
-            last = js.last_checkpoint(t) if js.start < t else None
+            last = js.last_checkpoint(t) if js.start < t and self._reports(js.job) else None
             if js.models and js.models[0].last_checkpoint != last:
                 js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
             pods.extend(js.models)
+            times = self.preempted.get(js.job.id)
+            if times and times[-1] > since and js.models:
+                recent[js.models[0].workload] = len(times) - bisect.bisect_right(times, since)
         for i in range(len(self.nodes)):
             held = self._held_pod(i, priority)
             if held is not None:
                 pods.append(held)
-        return Snapshot(now=t, nodes=self.nodes, pods=tuple(pods) + tuple(pre))
+        return Snapshot(now=t, nodes=self.nodes, pods=tuple(pods) + tuple(pre),
+                        recent_preemptions=recent, unknown_checkpoint=self.unknown)
 
     def _preempt(self, js: _JobState) -> bool:
         pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
@@ -288,6 +320,8 @@ class Simulation:
         self.counts["preemptions"] += 1
         for job_id in hit:
             vs = self.running[job_id]
+            self.preempted.setdefault(job_id, []).append(t)
+            self.counts["unreported"] += not self._reports(vs.job)
             evicted = {f"{job_id}-{k}" for k in range(len(vs.job.members))}
             named = {v.uid for v in plan.victims} & evicted
             if vs.job.is_gang and named != evicted:
@@ -376,6 +410,7 @@ class Simulation:
         self.counts["waiting"] = len(self.high)
         if self.progress:
             self.progress(1.0)
+        times = Counter(len(ts) for ts in self.preempted.values())
         return PolicyResult(
             policy=self.policy,
             lost_gpu_hours=self.lost / 3600,
@@ -391,5 +426,9 @@ class Simulation:
             plans_invalid=self.counts["invalid"],
             plan_latency_p50_ms=_percentile(self.latencies, 0.5),
             plan_latency_p99_ms=_percentile(self.latencies, 0.99),
+            max_preemptions_per_workload=max(times, default=0),
+            workloads_preempted=len(self.preempted),
+            preemptions_per_workload=dict(sorted(times.items())),
+            victim_jobs_unreported=self.counts["unreported"],
             lost_series=tuple(self.series),
         )

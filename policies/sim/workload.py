@@ -33,6 +33,7 @@ class WorkloadParams:
     checkpoint_intervals_min: tuple[int, ...] = (15, 30, 60, 180)
     share_on_request: float = 0.3  # of low-priority jobs: checkpoint on request (and periodic)
     share_periodic: float = 0.5  # periodic only; the rest never checkpoint
+    share_silent: float = 0.0  # of the jobs that checkpoint: never report it (last-checkpoint)
     checkpoint_seconds: tuple[float, float] = (30.0, 180.0)  # uniform range
     gang_share: float = 0.3  # chance a low-priority job absorbs its successors into a gang
     gang_sizes: tuple[int, ...] = (2, 4, 8)
@@ -62,6 +63,7 @@ class Job:
     checkpoint: CheckpointMode
     interval: float | None  # periodic checkpoint interval, seconds
     checkpoint_seconds: float | None
+    reports: bool = True  # its pods carry last-checkpoint (False: it checkpoints silently)
 
     @property
     def gpus(self) -> int:
@@ -169,6 +171,9 @@ def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParam
                 mode = CheckpointMode.PERIODIC
             else:
                 mode, interval = CheckpointMode.NONE, None
+        # drawn only when asked for, so the default leaves every other draw as it was
+        silent = interval is not None and params.share_silent > 0 and (
+            rng.random() < params.share_silent)
         jobs.append(Job(
             id=len(jobs),
             name=f"{lead.name}-{len(jobs)}" if len(group) == 1 else f"gang-{lead.name}-{len(jobs)}",
@@ -184,6 +189,7 @@ def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParam
             checkpoint=mode,
             interval=interval,
             checkpoint_seconds=ckpt,
+            reports=not silent,
         ))
     demand = sum(
         _demand(j.gpus, j.arrival, j.duration, window) for j in jobs

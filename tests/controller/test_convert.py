@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller import config, convert
 from policies import annotations as ann
-from policies.model import CheckpointMode, Resources
+from policies import gangs, preemption
+from policies.model import CheckpointMode, PodHold, RejectReason, Resources, UnknownCheckpoint
+from tests.policies import test_fuzz as fuzz
 
 NOW = 1_800_000_000.0
 
 
 def pod_json(name="p", *, ns="team", gpus=None, node=None, annotations=None, labels=None,
              gates=(), priority=0, deleting=False, requests=True, unschedulable=False,
-             policy=None, init_gpus=None) -> dict:
+             policy=None, init_gpus=None, owners=None, priority_class=None) -> dict:
     res = {"requests": {"cpu": "500m", "memory": "1Gi",
                         **({"nvidia.com/gpu": str(gpus)} if gpus else {})}} if requests else {}
     spec = {"containers": [{"name": "c", "resources": res}], "priority": priority,
@@ -25,11 +29,15 @@ def pod_json(name="p", *, ns="team", gpus=None, node=None, annotations=None, lab
         spec["nodeName"] = node
     if policy:
         spec["preemptionPolicy"] = policy
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     meta = {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": "7",
             "creationTimestamp": "2027-01-15T08:00:00Z", "labels": labels or {},
             "annotations": {"unrelated/big": "x" * 1000, **(annotations or {})}}
     if deleting:
         meta["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    if owners:
+        meta["ownerReferences"] = owners
     status = {"phase": "Running" if node else "Pending"}
     if unschedulable:
         status["conditions"] = [{"type": "PodScheduled", "status": "False",
@@ -61,6 +69,28 @@ def test_pod_info_keeps_only_what_planning_needs():
                                   unschedulable=True, policy="Never", gates=["x"]))
     assert p.annotations == {"ckpt-preempt.io/checkpoint": "periodic"}
     assert p.unschedulable and p.preemption_policy == "Never" and p.gates == ("x",)
+    assert p.owner_uid is None
+
+
+def test_pod_info_keeps_every_gang_conventions_annotations():
+    ours = {c.name_key: "g" for c in gangs.CONVENTIONS} | {ann.MIN_RUNTIME: "1m"}
+    p = convert.pod_info(pod_json(annotations={**ours, "example.com/other": "x"}))
+    assert p.annotations == ours
+
+
+@pytest.mark.parametrize(("owners", "want"), [
+    pytest.param([{"uid": "rs-1", "controller": True, "kind": "Job"}], "rs-1",
+                 id="the controlling owner"),
+    pytest.param([{"uid": "a", "kind": "ConfigMap"}, {"uid": "b", "controller": True}], "b",
+                 id="the one with controller: true"),
+    pytest.param([{"uid": "a", "controller": False}], None, id="no controller"),
+    pytest.param([], None, id="no owners"),
+])
+def test_pod_info_owner_uid(owners, want):
+    p = convert.pod_info(pod_json(owners=owners))
+    assert p.owner_uid == want
+    pod, _ = convert.to_pod(p, NOW, ann.Limits(), True)
+    assert pod.owner_uid == want and pod.workload == (want or p.uid)
 
 
 def test_snapshot_turns_bad_input_into_problems_and_safe_choices():
@@ -82,31 +112,149 @@ def test_snapshot_turns_bad_input_into_problems_and_safe_choices():
     assert "no resource requests" in out.problems["uid-noreq"][0]
     assert not by["elsewhere"].preemptible  # outside the scope: never a victim
     assert out.snapshot.nodes[0].topology is None and "n" in out.node_problems
+    assert convert.TOPOLOGY_ANNOTATION in out.node_problems["n"]
 
 
-def test_for_preemptor_hides_nodes_it_cannot_use():
+def test_snapshot_carries_fairness_counts_and_the_unknown_checkpoint_policy():
+    pods = [convert.pod_info(pod_json("a", node="n", gpus=1, owners=[
+        {"uid": "job-a", "controller": True}]))]
+    nodes = [convert.node_info(node_json("n"))]
+    lim = ann.Limits(unknown_checkpoint=UnknownCheckpoint(kind="assume", seconds=60.0))
+    out = convert.snapshot(now=NOW, nodes=nodes, pods=pods, pdbs=[], scope=convert.Scope(),
+                           limits=lim, recent_preemptions={"job-a": 2})
+    assert out.snapshot.recent_preemptions == {"job-a": 2}
+    assert out.snapshot.unknown_checkpoint_age == 60.0
+    assert convert.snapshot(now=NOW, nodes=nodes, pods=pods, pdbs=[], scope=convert.Scope(),
+                            limits=lim).snapshot.recent_preemptions == {}
+
+
+def test_malformed_annotations_never_protect_through_the_controller_path():
+    bad = {ann.PREEMPTIBLE: "nope", ann.MIN_RUNTIME: "forever",
+           "scheduling.ai/gang-name": "-x", "scheduling.ai/gang-total": "many"}
+    p = convert.pod_info(pod_json("bad", node="n", gpus=1, annotations=bad))
+    pod, problems = convert.to_pod(p, NOW, ann.Limits(), True)
+    assert pod.preemptible and pod.min_runtime == 0.0 and pod.gang is None
+    assert len(problems) == 3  # the total is not read without a valid name
+
+
+@pytest.mark.parametrize(("cfg", "ns", "pc", "honoured"), [
+    pytest.param({}, "team", "batch", False, id="default: nobody"),
+    pytest.param({"optOutNamespaces": ["team"]}, "team", "", True, id="listed namespace"),
+    pytest.param({"optOutPriorityClasses": ["batch"]}, "team", "batch", True,
+                 id="listed priority class"),
+    pytest.param({"optOutNamespaces": ["*"]}, "team", "", True, id="everyone"),
+])
+def test_opt_out_follows_the_config(cfg, ns, pc, honoured):
+    p = convert.pod_info(pod_json("p", ns=ns, node="n", priority_class=pc,
+                                  annotations={ann.PREEMPTIBLE: "false"}))
+    pod, problems = convert.to_pod(p, NOW, convert.limits(config.parse(cfg)), True)
+    assert pod.preemptible is not honoured and bool(problems) is not honoured
+
+
+def test_limits_and_planner_config_from_the_config():
+    cfg = config.parse({"maxCheckpointSeconds": 30, "maxMinRuntimeSeconds": 90,
+                        "optOutNamespaces": ["a"], "optOutPriorityClasses": ["b"],
+                        "unknownCheckpoint": "assume:30m", "fairnessPenaltySeconds": 0,
+                        "drain": False})
+    lim = convert.limits(cfg)
+    assert (lim.max_checkpoint_seconds, lim.max_min_runtime) == (30.0, 90.0)
+    assert (lim.opt_out_namespaces, lim.opt_out_priority_classes) == ({"a"}, {"b"})
+    assert lim.unknown_checkpoint == UnknownCheckpoint(kind="assume", seconds=1800.0)
+    pc = convert.planner_config(cfg)
+    assert (pc.drain, pc.max_checkpoint_seconds, pc.fairness_penalty_seconds) == (
+        False, 30.0, 0.0)
+    default = config.Config()
+    assert convert.limits(default).unknown_checkpoint == ann.UNKNOWN_CHECKPOINT
+    assert convert.planner_config(default).fairness_penalty_seconds == (
+        preemption.FAIRNESS_PENALTY_SECONDS)
+    assert default.fairness_window_seconds == preemption.FAIRNESS_WINDOW_SECONDS
+
+
+def pdb_json(selector, allowed=1) -> dict:
+    spec = {} if selector is ... else {"selector": selector}
+    return {"metadata": {"name": "b", "namespace": "team"}, "spec": spec,
+            "status": {"disruptionsAllowed": allowed}}
+
+
+@pytest.mark.parametrize(("selector", "covered"), [
+    pytest.param(..., [], id="null selector: nothing"),
+    pytest.param({}, ["x", "y", "none"], id="empty selector: the whole namespace (policy/v1)"),
+    pytest.param({"matchLabels": {"app": "x"}}, ["x"], id="labels"),
+    pytest.param({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "y"]}]},
+                 ["x", "y"], id="In"),
+    pytest.param({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]},
+                 ["y", "none"], id="NotIn covers a pod without the label"),
+    pytest.param({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, ["x", "y"],
+                 id="Exists"),
+    pytest.param({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, ["none"],
+                 id="DoesNotExist"),
+    pytest.param({"matchLabels": {"app": "x"},
+                  "matchExpressions": [{"key": "app", "operator": "In", "values": ["y"]}]}, [],
+                 id="labels and expressions must all hold"),
+])
+def test_pdb_selectors(selector, covered):
+    pods = [convert.pod_info(pod_json(n, node="n", labels={"app": n} if n != "none" else {}))
+            for n in ("x", "y", "none")]
+    pods.append(convert.pod_info(pod_json("x-elsewhere", ns="other", node="n",
+                                          labels={"app": "x"})))
+    out = convert.snapshot(now=NOW, nodes=[], pods=pods,
+                           pdbs=[convert.pdb_info(pdb_json(selector))], scope=convert.Scope(),
+                           limits=ann.Limits())
+    (b,) = out.snapshot.pdbs
+    assert [p.name for p in out.snapshot.pods if b.covers(p)] == covered
+
+
+def test_for_preemptor_closes_nodes_and_holds_pods_each_with_its_reason():
     nodes = {n["metadata"]["name"]: convert.node_info(n) for n in [
         node_json("ok", labels={"pool": "a"}),
         node_json("wrong-pool", labels={"pool": "b"}),
         node_json("tainted", labels={"pool": "a"},
                   taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]),
-        node_json("reserved", labels={"pool": "a"}),
+        node_json("reservation", labels={"pool": "a"},
+                  taints=[{"key": ann.RESERVED_TAINT, "value": "plan-1",
+                           "effect": "NoSchedule"}]),
+        node_json("held", labels={"pool": "a"}),
+        node_json("far", labels={"pool": "a", "zone": "z2"}),
     ]}
-    conv = convert.snapshot(now=NOW, nodes=nodes.values(), pods=[], pdbs=[],
-                            scope=convert.Scope(), limits=ann.Limits())
-    pre = pod_json("pre", gpus=8)
+    pre = pod_json("pre", gpus=8, priority=100)
     pre["spec"]["nodeSelector"] = {"pool": "a"}
+    pre["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "NotIn", "values": ["z2"]}]}]}}}
+    pods = [convert.pod_info(pod_json(n, node="ok", gpus=1)) for n in ("busy", "blocked", "free")]
+    pods.append(convert.pod_info(pre))
+    conv = convert.snapshot(now=NOW, nodes=nodes.values(), pods=pods, pdbs=[],
+                            scope=convert.Scope(), limits=ann.Limits())
     snap = convert.for_preemptor(conv.snapshot, nodes, [convert.pod_info(pre)],
-                                 reserved_nodes=frozenset({"reserved"}), busy_pods=frozenset())
-    usable = [n.name for n in snap.nodes if not n.unschedulable]
-    assert usable == ["ok"]
+                                 reserved_nodes=frozenset({"held"}),
+                                 busy_pods=frozenset({"uid-busy"}),
+                                 blocked_pods=frozenset({"uid-blocked"}))
+    assert {n.name: n.closed for n in snap.nodes} == {
+        "ok": None, "wrong-pool": RejectReason.NODE_SELECTOR, "far": RejectReason.NODE_AFFINITY,
+        "tainted": RejectReason.NODE_TAINT, "reservation": RejectReason.NODE_RESERVED,
+        "held": RejectReason.NODE_HELD}
+    assert {p.name: p.held for p in snap.pods} == {
+        "busy": PodHold.HELD_BY_PLAN, "blocked": PodHold.EVICTION_BLOCKED, "free": None,
+        "pre": None}
+    # and the planner says so, node by node
+    plan = preemption.plan(snap, [snap.pod_by_uid["uid-pre"]])
+    assert not plan.feasible
+    why = {r.node: (r.reason, r.detail) for r in plan.rejections}
+    assert why["far"][0] == RejectReason.NODE_AFFINITY
+    assert why["held"][0] == RejectReason.NODE_HELD
+    assert why["reservation"][0] == RejectReason.NODE_RESERVED
+    assert why["ok"] == (RejectReason.NOT_ENOUGH_PREEMPTIBLE, "pre: 1 pod(s) "
+                         "eviction-blocked-recently, 1 pod(s) held-by-another-plan")
 
 
 def test_config_parses_strictly():
     cfg = config.parse({"namespaces": ["a"], "maxCheckpointSeconds": 30, "dryRun": True})
     assert cfg.namespaces == ("a",) and cfg.max_checkpoint_seconds == 30.0 and cfg.dry_run
     for bad in [{"nope": 1}, {"namespaces": "a"}, {"maxCheckpointSeconds": -1},
-                {"dryRun": "yes"}, {"evictAttempts": True}, ["list"]]:
+                {"dryRun": "yes"}, {"evictAttempts": True}, ["list"],
+                {"unknownCheckpoint": "median"}, {"unknownCheckpoint": "assume:0"},
+                {"optOutNamespaces": "team"}, {"fairnessPenaltySeconds": -1},
+                {"fairnessWindowSeconds": 0}, {"fairnessWindowSeconds": 7200}]:
         with pytest.raises(config.ConfigError):
             config.parse(bad)
     assert config.parse(None) == config.Config()
@@ -135,3 +283,18 @@ def test_required_node_affinity(terms, allowed):
     got = [name for name, labels in nodes.items()
            if convert.node_allows(convert.node_info(node_json(name, labels=labels)), [info])]
     assert got == allowed
+
+
+@settings(max_examples=1000, deadline=None)
+@given(labels=fuzz.METADATA, annotations=fuzz.METADATA,
+       owners=st.lists(st.fixed_dictionaries({"uid": st.text(max_size=8),
+                                              "controller": st.sampled_from([True, False, None])}),
+                       max_size=2))
+def test_fuzzed_pods_convert_without_crashing_and_without_immunity(labels, annotations, owners):
+    """The controller's path (API JSON → PodInfo → Pod) under the same fuzz as the builder."""
+    info = convert.pod_info(pod_json("f", node="n", gpus=1, labels=labels,
+                                     annotations=annotations, owners=owners))
+    pod, problems = convert.to_pod(info, NOW, ann.Limits(), True)
+    assert pod.preemptible and pod.min_runtime <= ann.Limits().max_min_runtime
+    assert all(isinstance(p, str) for p in problems)
+    assert pod.owner_uid is None or any(o["uid"] == pod.owner_uid for o in owners)

@@ -1,4 +1,5 @@
-"""Strict parsing of the ckpt-preempt.io annotations, and the safe choice for each bad value."""
+"""Strict parsing of the ckpt-preempt.io annotations: a bad value acts as if absent (never as an
+opt-out), protection only within the admin's limits, and the one builder to ``Pod``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from policies import annotations as ann
 from policies.annotations import Limits, parse_duration, parse_pod_fields, parse_rfc3339
-from policies.model import CheckpointMode, NvlinkNeed
+from policies.model import CheckpointMode, NvlinkNeed, Resources
 
 T0 = "2026-12-02T09:00:00Z"
 NOW = 1796202000.0  # T0 as Unix seconds
@@ -223,33 +224,38 @@ def test_valid_checkpoint_annotations_all_together():
         pytest.param("0", Limits(), 0.0, False, id="zero"),
         pytest.param("5h", Limits(), 3600.0, False, id="capped at the configured maximum"),
         pytest.param("5h", Limits(max_min_runtime=7200.0), 7200.0, False, id="a custom cap"),
-        pytest.param("soon", Limits(), 3600.0, True, id="garbage takes the cap"),
-        pytest.param("-1m", Limits(max_min_runtime=60.0), 60.0, True,
-                     id="negative takes the (custom) cap"),
-        pytest.param("", Limits(), 3600.0, True, id="empty takes the cap"),
+        pytest.param("soon", Limits(), 0.0, True, id="garbage is ignored"),
+        pytest.param("-1m", Limits(max_min_runtime=60.0), 0.0, True, id="negative is ignored"),
+        pytest.param("", Limits(), 0.0, True, id="empty is ignored"),
+        pytest.param("9" * 400, Limits(), 3600.0, False, id="huge: capped"),
     ],
 )
 def test_min_runtime(value, limits, want, problem):
     got = _parse({ann.MIN_RUNTIME: value}, limits=limits)
     assert got.min_runtime == want
     assert _keys(got) == ([ann.MIN_RUNTIME] if problem else [])
+    if problem:
+        assert "as if absent" in got.problems[0].consequence
+
+
+ANYONE = Limits(opt_out_namespaces=frozenset({ann.ANY}))
 
 
 @pytest.mark.parametrize(
     ("value", "want", "problem"),
     [
         pytest.param("true", True, False, id="true"),
-        pytest.param("false", False, False, id="false opts out"),
+        pytest.param("false", False, False, id="false opts out where allowed"),
         pytest.param(" FALSE ", False, False, id="case and blanks are forgiven"),
         pytest.param("True", True, False, id="capitalised true"),
-        pytest.param("no", False, True, id="'no' is malformed: opted out"),
-        pytest.param("yes", False, True, id="'yes' is malformed: opted out all the same"),
-        pytest.param("1", False, True, id="'1' is malformed: opted out"),
-        pytest.param("", False, True, id="empty is malformed: opted out"),
+        pytest.param("no", True, True, id="'no' is malformed: ignored, preemptible"),
+        pytest.param("yes", True, True, id="'yes' is malformed: ignored"),
+        pytest.param("1", True, True, id="'1' is malformed: ignored"),
+        pytest.param("", True, True, id="empty is malformed: ignored"),
     ],
 )
 def test_preemptible(value, want, problem):
-    got = _parse({ann.PREEMPTIBLE: value})
+    got = _parse({ann.PREEMPTIBLE: value}, limits=ANYONE)
     assert got.preemptible is want
     assert _keys(got) == ([ann.PREEMPTIBLE] if problem else [])
 
@@ -259,12 +265,44 @@ def test_preemptible_by_default():
 
 
 @pytest.mark.parametrize(
+    ("limits", "namespace", "priority_class", "honoured"),
+    [
+        pytest.param(Limits(), "ns", "batch", False, id="by default nobody may opt out"),
+        pytest.param(Limits(opt_out_namespaces=frozenset({"ns"})), "ns", "", True,
+                     id="a listed namespace"),
+        pytest.param(Limits(opt_out_namespaces=frozenset({"other"})), "ns", "batch", False,
+                     id="another namespace"),
+        pytest.param(Limits(opt_out_priority_classes=frozenset({"batch"})), "ns", "batch", True,
+                     id="a listed priority class"),
+        pytest.param(Limits(opt_out_priority_classes=frozenset({"batch"})), "ns", "", False,
+                     id="no priority class is not a listed one"),
+        pytest.param(Limits(opt_out_priority_classes=frozenset({ann.ANY})), "ns", "", False,
+                     id="'*' classes: a pod without a class still may not"),
+        pytest.param(Limits(opt_out_priority_classes=frozenset({ann.ANY})), "ns", "x", True,
+                     id="'*' classes: any class"),
+        pytest.param(ANYONE, "ns", "", True, id="'*' namespaces: everyone"),
+    ],
+)
+def test_opt_out_only_where_the_admin_allows_it(limits, namespace, priority_class, honoured):
+    got = parse_pod_fields(namespace=namespace, labels={}, annotations={ann.PREEMPTIBLE: "false"},
+                           now=NOW, limits=limits, priority_class=priority_class)
+    assert got.preemptible is not honoured
+    if honoured:
+        assert got.problems == ()
+    else:
+        (p,) = got.problems
+        assert p.key == ann.PREEMPTIBLE and "not allowed" in p.problem
+        assert namespace in p.problem and "optOutNamespaces" in p.problem
+        assert p.consequence == "ignored: preemptible"
+
+
+@pytest.mark.parametrize(
     ("value", "want", "problem"),
     [
         pytest.param("required", NvlinkNeed.REQUIRED, False, id="required"),
         pytest.param("preferred", NvlinkNeed.PREFERRED, False, id="preferred"),
         pytest.param(" none ", NvlinkNeed.NONE, False, id="none, blanks stripped"),
-        pytest.param("Required", NvlinkNeed.NONE, True, id="case-sensitive: treated as none"),
+        pytest.param("Required", NvlinkNeed.NONE, True, id="case-sensitive: ignored, none"),
         pytest.param("yes", NvlinkNeed.NONE, True, id="garbage: treated as none"),
     ],
 )
@@ -277,22 +315,26 @@ def test_nvlink(value, want, problem):
 # --- gangs through the annotation parser --------------------------------------------------------
 
 @pytest.mark.parametrize(
-    ("labels", "annotations", "key"),
+    ("labels", "annotations", "key", "gang", "total"),
     [
-        pytest.param({"scheduling.ai/gang-name": "-bad"}, {}, "scheduling.ai/gang-name",
-                     id="malformed gang name label"),
+        pytest.param({"scheduling.ai/gang-name": "-bad"}, {}, "scheduling.ai/gang-name", None,
+                     None, id="malformed gang name label: no gang"),
         pytest.param({"scheduling.ai/gang-name": "ok", "scheduling.ai/gang-total": "zero"}, {},
-                     "scheduling.ai/gang-total", id="malformed gang total"),
+                     "scheduling.ai/gang-total", "ns/seed/ok", None,
+                     id="malformed gang total: a gang of undeclared size"),
         pytest.param({}, {"scheduling.k8s.io/group-name": "a b"}, "scheduling.k8s.io/group-name",
-                     id="malformed Volcano annotation"),
+                     None, None, id="malformed Volcano annotation: no gang"),
+        pytest.param({"scheduling.ai/gang-name": "-bad", "kueue.x-k8s.io/pod-group-name": "k"},
+                     {}, "scheduling.ai/gang-name", "ns/kueue/k", None,
+                     id="malformed first convention: the next one names the gang"),
     ],
 )
-def test_bad_gang_makes_the_pod_non_preemptible(labels, annotations, key):
-    got = _parse({ann.PREEMPTIBLE: "true", **annotations}, labels=labels)
-    assert got.preemptible is False
-    assert got.gang is None and got.gang_total is None
+def test_bad_gang_value_acts_as_if_absent(labels, annotations, key, gang, total):
+    got = _parse(annotations, labels=labels)
+    assert got.preemptible is True
+    assert (got.gang, got.gang_total) == (gang, total)
     assert _keys(got) == [key]
-    assert "not preempted" in got.problems[0].consequence
+    assert "as if absent" in got.problems[0].consequence
 
 
 def test_gang_fields_from_labels():
@@ -301,7 +343,7 @@ def test_gang_fields_from_labels():
     assert (got.gang, got.gang_total, got.problems) == ("ns/kueue/job", 4, ())
 
 
-def test_every_problem_is_reported_once():
+def test_every_problem_is_reported_once_and_none_protects():
     got = _parse(
         {ann.CHECKPOINT: "x", ann.MIN_RUNTIME: "x", ann.PREEMPTIBLE: "x", ann.NVLINK: "x"},
         labels={"scheduling.ai/gang-name": "_x"},
@@ -309,4 +351,69 @@ def test_every_problem_is_reported_once():
     assert sorted(_keys(got)) == sorted(
         [ann.CHECKPOINT, ann.MIN_RUNTIME, ann.PREEMPTIBLE, ann.NVLINK, "scheduling.ai/gang-name"]
     )
-    assert got.preemptible is False and got.min_runtime == Limits().max_min_runtime
+    assert got.preemptible is True and got.min_runtime == 0.0 and got.gang is None
+    assert got.checkpoint_malformed
+
+
+# --- the unknown-checkpoint policy --------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("value", "kind", "seconds"),
+    [
+        pytest.param("start-time", "start-time", None, id="start-time"),
+        pytest.param(" cluster-median ", "cluster-median", None, id="cluster-median"),
+        pytest.param("assume:30m", "assume", 1800.0, id="assume a duration"),
+        pytest.param("assume:90", "assume", 90.0, id="assume bare seconds"),
+    ],
+)
+def test_parse_unknown_checkpoint(value, kind, seconds):
+    got = ann.parse_unknown_checkpoint(value)
+    assert (got.kind, got.seconds) == (kind, seconds)
+    assert ann.parse_unknown_checkpoint(str(got)) == got  # what the config default writes
+
+
+@pytest.mark.parametrize("value", ["", "median", "assume:", "assume:0", "assume:-5m",
+                                   "assume:soon", "Start-Time", "assume 30m"])
+def test_parse_unknown_checkpoint_rejects(value):
+    with pytest.raises(ValueError):
+        ann.parse_unknown_checkpoint(value)
+
+
+# --- the builder --------------------------------------------------------------------------------
+
+def test_build_pod_carries_metadata_and_parsed_fields():
+    pod, problems = ann.build_pod(
+        uid="u", name="p", namespace="ns", labels={"kueue.x-k8s.io/pod-group-name": "g"},
+        annotations={**VALID, ann.MIN_RUNTIME: "10m", ann.NVLINK: "required"}, now=NOW,
+        priority=5, priority_class="batch", requests=Resources(gpus=2), node="n",
+        start_time=NOW - 7200, owner_uid="job-1",
+    )
+    assert problems == ()
+    assert (pod.uid, pod.name, pod.namespace, pod.priority, pod.node) == ("u", "p", "ns", 5, "n")
+    assert (pod.requests, pod.start_time, pod.owner_uid) == (Resources(gpus=2), NOW - 7200,
+                                                             "job-1")
+    assert (pod.checkpoint, pod.last_checkpoint, pod.checkpoint_seconds) == (
+        CheckpointMode.ON_REQUEST, NOW - 1800, 60.0)
+    assert (pod.min_runtime, pod.nvlink, pod.gang) == (600.0, NvlinkNeed.REQUIRED, "ns/kueue/g")
+    assert pod.workload == "ns/kueue/g"  # a gang counts as one workload for fairness
+    assert pod.preemptible and not pod.checkpoint_malformed
+
+
+@pytest.mark.parametrize(("owner", "gang", "want"), [
+    pytest.param(None, None, "u", id="a bare pod: itself"),
+    pytest.param("job-1", None, "job-1", id="its controlling owner"),
+    pytest.param("job-1", "g", "ns/seed/g", id="its gang"),
+])
+def test_workload_key(owner, gang, want):
+    labels = {"scheduling.ai/gang-name": gang} if gang else {}
+    pod, _ = ann.build_pod(uid="u", name="p", namespace="ns", labels=labels, annotations={},
+                           now=NOW, owner_uid=owner)
+    assert pod.workload == want
+
+
+def test_build_pod_out_of_scope_is_never_a_victim_and_problems_are_returned():
+    pod, problems = ann.build_pod(uid="u", name="p", namespace="ns", labels={},
+                                  annotations={ann.LAST_CHECKPOINT: "now"}, now=NOW,
+                                  in_scope=False)
+    assert not pod.preemptible and pod.checkpoint_malformed
+    assert [p.key for p in problems] == [ann.LAST_CHECKPOINT]

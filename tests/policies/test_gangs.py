@@ -1,4 +1,5 @@
-"""Gang membership from every convention, label or annotation, with a fixed precedence."""
+"""Gang membership from every convention, label or annotation, with a fixed precedence; a
+malformed value is passed over as if absent and reported."""
 
 from __future__ import annotations
 
@@ -6,9 +7,17 @@ import itertools
 
 import pytest
 
-from policies.gangs import CONVENTIONS, MAX_GANG_SIZE, GangError, detect, parse_total
+from policies import gangs
+from policies.gangs import CONVENTIONS, MAX_GANG_SIZE, GangError, parse_total
 
 BY_ID = {c.id: c for c in CONVENTIONS}
+
+
+def detect(namespace, labels, annotations):
+    """The gang of well-formed metadata (no problems expected)."""
+    member, problems = gangs.detect(namespace, labels, annotations)
+    assert problems == ()
+    return member
 
 
 def test_conventions_are_the_documented_six_in_order():
@@ -123,21 +132,28 @@ def test_valid_names(name):
     ],
 )
 @pytest.mark.parametrize("conv", [pytest.param(c, id=c.id) for c in CONVENTIONS])
-def test_malformed_name_raises_gang_error(conv, name):
-    with pytest.raises(GangError) as e:
-        detect("ns", {}, {conv.name_key: name})
-    assert (e.value.key, e.value.value) == (conv.name_key, name)
-    assert isinstance(e.value, ValueError)
+def test_malformed_name_is_reported_and_acts_as_absent(conv, name):
+    member, (e,) = gangs.detect("ns", {}, {conv.name_key: name})
+    assert member is None
+    assert (e.key, e.value) == (conv.name_key, name)
+    assert isinstance(e, GangError) and isinstance(e, ValueError)
 
 
-def test_malformed_name_is_not_skipped_for_a_later_convention():
-    with pytest.raises(GangError):
-        detect("ns", {BY_ID["seed"].name_key: "-bad", BY_ID["kueue"].name_key: "fine"}, {})
+def test_a_malformed_name_lets_the_next_convention_decide():
+    member, (e,) = gangs.detect(
+        "ns", {BY_ID["seed"].name_key: "-bad", BY_ID["kueue"].name_key: "fine"}, {})
+    assert (member.convention, member.name, e.key) == ("kueue", "fine", BY_ID["seed"].name_key)
 
 
 def test_trailing_newline_in_a_name_is_malformed():
-    with pytest.raises(GangError):
-        detect("ns", {}, {BY_ID["volcano"].name_key: "job\n"})
+    member, problems = gangs.detect("ns", {}, {BY_ID["volcano"].name_key: "job\n"})
+    assert member is None and len(problems) == 1
+
+
+def test_prefixes_are_each_conventions_once_in_order():
+    assert gangs.PREFIXES == ("scheduling.ai/", "kueue.x-k8s.io/", "scheduling.k8s.io/",
+                              "scheduling.x-k8s.io/", "leaderworkerset.sigs.k8s.io/",
+                              "jobset.sigs.k8s.io/")
 
 
 @pytest.mark.parametrize(
@@ -179,7 +195,7 @@ def test_parse_total_rejects(value):
 
 
 @pytest.mark.parametrize("conv", [pytest.param(c, id=c.id) for c in CONVENTIONS if c.total_key])
-def test_malformed_total_raises_even_with_a_valid_name(conv):
-    with pytest.raises(GangError) as e:
-        detect("ns", {conv.name_key: "job"}, {conv.total_key: "0"})
-    assert e.value.key == conv.total_key
+def test_malformed_total_leaves_the_gang_without_a_declared_size(conv):
+    member, (e,) = gangs.detect("ns", {conv.name_key: "job"}, {conv.total_key: "0"})
+    assert (member.name, member.total) == ("job", None)
+    assert e.key == conv.total_key

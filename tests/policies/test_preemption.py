@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from policies import kube_default, preemption
-from policies.model import CheckpointMode, NvlinkNeed, RejectReason
+from policies.model import CheckpointMode, NvlinkNeed, PodHold, RejectReason, UnknownCheckpoint
 from policies.preemption import PlannerConfig
+from policies.topology import single_domain
 from tests.policies.builders import (
     NOW,
     gang,
@@ -383,3 +386,212 @@ def test_search_budget_exhaustion_is_reported_as_such():
     assert got.feasible
     assert _victim_names(got) == ["a", "b"]
     assert "search budget exhausted on 1 node(s)" in got.reason
+
+
+# --- nvlink: preferred ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", [pytest.param("fits", id="fits without preemption"),
+                                  pytest.param("preempts", id="after preemption")])
+def test_nvlink_preferred_breaks_ties_toward_one_domain(mode):
+    # Two nodes, alike in lost work; "a-split" sorts first by name but its 2+2 islands cannot
+    # surely hold 4 GPUs in one domain; "b-hgx" can. Only a preferred pod cares.
+    victims = [] if mode == "fits" else [
+        make_pod(f"{n}-v", node=n, gpus=4, priority=1, age=HOUR) for n in ("a-split", "b-hgx")]
+    nodes = [split_domains("a-split", 2, 2), gpu_node("b-hgx", 4, topology=single_domain(4))]
+    snap = snapshot(nodes, victims)
+    preferred = _plan(snap, pending("hi", gpus=4, nvlink=NvlinkNeed.PREFERRED))
+    plain = _plan(snap, pending("hi", gpus=4))
+    assert preferred.target_nodes == ("b-hgx",)
+    assert plain.target_nodes == ("a-split",)
+    assert preferred.lost_gpu_seconds == plain.lost_gpu_seconds  # a tie-break, nothing more
+    if mode == "preempts":
+        (lost,) = [r for r in preferred.rejections if r.node == "a-split"]
+        assert lost.reason == RejectReason.COSTLIER and "NVLink" in lost.detail
+
+
+def test_nvlink_preferred_never_costs_lost_work():
+    snap = snapshot(
+        [split_domains("a-split", 2, 2), gpu_node("b-hgx", 4, topology=single_domain(4))],
+        [make_pod("cheap", node="a-split", gpus=4, priority=1, age=60.0),
+         make_pod("dear", node="b-hgx", gpus=4, priority=1, age=HOUR)],
+    )
+    got = _plan(snap, pending("hi", gpus=4, nvlink=NvlinkNeed.PREFERRED))
+    assert got.target_nodes == ("a-split",) and _victim_names(got) == ["cheap"]
+
+
+# --- never a partial gang -----------------------------------------------------------------------
+
+def _gang_vs_single(allowed, single_labels=None):
+    """A 2-member gang (cheap) on node-a, a dearer single on node-b; PDBs as given."""
+    members = gang("train", ["node-a", "node-a"], gpus=4, priority=1, checkpoint_age=60.0,
+                   labels={"app": "train"})
+    single = make_pod("single", node="node-b", gpus=8, priority=1, age=HOUR,
+                      labels=single_labels or {})
+    return snapshot([gpu_node("node-a", 8), gpu_node("node-b", 8)], [*members, single],
+                    [pdb("train", {"app": "train"}, allowed)])
+
+
+@pytest.mark.parametrize(("allowed", "want"), [
+    pytest.param(2, ["train-0", "train-1"], id="the PDB lets the whole gang go"),
+    pytest.param(1, ["single"], id="it would refuse one member: the gang is no candidate"),
+    pytest.param(0, ["single"], id="it allows none"),
+])
+def test_a_gang_goes_only_if_its_pdbs_let_all_of_it_go(allowed, want):
+    snap = _gang_vs_single(allowed)
+    got = _plan(snap, pending("hi", gpus=8))
+    assert _victim_names(got) == want
+    assert preemption.gang_pdb_problem(snap, [v.uid for v in got.victims]) is None
+    if allowed < 2:
+        from policies import oracle  # the oracle follows the same rule
+        best = oracle.solve(snap, [pending("hi", gpus=8)])
+        assert best.unit_ids == ("uid-single",)
+
+
+def test_single_pods_of_a_gangs_pdb_count_against_it():
+    # One PDB allows 2 and covers the gang (2 members) and the single s0: the gang and s0
+    # together would leave the Eviction API refusing one of them, so the plan pays for the
+    # dearer, uncovered "free" instead of s0.
+    members = gang("train", ["node-a", "node-a"], gpus=2, priority=1, checkpoint_age=60.0,
+                   labels={"app": "x"})
+    s0 = make_pod("s0", node="node-a", gpus=2, priority=1, age=HOUR, labels={"app": "x"})
+    free = make_pod("free", node="node-a", gpus=2, priority=1, age=10 * HOUR)
+    snap = snapshot([gpu_node("node-a", 8)], [*members, s0, free], [pdb("x", {"app": "x"}, 2)])
+    got = _plan(snap, pending("hi", gpus=6))
+    assert _victim_names(got) == ["free", "train-0", "train-1"]
+    assert preemption.gang_pdb_problem(snap, [v.uid for v in got.victims]) is None
+    problem = preemption.gang_pdb_problem(snap, ["uid-s0", "uid-train-0", "uid-train-1"])
+    assert "covers 3" in problem
+
+
+def test_single_pods_keep_the_soft_pdb_rule():
+    snap = snapshot([gpu_node("n", 1)], [make_pod("s", node="n", priority=1, labels={"a": "b"})],
+                    [pdb("guard", {"a": "b"}, 0)])
+    got = _plan(snap, pending("hi"))
+    assert _victim_names(got) == ["s"] and got.pdb_violations == 1
+
+
+def test_gang_pdb_problem_names_the_pdb_and_ignores_pods_already_going():
+    snap = _gang_vs_single(1)
+    uids = ["uid-train-0", "uid-train-1"]
+    problem = preemption.gang_pdb_problem(snap, uids)
+    assert "default/train" in problem and "allows 1" in problem and "covers 2" in problem
+    assert preemption.gang_pdb_problem(snap, ["uid-single"]) is None  # no gang among them
+    assert preemption.gang_pdb_problem(snap, ["uid-train-0"]) is None  # 1 covered, 1 allowed
+    assert preemption.gang_pdb_problem(snap, ["gone", "uid-single"]) is None
+
+
+def test_a_victim_gang_across_nodes_counts_every_member_against_its_pdb():
+    # The preemptor gang needs both nodes; each victim gang member sits on one; the PDB
+    # allows only one disruption, so that gang is no candidate and the plan is infeasible.
+    members = gang("v", ["node-a", "node-b"], gpus=8, priority=1, labels={"app": "v"})
+    snap = snapshot([gpu_node("node-a", 8), gpu_node("node-b", 8)], members,
+                    [pdb("v", {"app": "v"}, 1)])
+    got = _plan(snap, *gang("hi", [None, None], gpus=8, priority=100))
+    assert not got.feasible
+
+
+# --- fairness -----------------------------------------------------------------------------------
+
+def _two_victims(recent):
+    pods = [make_pod("often", node="node-a", priority=1, checkpoint_age=60.0),
+            make_pod("rarely", node="node-b", priority=1, checkpoint_age=600.0)]
+    snap = snapshot([gpu_node("node-a", 1), gpu_node("node-b", 1)], pods)
+    return replace(snap, recent_preemptions=recent)
+
+
+@pytest.mark.parametrize(("recent", "penalty", "want"), [
+    pytest.param({}, 1800.0, "often", id="nobody preempted lately: the cheaper one"),
+    pytest.param({"uid-often": 1}, 1800.0, "rarely",
+                 id="preempted lately: 60 s + 1800 s penalty loses to 600 s"),
+    pytest.param({"uid-often": 1}, 300.0, "often", id="a small penalty only shifts the bar"),
+    pytest.param({"uid-often": 1}, 0.0, "often", id="penalty 0: the guard is off"),
+    pytest.param({"uid-often": 1, "uid-rarely": 1}, 1800.0, "often",
+                 id="both preempted lately: lost work decides again"),
+])
+def test_fairness_penalty_steers_away_from_the_recently_preempted(recent, penalty, want):
+    got = _plan(_two_victims(recent), pending("hi"), fairness_penalty_seconds=penalty)
+    assert _victim_names(got) == [want]
+    (group,) = got.victim_groups
+    # lost work is reported as it is; the penalty separately
+    assert group.lost_gpu_seconds == pytest.approx(60.0 if want == "often" else 600.0)
+    assert group.penalty_gpu_seconds == pytest.approx(penalty * recent.get(f"uid-{want}", 0))
+
+
+def test_fairness_never_makes_a_plan_infeasible():
+    snap = replace(snapshot([gpu_node("n", 1)], [make_pod("only", node="n", priority=1)]),
+                   recent_preemptions={"uid-only": 50})
+    got = _plan(snap, pending("hi"))
+    assert _victim_names(got) == ["only"] and "fairness" in got.victim_groups[0].reason
+
+
+def test_fairness_counts_per_workload_not_per_pod():
+    # The gang's members share one workload key; its penalty is charged on all its GPUs.
+    members = gang("g", ["n", "n"], gpus=1, priority=1, checkpoint_age=60.0)
+    snap = replace(snapshot([gpu_node("n", 2)], members),
+                   recent_preemptions={"default/seed/g": 2})
+    got = _plan(snap, pending("hi", gpus=2), fairness_penalty_seconds=100.0)
+    assert got.penalty_gpu_seconds == pytest.approx(2 * 100.0 * 2)
+    assert {v.workload for v in got.victims} == {"default/seed/g"}
+
+
+# --- the unknown-checkpoint policy --------------------------------------------------------------
+
+@pytest.mark.parametrize(("policy", "want", "cost"), [
+    pytest.param(UnknownCheckpoint(), "reports", 2 * HOUR,
+                 id="start-time: the silent pod loses its 4 h, the reporter 2 h"),
+    pytest.param(UnknownCheckpoint(kind="cluster-median"), "silent", 1 * HOUR,
+                 id="cluster-median: the silent pod is assumed the reporters' median, 1 h"),
+    pytest.param(UnknownCheckpoint(kind="assume", seconds=1800.0), "silent", 1800.0,
+                 id="assume 30 min"),
+])
+def test_unknown_checkpoint_policy(policy, want, cost):
+    # reported checkpoint ages: 2 h, 0 and 1 h (the median: 1 h); higher priority pods count
+    pods = [make_pod("silent", node="a", priority=1, age=4 * HOUR),
+            make_pod("reports", node="b", priority=1, age=5 * HOUR, checkpoint_age=2 * HOUR),
+            make_pod("other", node="c", priority=500, age=5 * HOUR, checkpoint_age=0.0),
+            make_pod("higher", node="d", priority=500, age=5 * HOUR, checkpoint_age=HOUR)]
+    snap = replace(snapshot([gpu_node(n, 1) for n in "abcd"], pods), unknown_checkpoint=policy)
+    got = _plan(snap, pending("hi"))
+    assert _victim_names(got) == [want]
+    assert got.lost_gpu_seconds == pytest.approx(cost)
+    # kube-default's losses are counted the same way, so the two compare like with like
+    theirs = kube_default.plan(snap, [pending("hi")])
+    (v,) = theirs.victims
+    assert v.lost_gpu_seconds == pytest.approx(
+        cost_of(snap, snap.pod_by_uid[v.uid]))
+
+
+def cost_of(snap, pod):
+    from policies import cost as cost_model
+    return pod.gpus * cost_model.work_since_checkpoint(pod, snap.now,
+                                                       snap.unknown_checkpoint_age)
+
+
+def test_a_malformed_checkpoint_is_charged_from_start_whatever_the_policy():
+    pod = replace(make_pod("bad", node="a", priority=1, age=4 * HOUR), checkpoint_malformed=True)
+    snap = replace(snapshot([gpu_node("a", 1)], [pod]),
+                   unknown_checkpoint=UnknownCheckpoint(kind="assume", seconds=60.0))
+    assert _plan(snap, pending("hi")).lost_gpu_seconds == pytest.approx(4 * HOUR)
+
+
+# --- explicit exclusions -------------------------------------------------------------------------
+
+def test_excluded_nodes_and_held_pods_say_why():
+    pods = [make_pod("held", node="free", priority=1),
+            make_pod("blocked", node="free", priority=1, gpus=1)]
+    snap = snapshot([gpu_node("free", 2), gpu_node("tainted", 2), gpu_node("cordoned", 2,
+                                                                       unschedulable=True)], pods)
+    view = snap.restricted(closed={"tainted": RejectReason.NODE_TAINT,
+                                   "cordoned": RejectReason.NODE_HELD},
+                           held={"uid-held": PodHold.HELD_BY_PLAN,
+                                 "uid-blocked": PodHold.EVICTION_BLOCKED})
+    got = _plan(view, pending("hi", gpus=2))
+    assert not got.feasible
+    why = {r.node: (r.reason, r.detail) for r in got.rejections}
+    assert why["tainted"][0] == RejectReason.NODE_TAINT
+    assert why["cordoned"][0] == RejectReason.UNSCHEDULABLE  # cordoned stays cordoned
+    assert why["free"][0] == RejectReason.NOT_ENOUGH_PREEMPTIBLE
+    assert "held-by-another-plan" in why["free"][1]
+    assert "eviction-blocked-recently" in why["free"][1]
+    theirs = kube_default.plan(view, [pending("hi", gpus=2)])
+    assert not theirs.feasible

@@ -24,8 +24,11 @@ from policies.model import (
     Plan,
     Pod,
     PodDisruptionBudget,
+    PodHold,
+    RejectReason,
     Resources,
     Snapshot,
+    UnknownCheckpoint,
 )
 from policies.topology import NodeTopology
 
@@ -35,6 +38,10 @@ EXAMPLES = settings(
 )
 PRIORITIES = (0, 10, 20, 30)
 BITS = st.integers(0, 2**48)
+UNKNOWN = (UnknownCheckpoint(), UnknownCheckpoint(kind="cluster-median"),
+           UnknownCheckpoint(kind="assume", seconds=600.0))
+PENALTY = preemption.PlannerConfig().fairness_penalty_seconds
+EXCLUSIONS = [RejectReason.NODE_SELECTOR, RejectReason.NODE_TAINT, RejectReason.NODE_HELD]
 
 
 # --- random clusters -----------------------------------------------------------------------------
@@ -90,6 +97,8 @@ def running_pod(bits: int, uid: str, node: str, gpus: int, gang: str | None,
         gang=gang,
         terminating=b.below(20) == 19,
         labels=b.pick([{}, {}, {"app": "a"}, {"app": "b"}]),
+        checkpoint_malformed=ckpt is None and b.below(4) == 3,
+        held=b.pick([None] * 8 + list(PodHold)),
     )
 
 
@@ -144,10 +153,15 @@ def cases(draw, max_pods: int = 8, sizes=(1, 1, 2, 3), ties: bool = False) -> Ca
     )
     pdbs = tuple(
         PodDisruptionBudget(name=f"pdb-{app}", namespace="default", match_labels={"app": app},
-                            disruptions_allowed=draw(st.integers(0, 1)))
+                            disruptions_allowed=draw(st.integers(0, 3)))
         for app in ("a", "b") if draw(st.booleans())
     )
-    return Case(snap=Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods), pdbs=pdbs),
+    b = _Bits(draw(st.integers(0, 2**64)))  # one draw for the rest keeps generation fast
+    recent = {w: b.pick([0, 0, 0, 1, 2, 3]) for w in sorted({p.workload for p in pods})}
+    nodes = [replace(n, excluded=b.pick([None] * 6 + EXCLUSIONS)) for n in nodes]
+    return Case(snap=Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods), pdbs=pdbs,
+                              recent_preemptions={w: n for w, n in recent.items() if n},
+                              unknown_checkpoint=b.pick(UNKNOWN)),
                 preemptor=preemptor)
 
 
@@ -188,6 +202,17 @@ def _needs_gpus(pod: Pod, node: Node, free: int) -> bool:
     return node.topology is not None and node.topology.nvlink_fits(free, pod.gpus)
 
 
+def _check_gangs_fit_their_pdbs(case: Case, plan: Plan) -> None:
+    """No PDB covering a victim gang member allows fewer disruptions than the plan's victims
+    it covers: the Eviction API could refuse part of the gang."""
+    victims = _victim_pods(case, plan)
+    for b in case.snap.pdbs:
+        covered = [v for v in victims if b.covers(v)]
+        if any(v.gang for v in covered):
+            assert len(covered) <= b.disruptions_allowed
+    assert preemption.gang_pdb_problem(case.snap, [v.uid for v in plan.victims]) is None
+
+
 def _check_fits(case: Case, plan: Plan) -> None:
     """Every preemptor member fits on its node once the victims are gone (NVLink included)."""
     if not plan.feasible:
@@ -206,7 +231,7 @@ def _check_fits(case: Case, plan: Plan) -> None:
     for placement in plan.placements:
         pod, node = by_uid[placement.pod_uid], s.node_by_name[placement.node]
         f = free[node.name]
-        assert not node.unschedulable
+        assert not node.unschedulable and node.excluded is None
         assert pod.requests.cpu_milli <= f.cpu_milli and pod.requests.memory_mib <= f.memory_mib
         assert _needs_gpus(pod, node, f.gpus)
         free[node.name] = f - pod.requests
@@ -215,33 +240,39 @@ def _check_fits(case: Case, plan: Plan) -> None:
 
 
 def _check_protected(case: Case, plan: Plan) -> None:
-    """Opted-out, within-min-runtime and terminating pods are never victims."""
+    """Opted-out, within-min-runtime, terminating and held pods are never victims."""
     for v in _victim_pods(case, plan):
         assert v.preemptible
-        assert not v.terminating
+        assert not v.terminating and v.held is None
         assert NOW - v.start_time >= v.min_runtime
 
 
 def _check_costs(case: Case, plan: Plan) -> None:
-    """Each victim costs what the cost model says; groups and the deadline add up."""
+    """Each victim costs what the cost model says; groups, penalties and the deadline add up."""
     cfg = preemption.PlannerConfig()
+    s = case.snap
     for group in plan.victim_groups:
-        total = 0.0
+        total = penalty = 0.0
         for v in group.victims:
-            pod = case.snap.pod_by_uid[v.uid]
+            pod = s.pod_by_uid[v.uid]
             lost, drained = cost.lost_gpu_seconds(
-                pod, NOW, drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds
+                pod, NOW, drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds,
+                unknown_age=s.unknown_checkpoint_age,
             )
             assert v.lost_gpu_seconds == pytest.approx(lost) and v.drain is drained
             assert lost <= pod.gpus * (NOW - pod.start_time) + 1e-6
+            assert v.workload == pod.workload
             total += lost
+            penalty += pod.gpus * PENALTY * s.recent_preemptions.get(pod.workload, 0)
         assert group.lost_gpu_seconds == pytest.approx(total)
+        assert group.penalty_gpu_seconds == pytest.approx(penalty)
     if plan.feasible and plan.victims:
         drains = [v.checkpoint_seconds for v in plan.victims if v.drain]
         assert plan.drain_deadline == NOW + max(drains, default=0.0)
 
 
-CHECKS = (_check_priority, _check_gangs_whole, _check_fits, _check_protected, _check_costs)
+CHECKS = (_check_priority, _check_gangs_whole, _check_gangs_fit_their_pdbs, _check_fits,
+          _check_protected, _check_costs)
 
 
 @EXAMPLES
@@ -259,15 +290,20 @@ def test_restricted_snapshot_is_the_same_as_one_built_from_scratch(case, data):
     """What ``Snapshot.restricted`` patches into the parent's index equals a fresh index, and
     both planners plan on it exactly as on a snapshot built with those flags set."""
     snap = case.snap
-    closed = data.draw(st.sets(st.sampled_from([n.name for n in snap.nodes] + ["gone"])))
-    busy = data.draw(st.sets(st.sampled_from([p.uid for p in snap.pods] + ["gone"])))
+    closed = data.draw(st.dictionaries(
+        st.sampled_from([n.name for n in snap.nodes] + ["gone"]), st.sampled_from(EXCLUSIONS)))
+    held = data.draw(st.dictionaries(
+        st.sampled_from([p.uid for p in snap.pods] + ["gone"]), st.sampled_from(list(PodHold))))
     snap.pods_on_node  # noqa: B018 - the parent is indexed first, as in a controller cycle
-    got = snap.restricted(unschedulable=closed, terminating=busy)
+    got = snap.restricted(closed=closed, held=held)
     want = Snapshot(
-        now=snap.now, pdbs=snap.pdbs,
-        nodes=tuple(replace(n, unschedulable=n.unschedulable or n.name in closed)
-                    for n in snap.nodes),
-        pods=tuple(replace(p, terminating=p.terminating or p.uid in busy) for p in snap.pods),
+        now=snap.now, pdbs=snap.pdbs, recent_preemptions=snap.recent_preemptions,
+        unknown_checkpoint=snap.unknown_checkpoint,
+        nodes=tuple(replace(n, excluded=closed[n.name])
+                    if n.name in closed and n.closed is None else n for n in snap.nodes),
+        pods=tuple(replace(p, held=held[p.uid])
+                   if p.uid in held and not p.terminating and p.held is None else p
+                   for p in snap.pods),
     )
     assert got == want
     assert got.pods_on_node == want.pods_on_node
@@ -275,6 +311,8 @@ def test_restricted_snapshot_is_the_same_as_one_built_from_scratch(case, data):
     assert got.largest_allocatable == want.largest_allocatable
     assert got.free_gpus_index == want.free_gpus_index
     assert got.pod_by_uid == want.pod_by_uid and got.node_by_name == want.node_by_name
+    assert got.unknown_checkpoint_age == want.unknown_checkpoint_age
+    assert got.pdbs_by_namespace == want.pdbs_by_namespace
     for key in got.gangs:
         assert got.gang_pods(key) == want.gang_pods(key)
     assert preemption.plan(got, case.preemptor) == preemption.plan(want, case.preemptor)
@@ -292,7 +330,9 @@ def test_kube_default_invariants(case):
     _check_priority(plain, plan)
     _check_fits(plain, plan)
     for v in _victim_pods(plain, plan):
-        assert not v.terminating
+        assert not v.terminating and v.held is None
+    for placement in plan.placements:
+        assert plain.snap.node_by_name[placement.node].closed is None
 
 
 @EXAMPLES
@@ -305,7 +345,11 @@ def test_planner_never_beats_the_oracle(case):
         assume(False)
     if plan.feasible:
         assert best.feasible  # the oracle is exhaustive: no plan it missed
-        assert plan.lost_gpu_seconds >= best.lost_gpu_seconds - 1e-6
+        assert plan.lost_gpu_seconds + plan.penalty_gpu_seconds >= best.cost - 1e-6
+    if best.feasible:  # the oracle obeys the gang PDB rule too
+        victims = [p.uid for p in case.snap.pods
+                   if p.node is not None and (p.gang or p.uid) in best.unit_ids]
+        assert preemption.gang_pdb_problem(case.snap, victims) is None
     if len(case.preemptor) == 1:  # <= 100 nodes: every node is a candidate
         assert plan.feasible == best.feasible
 
@@ -316,7 +360,8 @@ def _violations(victims: list[Pod], pdbs) -> int:
 
 
 def _brute_force(case: Case) -> tuple[float, int, int] | None:
-    """Least (lost work, PDB violations, victims) over every set of whole eligible units."""
+    """Least (lost work + fairness penalty, PDB violations, victims) over every set of whole
+    eligible units that no PDB covering a gang in it would refuse in part."""
     s, pod = case.snap, case.preemptor[0]
     groups: dict[str, list[Pod]] = {}
     for p in s.pods:
@@ -327,10 +372,13 @@ def _brute_force(case: Case) -> tuple[float, int, int] | None:
     best = None
     for mask in range(1 << len(eligible)):
         victims = [p for i, g in enumerate(eligible) if mask >> i & 1 for p in g]
+        if any(any(v.gang for v in covered) and len(covered) > b.disruptions_allowed
+               for b in s.pdbs for covered in [[v for v in victims if b.covers(v)]]):
+            continue
         gone = {p.uid for p in victims}
         fits = False
         for n in s.nodes:
-            if n.unschedulable:
+            if n.closed is not None:
                 continue
             f = n.allocatable - sum(
                 (p.requests for p in s.pods if p.node == n.name and p.uid not in gone),
@@ -342,7 +390,9 @@ def _brute_force(case: Case) -> tuple[float, int, int] | None:
                 break
         if not fits:
             continue
-        lost = sum(cost.lost_gpu_seconds(p, NOW, drain=True, max_checkpoint_seconds=600.0)[0]
+        lost = sum(cost.lost_gpu_seconds(p, NOW, drain=True, max_checkpoint_seconds=600.0,
+                                         unknown_age=s.unknown_checkpoint_age)[0]
+                   + p.gpus * PENALTY * s.recent_preemptions.get(p.workload, 0)
                    for p in victims)
         key = (lost, _violations(victims, s.pdbs), len(victims))
         best = key if best is None or key < best else best
@@ -357,7 +407,9 @@ def test_single_pod_plan_is_the_least_lost_work_then_pdb_then_victims(case):
     best = _brute_force(case)
     assert plan.feasible == (best is not None)
     if best is not None:
-        assert (plan.lost_gpu_seconds, plan.pdb_violations, len(plan.victims)) == best
+        got = (plan.lost_gpu_seconds + plan.penalty_gpu_seconds, plan.pdb_violations,
+               len(plan.victims))
+        assert got == pytest.approx(best)
 
 
 # --- malformed annotations never lower a pod's cost ------------------------------------------
@@ -407,13 +459,14 @@ def _pod(fields, *, age: float, gpus: int) -> Pod:
         start_time=NOW - age, checkpoint=fields.checkpoint,
         last_checkpoint=fields.last_checkpoint, checkpoint_seconds=fields.checkpoint_seconds,
         min_runtime=fields.min_runtime, preemptible=fields.preemptible, gang=fields.gang,
+        checkpoint_malformed=fields.checkpoint_malformed,
     )
 
 
-def _parse(meta: dict[str, str]):
+def _parse(meta: dict[str, str], limits: Limits = LIMITS):
     # gang keys go in as annotations: the label-or-annotation choice is covered in test_gangs
     return parse_pod_fields(
-        namespace="ns", labels={}, annotations=meta, now=NOW, limits=LIMITS
+        namespace="ns", labels={}, annotations=meta, now=NOW, limits=limits
     )
 
 
@@ -435,38 +488,30 @@ def test_malformed_annotations_never_lower_a_pods_cost(base, key, garbage, age, 
     absent = _parse({k: v for k, v in base.items() if k != key})
 
     pod_bad, pod_absent = _pod(bad, age=age, gpus=gpus), _pod(absent, age=age, gpus=gpus)
-    for drain in (False, True):
-        lost_bad = cost.lost_gpu_seconds(
-            pod_bad, NOW, drain=drain, max_checkpoint_seconds=LIMITS.max_checkpoint_seconds)[0]
-        lost_absent = cost.lost_gpu_seconds(
-            pod_absent, NOW, drain=drain, max_checkpoint_seconds=LIMITS.max_checkpoint_seconds)[0]
-        assert lost_bad >= lost_absent - 1e-9
-    # ...nor make it any easier to choose: protection only grows
-    assert bad.min_runtime >= absent.min_runtime
-    assert bad.preemptible <= absent.preemptible
-    protected = cost.ineligibility(pod_absent, 100, NOW)
-    if protected is not None:
-        assert cost.ineligibility(pod_bad, 100, NOW) is not None
-
-    # and each module-docstring safe choice holds exactly
+    for unknown_age in (None, 60.0, 1800.0):  # every unknown-checkpoint policy
+        for drain in (False, True):
+            lost_bad, lost_absent = (cost.lost_gpu_seconds(
+                pod, NOW, drain=drain, max_checkpoint_seconds=LIMITS.max_checkpoint_seconds,
+                unknown_age=unknown_age)[0] for pod in (pod_bad, pod_absent))
+            assert lost_bad >= lost_absent - 1e-9
+    # ...and it acts as if absent: no protection from it, no other field changed
+    assert (bad.preemptible, bad.min_runtime, bad.nvlink, bad.gang, bad.gang_total) == (
+        absent.preemptible, absent.min_runtime, absent.nvlink, absent.gang, absent.gang_total)
     if key in (ann.CHECKPOINT, ann.LAST_CHECKPOINT, ann.CHECKPOINT_SECONDS):
+        # except that a bad checkpoint drops all checkpoint information: charged from start
         assert (bad.checkpoint, bad.last_checkpoint, bad.checkpoint_seconds) == (
             CheckpointMode.NONE, None, None)
-        assert cost.work_since_checkpoint(pod_bad, NOW) == pytest.approx(age)
-    elif key == ann.PREEMPTIBLE:
-        assert bad.preemptible is False
-    elif key == ann.MIN_RUNTIME:
-        assert bad.min_runtime == LIMITS.max_min_runtime
-    elif key == ann.NVLINK:
-        assert bad.nvlink is NvlinkNeed.NONE
-    else:  # a gang key
-        assert bad.preemptible is False and bad.gang is None
+        assert bad.checkpoint_malformed
+        assert cost.work_since_checkpoint(pod_bad, NOW, 60.0) == pytest.approx(age)
+    else:
+        assert (bad.checkpoint, bad.last_checkpoint, bad.checkpoint_seconds) == (
+            absent.checkpoint, absent.last_checkpoint, absent.checkpoint_seconds)
 
 
 @EXAMPLES
 @given(base=valid_annotations(), age=st.sampled_from([60.0, 3600.0]), gpus=st.integers(1, 8))
 def test_valid_annotations_parse_without_problems_and_cost_at_most_the_full_loss(base, age, gpus):
-    fields = _parse(base)
+    fields = _parse(base, replace(LIMITS, opt_out_namespaces=frozenset({"ns"})))
     assert fields.problems == ()
     pod = _pod(fields, age=age, gpus=gpus)
     for drain in (False, True):

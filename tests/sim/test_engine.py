@@ -97,3 +97,58 @@ def test_unknown_policy_and_bad_scale_are_clear_errors():
         engine.planner_for("fifo", 600)
     with pytest.raises(ValueError, match="scale must be in"):
         workload.scale_down([], [], workload.WorkloadParams(scale=0))
+
+
+def test_results_report_how_often_each_workload_was_preempted(comparison):
+    for r in comparison.results:
+        hist = r.preemptions_per_workload
+        assert r.workloads_preempted == sum(hist.values()) > 0
+        assert r.max_preemptions_per_workload == max(hist)
+        # every preemption hits at least one job; a job is counted once per preemption
+        assert sum(n * k for n, k in hist.items()) >= r.preemptions
+        assert 0 <= r.victim_jobs_unreported <= sum(n * k for n, k in hist.items())
+
+
+def periodic_job(i, arrival, interval_min, *, duration=20 * HOUR, reports=True):
+    return workload.Job(
+        id=i, name=f"j{i}", arrival=arrival, duration=duration, priority=0, qos="BE",
+        members=(workload.Member(name=f"j{i}-0", cpu_milli=1000, memory_mib=1024, gpus=1),),
+        checkpoint=CheckpointMode.PERIODIC, interval=interval_min * 60.0,
+        checkpoint_seconds=None, reports=reports,
+    )
+
+
+def _one_node_two_jobs(*, reports=True):
+    """One 2-GPU node: a job that checkpoints every 15 min and one every 4 h (or, with
+    ``reports`` False, the second never says when); then six short high-priority pods, one
+    every 25 min from 1 h on."""
+    jobs = [periodic_job(0, 0.0, 15), periodic_job(1, 0.0, 240, reports=reports)]
+    jobs += [job(2 + k, HOUR + k * 1500.0, 1, priority=1000, qos="LS", duration=600.0)
+             for k in range(6)]
+    return workload.Workload(jobs=tuple(jobs), compress=1.0, offered_load=1.0, extra_pods=0,
+                             window=6 * HOUR, capacity_gpus=2, params=workload.WorkloadParams())
+
+
+def test_without_the_fairness_guard_the_frequent_checkpointer_pays_every_time():
+    w = _one_node_two_jobs()
+    off = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
+                            engine.SimConfig(fairness_penalty_seconds=0.0)).run()
+    on = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
+                           engine.SimConfig(fairness_penalty_seconds=3600.0)).run()
+    assert off.preemptions == on.preemptions == 6
+    assert off.preemptions_per_workload == {6: 1}  # always the one that checkpoints often
+    assert on.max_preemptions_per_workload < 6 and on.workloads_preempted == 2
+    assert on.lost_gpu_hours >= off.lost_gpu_hours  # fairness costs some lost work
+
+
+@pytest.mark.parametrize(("policy", "victim_reports"), [
+    pytest.param("start-time", True, id="start-time: the silent job is charged from its start"),
+    pytest.param("assume:5m", False, id="assume 5 min: the silent job looks cheapest"),
+])
+def test_unknown_checkpoint_policy_in_the_replay(policy, victim_reports):
+    w = _one_node_two_jobs(reports=False)
+    r = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
+                          engine.SimConfig(unknown_checkpoint=policy,
+                                           fairness_penalty_seconds=0.0)).run()
+    assert r.preemptions == 6
+    assert (r.victim_jobs_unreported == 0) is victim_reports
