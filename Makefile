@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/lost_work.py
 	$(BIN)/python bench/optimality.py
 	$(BIN)/python bench/plan_latency.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -8,11 +8,13 @@ Starts its own local control plane (audit log on), N fake 8-GPU nodes filled wit
 writing `checkpoint-done` as the admin, some never; grace periods of 0-4 s, so kwok keeps them
 Terminating a while, as a kubelet would), bystanders that must never be evicted (equal priority,
 or outside the controller's namespaces), and 2 controller replicas as processes. A driver keeps
-up to `in_flight` preemptors pending (8- and 4-GPU pods and 2-pod gangs in mode (a); gated
-2-pod gangs in mode (b)), withdraws some while their plan drains, lets bound ones run briefly,
-deletes them and refills their nodes. A killer SIGKILLs a replica (the Lease holder 3 times in
-4) at seeded random times and restarts it. `--faults R` also puts every replica behind
-e2e/faultproxy.py (R of writes and of evictions answered 409/429/500/503, watches cut).
+up to `in_flight` preemptors pending (8- and 4-GPU pods and 2-pod gangs, unschedulable in
+mode (a) or gated in mode (b)), withdraws some while their plan drains, lets bound ones run
+briefly, then puts victims in their place and deletes them. A killer SIGKILLs a replica (the
+Lease holder 3 times in 4) at seeded random times and restarts it, under a new identity or its
+old one. `--faults R` also puts every replica behind e2e/faultproxy.py (R of writes and of
+evictions answered 409/429/500/503, watches cut). Choices come from the seed; how they
+interleave with the controller depends on timing, so two runs of a seed are alike, not equal.
 
 When `drains` plans are Done, it stops, withdraws preemptors still pending and lets the
 controller settle; then it checks (`Invariants`):
@@ -364,6 +366,7 @@ class Chaos:
                                   max_checkpoint_seconds=30.0)
         self.stop = threading.Event()
         self.acks = 0
+        self.kills_mid_plan = 0  # kills while some plan was not finished
         self.proxy: FaultProxy | None = None
         self.seq = 0
 
@@ -451,28 +454,27 @@ class Chaos:
         return sum(int((c.resources.requests or {}).get(kube.GPU, 0)) for c in p.spec.containers)
 
     def _launch(self, candidates: int) -> None:
-        """One new preemptor, of a kind that fits the nodes that could be freed."""
-        kinds = [("single", 4, 1), ("gang-a", 4, 2)]
+        """One new preemptor, of a kind that fits the nodes that could be freed: a pod or a
+        2-pod gang, pending (mode a) or gated (mode b)."""
+        kinds = [(mode, 4, size) for mode in ("nominate", "admit") for size in (1, 2)]
         if candidates >= 1:
-            kinds.append(("single", 8, 1))
+            kinds += [("nominate", 8, 1), ("admit", 8, 1)]
         if candidates >= 2:
-            kinds.append(("gang-b", 8, 2))
-        kind, gpus, size = self.rnd.choice(kinds)
+            kinds += [("nominate", 8, 2), ("admit", 8, 2)]
+        mode, gpus, size = self.rnd.choice(kinds)
         withdraw = self.rnd.random() < self.cfg.withdraw_share
         hold = self.rnd.uniform(0.5, 3.0)
-        if kind == "single":
-            m = self._pod(PREEMPTOR, HIGH_NEVER, gpus, grace_seconds=0)
-            self.groups[m.name] = Group(key=m.name, mode="nominate", members=[m.name],
-                                        created=time.monotonic(), withdraw=withdraw, hold=hold)
-            return
-        gang = self._name("q")
-        gates = (ADMISSION_GATE,) if kind == "gang-b" else ()
-        names = [self._pod(PREEMPTOR, HIGH_NEVER, gpus, name=f"{gang}-{i}", gang=gang,
-                           gang_total=size, gates=gates, grace_seconds=0).name
-                 for i in range(size)]
-        self.groups[gang] = Group(key=gang, mode="admit" if gates else "nominate",
-                                  members=names, created=time.monotonic(), withdraw=withdraw,
-                                  hold=hold)
+        gates = (ADMISSION_GATE,) if mode == "admit" else ()
+        if size == 1:
+            names = [self._pod(PREEMPTOR, HIGH_NEVER, gpus, gates=gates, grace_seconds=0).name]
+            key = names[0]
+        else:
+            key = self._name("q")
+            names = [self._pod(PREEMPTOR, HIGH_NEVER, gpus, name=f"{key}-{i}", gang=key,
+                               gang_total=size, gates=gates, grace_seconds=0).name
+                     for i in range(size)]
+        self.groups[key] = Group(key=key, mode=mode, members=names, created=time.monotonic(),
+                                 withdraw=withdraw, hold=hold)
 
     def _delete(self, g: Group, why: str) -> None:
         for name in g.members:
@@ -573,6 +575,8 @@ class Chaos:
             else:
                 i = rnd.randrange(len(replicas.procs))
             replicas.leader_kills += i == leader
+            with contextlib.suppress(ApiException, OSError):
+                self.kills_mid_plan += any(not r.state.terminal for r in self.plans())
             replicas.kill(i)
             if self.stop.wait(rnd.uniform(*self.cfg.restart_after)):
                 replicas.start(i)
@@ -656,7 +660,12 @@ class Chaos:
                                                  if r.state is State.DONE and r.victims),
             "plans": dict(sorted(states.items())), "plan_versions": len(versions),
             "evictions": len(evictions(events)), "acks": self.acks,
+            "done_by_mode": dict(sorted(Counter(str(r.mode) for r in final
+                                                if r.state is State.DONE).items())),
+            "drained_victims": sum(v.drain for r in final if r.state is State.DONE
+                                   for v in r.victims),
             "kills": replicas.kills, "leader_kills": replicas.leader_kills,
+            "kills_mid_plan": self.kills_mid_plan,
             "starts": sum(replicas.starts.values()),
             "preemptors": len(self.groups),
             "preemptors_bound": sum(1 for g in self.groups.values() if g.bound_at is not None),

@@ -13,12 +13,12 @@ certificate is self-signed, so it is not verified), one upstream connection per 
 answers every request with `Connection: close`, so it never has to parse a response body: it
 relays bytes until the API server closes. Each request falls in one class:
 
-    watch     GET with watch=true           fault: the stream is cut after a random delay
-    read      any other GET                 fault: 429, 500 or 503
-    eviction  POST .../pods/NAME/eviction   fault: 409, 429, 500 or 503
-    lease     writes to coordination.k8s.io leases
-    event     writes to events
-    write     any other POST/PUT/PATCH/DELETE
+    watch     GET with watch=true             fault: the stream is cut after a random delay
+    read      any other GET                   fault: 429, 500 or 503
+    eviction  POST .../pods/NAME/eviction     fault: 429, 500 or 503
+    lease     writes to coordination leases   fault: 409, 429, 500 or 503
+    event     writes to events                fault: 429, 500 or 503
+    write     any other POST/PUT/PATCH/DELETE fault: 409, 429, 500 or 503
 
 A class without its own rate uses its family's (`write` for eviction/lease/event); `paths` fails
 every request whose path contains a fragment with a fixed status (a targeted outage). An injected
@@ -44,7 +44,9 @@ from urllib.parse import parse_qs, urlsplit
 
 WATCH, READ, EVICTION, LEASE, EVENT, WRITE = "watch", "read", "eviction", "lease", "event", "write"
 FAMILY = {EVICTION: WRITE, LEASE: WRITE, EVENT: WRITE, WRITE: WRITE, READ: READ, WATCH: WATCH}
-CODES = {READ: (429, 500, 503), WRITE: (409, 429, 500, 503), EVICTION: (409, 429, 500, 503),
+# A real 409 to an eviction means its uid precondition failed (another pod has the name now);
+# faking one for the same pod would test a case the API server does not produce.
+CODES = {READ: (429, 500, 503), WRITE: (409, 429, 500, 503), EVICTION: (429, 500, 503),
          LEASE: (409, 429, 500, 503), EVENT: (429, 500, 503)}
 REASONS = {409: ("Conflict", "Conflict"), 429: ("TooManyRequests", "Too Many Requests"),
            500: ("InternalError", "Internal Server Error"),
