@@ -305,7 +305,7 @@ class RecordingActions:
                                             raw=lifecycle.plan_to_annotation(record)))
             return rv
         return self._write(Call(verb="create_plan", target=record.id, plan=record.id,
-                                args={"state": record.state,
+                                args={"state": record.state, "record": record,
                                       "victims": tuple(v.uid for v in record.victims),
                                       "nodes": tuple(sorted(record.nodes))}), apply)
 
@@ -323,7 +323,8 @@ class RecordingActions:
             self.cache.plans.put(StoredPlan(name=name, resource_version=new, raw=raw))
             return new
         return self._write(Call(verb="update_plan", target=record.id, plan=record.id,
-                                args={"state": record.state, "rv": rv}), apply)
+                                args={"state": record.state, "record": record, "rv": rv}),
+                           apply)
 
     def delete_plan(self, plan_id: str, rv: str) -> None:
         name = plan_object_name(plan_id)

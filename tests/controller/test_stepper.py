@@ -315,9 +315,6 @@ def test_a_plan_failing_live_checks_is_aborted_with_a_warning_and_nothing_else(
     assert set(writes(c for c in later if c.plan == PLAN)) <= {"unreserve:n1"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: Reconciler.__init__ (controller/reconcile.py) builds ann.Limits from the caps only, "
-    "dropping optOutNamespaces/optOutPriorityClasses; the stepper never sees an allowed opt-out"))
 def test_a_victim_the_admin_lets_opt_out_aborts_the_plan():
     """``preemptible: "false"`` honoured in an opt-out namespace: the plan may not evict it."""
     record = plan(State.DRAINING)
@@ -417,3 +414,40 @@ def test_an_update_guarded_by_a_stale_resource_version_is_a_conflict():
     calls = rig.tick(T0 + 10)
     assert [c.outcome for c in calls if c.verb == "update_plan"] == ["Conflict"]
     assert writes(calls) == []
+
+
+def test_an_api_error_on_an_eviction_ends_the_plans_pass_and_the_next_pass_retries_it():
+    rig = Rig(world(plan(State.EVICTING), steered))
+    rig.actions.fail("evict", lambda: ApiException(status=403, reason="Forbidden"),
+                     target="team/v0", times=1)
+    first = rig.tick(T0 + 70)
+    assert [c.outcome for c in first if c.verb == "evict"] == ["ApiException"]
+    rig.tick(T0 + 75)
+    assert [c.target for c in rig.actions.of("evict")] == ["team/v0", "team/v1"]
+    assert rig.state(PLAN) is State.EVICTING
+
+
+def test_one_plan_failing_does_not_stop_the_others():
+    cache = world(plan(), asked("v0"), acked("v0"), extra=[
+        pod("pre2", priority=1000, pending=True), pod("w0", node="n2", gpus=8,
+                                                      annotations=PERIODIC)])
+    cache.store_plan(replace(
+        plan(State.PLANNED), id="p-2", created=T0 + 1,
+        placements=(PlannedPlacement(uid="uid-pre2", namespace="team", name="pre2", node="n2"),),
+        victims=(PlannedVictim(uid="uid-w0", namespace="team", name="w0", node="n2",
+                               drain=False),)))
+    rig = Rig(cache)
+    rig.actions.fail("update_plan", lambda: ApiException(status=500), target=PLAN)
+    rig.tick(T0 + 10)
+    assert rig.state(PLAN) is State.DRAINING
+    assert rig.state("p-2") is State.EVICTING
+    assert [c.target for c in rig.actions.of("evict")] == ["team/w0"]
+
+
+def test_a_drain_annotation_with_a_huge_integer_does_not_stall_the_plan():
+    """Read as no request of this plan: the deadline still moves the plan on."""
+    huge = '{"plan":"p-1","requested":' + "9" * 5000 + ',"deadline":1}'
+    rig = Rig(world(plan(), changed("v0", annotations={**CKPT,
+                                                        lifecycle.DRAIN_ANNOTATION: huge})))
+    rig.tick(T0 + 60)
+    assert rig.state(PLAN) is State.EVICTING
