@@ -451,3 +451,43 @@ def test_a_drain_annotation_with_a_huge_integer_does_not_stall_the_plan():
                                                         lifecycle.DRAIN_ANNOTATION: huge})))
     rig.tick(T0 + 60)
     assert rig.state(PLAN) is State.EVICTING
+
+
+# ------------------------------------------------------------------ a cache that lags behind
+
+
+def test_a_victim_is_evicted_once_even_when_the_cache_has_not_seen_the_eviction():
+    cache = world(plan(State.EVICTING), steered)
+    rig = Rig(cache)
+    before = {u: cache.pod_by_uid(u) for u in ("uid-v0", "uid-v1")}
+    rig.tick(T0 + 70)
+    cache.pods.put(*before.values())  # the watch has not delivered the deletions yet
+    for t in (71, 72, 100):
+        rig.tick(T0 + t)
+    assert [c.target for c in rig.actions.of("evict")] == ["team/v0", "team/v1"]
+
+
+# ------------------------------------------------- which victims re-plans leave out, and why
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: PlanStepper.abort (controller/advance.py) marks every victim not yet evicted as "
+    "'eviction blocked' for blockedVictimSeconds whenever an Evicting plan aborts, whatever "
+    "the reason; only a victim still refused at evictBy (or kept back by a PDB) should be"))
+@pytest.mark.parametrize(("record", "changes"), [
+    pytest.param(plan(State.EVICTING), (gone("pre"),), id="preemptor gone while Evicting"),
+    pytest.param(plan(State.EVICTING, deadline=T0 + 10**6), (steered,),
+                 id="deadline beyond cap found while Evicting"),
+])
+def test_victims_never_refused_are_not_left_out_of_re_plans(record, changes):
+    """blockedVictimSeconds is for a victim still refused at evictBy (a PDB). An Evicting plan
+    aborted for another reason before its evictions went out holds nobody back: the next
+    preemptor may take the same cheap victims (v0 and v1 on n1, not w0 on n2)."""
+    rig = Rig(world(record, *changes, extra=[
+        pod("pre2", priority=1000, pending=True),
+        pod("w0", node="n2", gpus=8, annotations={ann.CHECKPOINT: "periodic",
+                                                 ann.LAST_CHECKPOINT: rfc3339(T0 - 10800)})]))
+    rig.tick(T0 + 70)
+    assert rig.state(PLAN) is State.ABORTED
+    assert [c for c in rig.actions.of("evict") if c.plan == PLAN] == []
+    assert any(set(c.args["victims"]) == {"uid-v0", "uid-v1"}
+               for c in rig.actions.of("create_plan"))
