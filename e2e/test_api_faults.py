@@ -163,13 +163,17 @@ def test_preemptions_end_done_or_cleanly_aborted_under_api_faults(cluster, names
     injected = figures["faults"]
     for code in (409, 429, 500, 503):
         assert sum(n for k, n in injected.items() if k.endswith(f"injected-{code}")) > 0, detail
-    assert injected.get("watch:cut", 0) > 0 and injected.get("eviction:injected-429", 0) + \
-        injected.get("eviction:injected-503", 0) > 0, detail
+    assert injected.get("watch:cut", 0) > 0, detail
+    assert sum(n for k, n in injected.items() if k.startswith("eviction:injected")) > 0, detail
 
 
-@pytest.mark.xfail(strict=True, reason="controller bug: a plan aborted while Evicting (its "
-                   "preemptor deleted) leaves a victim gang whose other member could not be "
-                   "evicted yet half-evicted; see the report of the chaos run")
+class HalfEvictedGang(AssertionError):
+    """The bug the next test reproduces (so that any other failure there still fails)."""
+
+
+@pytest.mark.xfail(strict=True, raises=HalfEvictedGang, reason=(
+    "controller bug: a plan aborted while Evicting (its preemptor deleted) leaves a victim gang "
+    "whose other member could not be evicted yet half-evicted"))
 def test_a_gang_is_never_left_half_evicted_when_its_plan_aborts(cluster, namespace, pool,
                                                                 gpu_nodes, tmp_path):
     """g-0 is evicted, g-1's evictions fail (503: an API outage for that one pod), then the
@@ -189,14 +193,18 @@ def test_a_gang_is_never_left_half_evicted_when_its_plan_aborts(cluster, namespa
             kube.create_pod(cluster, namespace, "p", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER, grace_seconds=0)
             kube.wait_pod_gone(cluster, namespace, "g-0", timeout=60)
-            assert proxy.counts[("eviction", "injected-503")] > 0
+            kube.wait_for("an eviction of g-1 refused", lambda: proxy.counts[
+                ("eviction", "injected-503")] > 0, timeout=30)
             cluster.core.delete_namespaced_pod("p", namespace, grace_period_seconds=0)
             def ended():
                 plan = plan_of(cluster, namespace, "p")
                 return plan.state.terminal if plan else kube.NotYet("no plan")
             kube.wait_for("the plan to end", ended, timeout=30)
             proxy.set_faults(NO_FAULTS)  # the outage is over
-            kube.wait_pod_gone(cluster, namespace, "g-1", timeout=30)
+            try:
+                kube.wait_pod_gone(cluster, namespace, "g-1", timeout=30)
+            except kube.WaitTimeout as e:
+                raise HalfEvictedGang(str(e)) from e
         finally:
             ctl.kill()
             ctl.wait()
