@@ -9,8 +9,10 @@
     looks at every write before it lands (``RecordingActions.before_write``): a pod is evicted
     only while it is a victim of a stored Evicting plan that passes ``lifecycle.check`` for
     the world as it is then (live state rebuilt here from the cache, not by the controller),
-    no pod is evicted twice, and no drain request, nomination, pin, ungate, toleration or
-    reservation is written for a plan that is not running or fails that check.
+    and only once the plan's nodes carry its reservation and, in mode (a), its preemptor is
+    nominated; no pod is evicted twice, and no drain request, nomination, pin, ungate, toleration or
+    reservation is written for a plan that is not running or fails that check; drain requests
+    are withdrawn and nominations cleared only for aborted plans.
 
 Inputs known to break the parsers are kept out of the random ones and reproduced by the
 xfail tests at the end, one per bug.
@@ -418,10 +420,19 @@ class Oracle:
             assert self.why_not(r) is None, f"{call.target}: {self.why_not(r)}"
             p = cache.pod_by_uid(uid)
             assert p is not None and not p.deleting
+            for pl in r.placements:  # reserved first, and in mode (a) nominated first
+                n = cache.nodes.get(pl.node)
+                assert reservation(r.id) in n.taints, f"{call.target}: {pl.node} not reserved"
+                pre = cache.pod_by_uid(pl.uid)
+                assert r.mode is Mode.ADMIT or pre.node or pre.nominated == pl.node, \
+                    f"{call.target}: preemptor not nominated on {pl.node}"
             self.evicted[uid] += 1
         elif call.verb in self.GUARDED:
             r = cache.plan(call.plan)
             assert self.why_not(r) is None, f"{call.verb} {call.target}: {self.why_not(r)}"
+        elif call.verb in ("withdraw_checkpoint", "clear_nomination"):  # cleanup after aborts
+            r = cache.plan(call.plan)
+            assert r is not None and r.state is State.ABORTED, f"{call.verb} {call.target}"
         elif call.verb == "create_plan":
             r = call.args["record"]
             assert self.why_not(r) is None, f"new plan {r.id}: {self.why_not(r)}"
