@@ -10,9 +10,9 @@
     only while it is a victim of a stored Evicting plan that passes ``lifecycle.check`` for
     the world as it is then (live state rebuilt here from the cache, not by the controller),
     and only once the plan's nodes carry its reservation and, in mode (a), its preemptor is
-    nominated; no pod is evicted twice, and no drain request, nomination, pin, ungate, toleration or
-    reservation is written for a plan that is not running or fails that check; drain requests
-    are withdrawn and nominations cleared only for aborted plans.
+    nominated; no pod is evicted twice; no drain request, nomination, pin, ungate, toleration
+    or reservation is written for a plan that is not running or fails that check; drain
+    requests are withdrawn and nominations cleared only for aborted plans.
 
 Inputs known to break the parsers are kept out of the random ones and reproduced by the
 xfail tests at the end, one per bug.
