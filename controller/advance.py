@@ -159,7 +159,8 @@ class PlanStepper:
             step = lifecycle.next_step(r, observed, now)
             if step.kind is StepKind.TRANSITION:
                 if step.to_state is State.ABORTED:
-                    self.abort(r, rv, step.reason, world)
+                    refused = r.state is State.EVICTING and now >= r.evict_by
+                    self.abort(r, rv, step.reason, world, block_victims=refused)
                     return
                 new = r.with_state(step.to_state, step.reason)
                 rv = self.actions.update_plan(new, rv)
@@ -176,7 +177,7 @@ class PlanStepper:
                                 or world.by_uid[v.uid].deleting for v in r.victims)
                 blocked = gang_pdb_problem(r, world, self.gang_of) if first else None
                 if blocked:
-                    self.abort(r, rv, blocked, world)
+                    self.abort(r, rv, blocked, world, block_victims=True)
                     return
                 self._evict(r, step.victims, world)
             elif step.kind is StepKind.STEER:
@@ -192,7 +193,10 @@ class PlanStepper:
                 continue  # evict in the same pass: the reservation is in place
             return
 
-    def abort(self, r: PlanRecord, rv: str, reason: str, world: World) -> None:
+    def abort(self, r: PlanRecord, rv: str, reason: str, world: World, *,
+              block_victims: bool = False) -> None:
+        """``block_victims``: the victims could not be evicted (refused at evictBy, or a PDB
+        would split their gang), so re-plans pass over them for ``blockedVictimSeconds``."""
         new = r.with_state(State.ABORTED, reason)
         self.book.wrote(new, self.actions.update_plan(new, rv))
         log.info("plan %s: %s -> Aborted (%s)", r.id, r.state, reason, extra={"plan": r.id})
@@ -206,7 +210,7 @@ class PlanStepper:
             if p is not None and not p.deleting:
                 self.actions.emit(p, "PreemptionAborted",
                                   f"plan {r.id} will not evict this pod: {reason}")
-        if r.state is State.EVICTING:  # still refused at evictBy (a PDB): plan around it
+        if block_victims:
             for v in r.victims:
                 p = world.by_uid.get(v.uid)
                 if p is not None and not p.deleting and (r.id, v.uid) not in self.mem.evicted:

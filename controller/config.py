@@ -17,7 +17,7 @@
     leaseDurationSeconds: 15
     renewDeadlineSeconds: 10         # a leader writes only within this long of its last renewal
     planNamespace: ckpt-preempt      # the controller's own namespace: plans live here (ConfigMaps)
-    requestTimeoutSeconds: 10        # every API call gives up after this long
+    requestTimeoutSeconds: 5         # every API call gives up after this long
     bindTimeoutSeconds: 300          # after its victims are gone, the preemptor must bind by then
     planHistorySeconds: 3600         # finished plans are kept this long (fairness, audit)
     optOutNamespaces: []             # where preemptible: "false" is honoured ("*": everywhere)
@@ -62,7 +62,7 @@ class Config:
     lease_duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     plan_namespace: str = "ckpt-preempt"
-    request_timeout_seconds: float = 10.0
+    request_timeout_seconds: float = 5.0
     bind_timeout_seconds: float = 300.0
     plan_history_seconds: float = 3600.0
     opt_out_namespaces: tuple[str, ...] = ()
@@ -79,9 +79,12 @@ class Config:
         if self.fairness_window_seconds > self.plan_history_seconds:
             raise ConfigError("config: fairnessWindowSeconds must not exceed planHistorySeconds "
                               "(preemptions are counted from the plans kept)")
-        if self.renew_deadline_seconds >= self.lease_duration_seconds:
-            raise ConfigError("config: renewDeadlineSeconds must be less than "
-                              "leaseDurationSeconds")
+        # A write sent before the renew deadline lands (or times out) before any other replica
+        # may take the Lease over, which it can do leaseDurationSeconds after our last renewal.
+        if self.renew_deadline_seconds + self.request_timeout_seconds > \
+                self.lease_duration_seconds:
+            raise ConfigError("config: renewDeadlineSeconds + requestTimeoutSeconds must not "
+                              "exceed leaseDurationSeconds")
 
 
 _ZERO_ALLOWED = {"fairness_penalty_seconds"}  # 0 turns the fairness guard off

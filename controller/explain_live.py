@@ -22,9 +22,8 @@ from kubernetes import client
 from controller import convert
 from controller.actions import MANAGED_BY
 from controller.config import Config
-from controller.plans import load_all, restriction
+from controller.plans import load_all, recent_preemptions, restriction
 from controller.watch import stored_plan
-from policies import annotations as ann
 from policies import kube_default, lifecycle, preemption
 from policies.model import Plan
 
@@ -62,25 +61,23 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
         raise PodNotFound(f"pod {namespace}/{name} not found")
     scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
                           priority_classes=frozenset(cfg.priority_classes))
-    limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
-                        max_min_runtime=cfg.max_min_runtime_seconds)
+    stored = load_all(stored_plan(d) for d in _list(
+        lambda **kw: core.list_namespaced_config_map(
+            cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))
     conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
-                            limits=limits)
+                            limits=convert.limits(cfg), recent_preemptions=recent_preemptions(
+                                stored, since=now - cfg.fairness_window_seconds))
     model = conv.snapshot.pod_by_uid
     gang = model[target.uid].gang
     members = [p for p in pods if not p.node and not p.done and (
         p.uid == target.uid or (gang is not None and model.get(p.uid) is not None
                                 and model[p.uid].gang == gang))]
-    stored = load_all(stored_plan(d) for d in _list(lambda **kw: core.list_namespaced_config_map(
-        cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))
     mine = [r for r in stored if any(pl.uid in {p.uid for p in members} for pl in r.placements)]
     held = restriction([r for r in stored if not r.state.terminal and r not in mine], {}, now)
     snap = convert.for_preemptor(conv.snapshot, {n.name: n for n in nodes}, members,
-                                 reserved_nodes=frozenset(held.reserved_nodes),
-                                 busy_pods=frozenset(held.held_pods))
+                                 reserved_nodes=held.reserved_nodes, busy_pods=held.held_pods)
     mpods = [model[p.uid] for p in members]
-    ours = preemption.plan(snap, mpods, preemption.PlannerConfig(
-        drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds))
+    ours = preemption.plan(snap, mpods, convert.planner_config(cfg))
     theirs = kube_default.plan(snap, mpods, kube_default.KubeDefaultConfig(seed=0))
     persisted = max(mine, key=lambda r: r.created) if mine else None
     warnings = [w for p in members for w in conv.problems.get(p.uid, ())]

@@ -34,10 +34,11 @@ class Stored:
 
 @dataclass(frozen=True, kw_only=True)
 class Restriction:
-    """What a new plan may not use. Reasons are kept so a plan can say why a node lost."""
+    """What a new plan may not use (the planner reports each exclusion with its reason)."""
 
-    reserved_nodes: Mapping[str, str]  # node -> plan id holding it
-    held_pods: Mapping[str, str]  # victim uid -> plan id, or "eviction blocked"
+    reserved_nodes: frozenset[str]  # targets of plans still running
+    held_pods: frozenset[str]  # victims of plans still running
+    blocked_pods: frozenset[str]  # victims whose eviction was refused lately
 
 
 def _rv(value: str) -> int:
@@ -75,8 +76,8 @@ class PlanBook:
         for obj in objects:
             try:
                 s = parse(obj)
-            except lifecycle.PlanFormatError as e:
-                bad.append((obj.name, str(e)))
+            except Exception as e:  # whatever is stored, the loop goes on
+                bad.append((obj.name, f"{type(e).__name__}: {e}"))
                 continue
             plans[s.record.id] = s
         for plan_id, mine in list(self._mine.items()):
@@ -90,22 +91,16 @@ class PlanBook:
 
 def restriction(active: Iterable[PlanRecord], blocked: Mapping[str, float],
                 now: float) -> Restriction:
-    reserved: dict[str, str] = {}
-    held: dict[str, str] = {}
-    for r in active:
-        for node in r.nodes:
-            reserved.setdefault(node, r.id)
-        for v in r.victims:
-            held.setdefault(v.uid, r.id)
-    for uid, until in blocked.items():
-        if until > now:
-            held.setdefault(uid, "eviction blocked")
-    return Restriction(reserved_nodes=reserved, held_pods=held)
+    active = list(active)
+    return Restriction(
+        reserved_nodes=frozenset(n for r in active for n in r.nodes),
+        held_pods=frozenset(v.uid for r in active for v in r.victims),
+        blocked_pods=frozenset(uid for uid, until in blocked.items() if until > now))
 
 
 def recent_preemptions(plans: Iterable[PlanRecord], since: float) -> dict[str, int]:
-    """Workload key -> how many plans created after `since` evicted it (plans that reached
-    Evicting: Done, or still Evicting)."""
+    """Workload key (``policies.model.Pod.workload``) -> how many plans created after `since`
+    evicted it (plans that reached Evicting: Done, or still Evicting)."""
     counts: dict[str, int] = {}
     for r in plans:
         if r.created < since or r.state not in (State.DONE, State.EVICTING):
@@ -129,6 +124,6 @@ def load_all(objects: Iterable[StoredPlan]) -> list[PlanRecord]:
     """Readable plans only (for ``explain``, which has no overlay)."""
     out = []
     for obj in objects:
-        with contextlib.suppress(lifecycle.PlanFormatError):
+        with contextlib.suppress(Exception):  # unreadable plans are never acted on
             out.append(parse(obj).record)
     return out

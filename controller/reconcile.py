@@ -36,12 +36,17 @@ from controller.advance import Memory, PlanStepper, World
 from controller.config import Config
 from controller.convert import ADMISSION_GATE, PodInfo
 from controller.metrics import Metrics
-from controller.plans import PlanBook, Stored, restriction, waiting_for_victims
+from controller.plans import (
+    PlanBook,
+    Stored,
+    recent_preemptions,
+    restriction,
+    waiting_for_victims,
+)
 from controller.watch import ClusterCache
-from policies import annotations as ann
 from policies import kube_default, lifecycle, preemption
 from policies.lifecycle import Mode, PlanRecord, State
-from policies.model import Plan, Pod
+from policies.model import Plan
 
 log = logging.getLogger("ckpt_preempt.reconcile")
 RESERVATION_GRACE_SECONDS = 60.0  # after bindBy, a reservation is lifted whatever happened
@@ -64,11 +69,6 @@ def cycle_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def workload_key(p: Pod) -> str:
-    """Whose history a preemption counts against: the gang, else the pod."""
-    return f"gang:{p.gang}" if p.gang else f"pod:{p.uid}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,8 +98,7 @@ class Reconciler:
         self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
         self.scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
                                    priority_classes=frozenset(cfg.priority_classes))
-        self.limits = ann.Limits(max_checkpoint_seconds=cfg.max_checkpoint_seconds,
-                                 max_min_runtime=cfg.max_min_runtime_seconds)
+        self.limits = convert.limits(cfg)
         self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
                                    self.scope, self._note_once)
 
@@ -241,8 +240,10 @@ class Reconciler:
                         or (p.unschedulable and p.preemption_policy == "Never"))
                    for p in pods):
             return  # nothing due: skip converting the whole cluster
-        conv = convert.snapshot(now=now, nodes=world.nodes.values(), pods=pods,
-                                pdbs=world.pdbs, scope=self.scope, limits=self.limits)
+        conv = convert.snapshot(
+            now=now, nodes=world.nodes.values(), pods=pods, pdbs=world.pdbs, scope=self.scope,
+            limits=self.limits, recent_preemptions=recent_preemptions(
+                stored, since=now - self.cfg.fairness_window_seconds))
         with cycle_objects_frozen():
             self._plan_queue(pods, world, conv, active, planned, now)
 
@@ -255,12 +256,13 @@ class Reconciler:
                     self._warn_once(p, "InvalidAnnotation", problem)
         held = restriction(active, self.mem.blocked, now)
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
+        blocked = held.blocked_pods
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
             try:
                 made = self._plan_one(cand, conv, world.nodes, frozenset(reserved),
-                                      frozenset(busy), now)
+                                      frozenset(busy), blocked, now)
             except (Conflict, NotLeader) as e:
                 log.info("%s: %s", cand.key, e)
                 if isinstance(e, NotLeader):
@@ -276,14 +278,14 @@ class Reconciler:
                 self._run_guarded(record.id, self.stepper.advance, record, rv, world)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
-                  now: float) -> tuple[PlanRecord, str] | None:
+                  blocked, now: float) -> tuple[PlanRecord, str] | None:
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
-                                     reserved_nodes=reserved, busy_pods=busy)
+                                     reserved_nodes=reserved, busy_pods=busy,
+                                     blocked_pods=blocked)
         members = [model[p.uid] for p in cand.members]
         t0 = time.perf_counter()
-        plan = preemption.plan(snap, members, preemption.PlannerConfig(
-            drain=self.cfg.drain, max_checkpoint_seconds=self.cfg.max_checkpoint_seconds))
+        plan = preemption.plan(snap, members, convert.planner_config(self.cfg))
         self.metrics.plan_latency.observe(time.perf_counter() - t0)
         for p in cand.members:
             self.mem.next_try[p.uid] = now + self.cfg.retry_seconds
@@ -337,7 +339,8 @@ class Reconciler:
                 name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
             victims=tuple(lifecycle.PlannedVictim(
                 uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
-                workload=workload_key(model[v.uid])) for v in plan.victims),
+                workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY])
+                for v in plan.victims),
             lost_gpu_seconds=plan.lost_gpu_seconds,
         )
 

@@ -48,6 +48,7 @@ PLAN_DATA_KEY = "plan"  # the plan's JSON inside its ConfigMap in the controller
 DRAIN_ANNOTATION = "ckpt-preempt.io/drain"
 DONE_ANNOTATION = "ckpt-preempt.io/checkpoint-done"
 SCHEMA = 2  # 2: plans live in ConfigMaps; bindBy and victims' workload keys
+MAX_WORKLOAD_KEY = 1024  # a victim's workload key is any string up to this long
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -358,12 +359,29 @@ def _parse_time(value: object, what: str, err: type[ValueError]) -> float:
         raise err(f"{what}: {e}") from e
     if t.tzinfo is None:
         raise err(f"{what}: RFC 3339 time needs a zone offset")
+    try:  # the instant must be writable back (_time): within datetime's range in UTC
+        datetime.fromtimestamp(t.timestamp(), tz=UTC)
+    except (OverflowError, ValueError, OSError) as e:
+        raise err(f"{what}: out of range") from e
     return t.timestamp()
+
+
+def _finite(x: int | float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int beyond float's range
+        return False
+
+
+def _workload(v: object, err: type[ValueError]) -> str:
+    if not isinstance(v, str) or len(v) > MAX_WORKLOAD_KEY:
+        raise err(f"workload: expected a string of at most {MAX_WORKLOAD_KEY} characters")
+    return v
 
 
 def _str(d: Mapping, key: str, pattern: re.Pattern, err: type[ValueError]) -> str:
     v = d.get(key)
-    if not isinstance(v, str) or not pattern.match(v):
+    if not isinstance(v, str) or not pattern.fullmatch(v):
         raise err(f"{key}: invalid value {v!r}")
     return v
 
@@ -374,7 +392,7 @@ _UID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 def _object(raw: str, err: type[ValueError], keys: set[str]) -> dict:
     try:
         d = json.loads(raw)
-    except (json.JSONDecodeError, TypeError, RecursionError) as e:
+    except (ValueError, TypeError, RecursionError) as e:  # ValueError: also ints > 4300 digits
         raise err(f"not JSON: {e}") from e
     if not isinstance(d, dict):
         raise err("expected a JSON object")
@@ -400,7 +418,6 @@ def plan_to_annotation(r: PlanRecord) -> str:
 _PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "bindBy",
               "lostGpuSeconds", "reason", "placements", "victims"}
 _VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload"}
-_WORKLOAD = re.compile(r"^[\x21-\x7e]{0,320}$")  # printable ASCII, no spaces
 
 
 def plan_from_annotation(raw: str) -> PlanRecord:
@@ -414,7 +431,7 @@ def plan_from_annotation(raw: str) -> PlanRecord:
     except ValueError as e:
         raise E(str(e)) from e
     lost = d["lostGpuSeconds"]
-    if isinstance(lost, bool) or not isinstance(lost, int | float) or not math.isfinite(lost) \
+    if isinstance(lost, bool) or not isinstance(lost, int | float) or not _finite(lost) \
             or lost < 0:
         raise E(f"lostGpuSeconds: invalid value {lost!r}")
     if not isinstance(d["reason"], str):
@@ -438,7 +455,7 @@ def plan_from_annotation(raw: str) -> PlanRecord:
         victims.append(PlannedVictim(
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
             name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
-            workload=_str(v, "workload", _WORKLOAD, E)))
+            workload=_workload(v["workload"], E)))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]

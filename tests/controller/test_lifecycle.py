@@ -278,7 +278,7 @@ def _mutated(**changes) -> str:
     pytest.param(_mutated(victims=[{"uid": "a b", "namespace": "ns", "name": "x", "node": "n",
                                     "drain": True, "workload": ""}]), id="bad uid"),
     pytest.param(_mutated(victims=[{"uid": "v", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": True, "workload": "a b"}]), id="bad workload"),
+                                    "drain": True, "workload": 7}]), id="workload not a string"),
     pytest.param(_mutated(victims=[{"uid": "v", "namespace": "ns", "name": "x", "node": "n",
                                     "drain": "yes", "workload": ""}]), id="drain not a bool"),
     pytest.param(_mutated(victims=[{"uid": "pre", "namespace": "ns", "name": "x", "node": "n",

@@ -469,10 +469,6 @@ def test_a_victim_is_evicted_once_even_when_the_cache_has_not_seen_the_eviction(
 
 # ------------------------------------------------- which victims re-plans leave out, and why
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: PlanStepper.abort (controller/advance.py) marks every victim not yet evicted as "
-    "'eviction blocked' for blockedVictimSeconds whenever an Evicting plan aborts, whatever "
-    "the reason; only a victim still refused at evictBy (or kept back by a PDB) should be"))
 @pytest.mark.parametrize(("record", "changes"), [
     pytest.param(plan(State.EVICTING), (gone("pre"),), id="preemptor gone while Evicting"),
     pytest.param(plan(State.EVICTING, deadline=T0 + 10**6), (steered,),
