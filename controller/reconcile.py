@@ -339,7 +339,8 @@ class Reconciler:
                 name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
             victims=tuple(lifecycle.PlannedVictim(
                 uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
-                workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY])
+                workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY],
+                gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY])
                 for v in plan.victims),
             lost_gpu_seconds=plan.lost_gpu_seconds,
         )

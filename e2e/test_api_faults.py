@@ -167,13 +167,6 @@ def test_preemptions_end_done_or_cleanly_aborted_under_api_faults(cluster, names
     assert sum(n for k, n in injected.items() if k.startswith("eviction:injected")) > 0, detail
 
 
-class HalfEvictedGang(AssertionError):
-    """The bug the next test reproduces (so that any other failure there still fails)."""
-
-
-@pytest.mark.xfail(strict=True, raises=HalfEvictedGang, reason=(
-    "controller bug: a plan aborted while Evicting (its preemptor deleted) leaves a victim gang "
-    "whose other member could not be evicted yet half-evicted"))
 def test_a_gang_is_never_left_half_evicted_when_its_plan_aborts(cluster, namespace, pool,
                                                                 gpu_nodes, tmp_path):
     """g-0 is evicted, g-1's evictions fail (503: an API outage for that one pod), then the
@@ -196,15 +189,15 @@ def test_a_gang_is_never_left_half_evicted_when_its_plan_aborts(cluster, namespa
             kube.wait_for("an eviction of g-1 refused", lambda: proxy.counts[
                 ("eviction", "injected-503")] > 0, timeout=30)
             cluster.core.delete_namespaced_pod("p", namespace, grace_period_seconds=0)
+            time.sleep(2)  # the plan has seen its preemptor go, and keeps evicting the gang
+            proxy.set_faults(NO_FAULTS)  # the outage is over
+            kube.wait_pod_gone(cluster, namespace, "g-1", timeout=30)
+
             def ended():
                 plan = plan_of(cluster, namespace, "p")
-                return plan.state.terminal if plan else kube.NotYet("no plan")
-            kube.wait_for("the plan to end", ended, timeout=30)
-            proxy.set_faults(NO_FAULTS)  # the outage is over
-            try:
-                kube.wait_pod_gone(cluster, namespace, "g-1", timeout=30)
-            except kube.WaitTimeout as e:
-                raise HalfEvictedGang(str(e)) from e
+                return plan if plan and plan.state.terminal else kube.NotYet("plan running")
+            assert kube.wait_for("the plan to end", ended, timeout=30).state is \
+                lifecycle.State.ABORTED
         finally:
             ctl.kill()
             ctl.wait()

@@ -22,7 +22,9 @@ Guarantees (property tests in tests/controller/test_lifecycle.py):
   neither terminating nor gone: no pod outside the plan, no pod twice.
 - Before the first eviction, a victim that disappeared or a preemptor that went away (or was
   scheduled without the plan) aborts the plan, so the controller re-plans on the world as is.
-  Once a victim is evicted, the rest are evicted too (a gang is never left half-evicted).
+  Once a victim is evicted, the rest are evicted too; and if the plan must end after part of
+  a gang was evicted (its preemptor went away), the rest of that gang is still evicted until
+  ``evict_by``: a gang is never left half-evicted by a plan.
 - A plan holds until its work is done: ``Evicting`` ends ``Done`` only once every preemptor is
   bound and every victim is terminating or gone (a preemptor bound on any node the plan freed
   is success); it aborts when victims are still not evicted at ``evict_by`` or the preemptor is
@@ -48,7 +50,7 @@ PLAN_DATA_KEY = "plan"  # the plan's JSON inside its ConfigMap in the controller
 DRAIN_ANNOTATION = "ckpt-preempt.io/drain"
 DONE_ANNOTATION = "ckpt-preempt.io/checkpoint-done"
 SCHEMA = 2  # 2: plans live in ConfigMaps; bindBy and victims' workload keys
-MAX_WORKLOAD_KEY = 1024  # a victim's workload key is any string up to this long
+MAX_WORKLOAD_KEY = 1024  # a victim's workload and gang keys are any string up to this long
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -98,6 +100,7 @@ class PlannedVictim:
     node: str
     drain: bool  # ask it to checkpoint first
     workload: str = ""  # the victim's workload key (gang, owner or pod), for fairness history
+    gang: str = ""  # its gang, if any: once one member is evicted, the rest always follow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,12 +204,25 @@ def _alive(v: PlannedVictim, observed: Observed) -> VictimObs | None:
     return seen
 
 
+def _broken_gang_rest(record: PlanRecord, observed: Observed) -> tuple[str, ...]:
+    """Victims still running whose gang already lost a member (only possible once Evicting)."""
+    if record.state is not State.EVICTING:
+        return ()
+    broken = {v.gang for v in record.victims if v.gang and _alive(v, observed) is None}
+    return tuple(v.uid for v in record.victims
+                 if v.gang in broken and _alive(v, observed) is not None)
+
+
 def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
     """The one thing to do next for this plan. See the module docstring for the guarantees."""
     if record.state.terminal:
         return Step(kind=StepKind.NONE)
     problem = _preemptor_problem(record, observed)
     if problem:
+        rest = _broken_gang_rest(record, observed)
+        if rest and now < record.evict_by:  # never leave a gang half-evicted
+            return Step(kind=StepKind.EVICT, victims=rest, reason=f"{problem}; evicting the "
+                        "rest of the gangs this plan already broke")
         return _transition(State.ABORTED, problem)
 
     if record.state in (State.PLANNED, State.DRAINING):
@@ -373,9 +389,9 @@ def _finite(x: int | float) -> bool:
         return False
 
 
-def _workload(v: object, err: type[ValueError]) -> str:
+def _workload(v: object, what: str, err: type[ValueError]) -> str:
     if not isinstance(v, str) or len(v) > MAX_WORKLOAD_KEY:
-        raise err(f"workload: expected a string of at most {MAX_WORKLOAD_KEY} characters")
+        raise err(f"{what}: expected a string of at most {MAX_WORKLOAD_KEY} characters")
     return v
 
 
@@ -411,13 +427,14 @@ def plan_to_annotation(r: PlanRecord) -> str:
         "placements": [{"uid": p.uid, "namespace": p.namespace, "name": p.name, "node": p.node}
                        for p in r.placements],
         "victims": [{"uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
-                     "drain": v.drain, "workload": v.workload} for v in r.victims],
+                     "drain": v.drain, "workload": v.workload, "gang": v.gang}
+                    for v in r.victims],
     }, separators=(",", ":"))
 
 
 _PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "bindBy",
               "lostGpuSeconds", "reason", "placements", "victims"}
-_VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload"}
+_VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload", "gang"}
 
 
 def plan_from_annotation(raw: str) -> PlanRecord:
@@ -455,7 +472,7 @@ def plan_from_annotation(raw: str) -> PlanRecord:
         victims.append(PlannedVictim(
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
             name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
-            workload=_workload(v["workload"], E)))
+            workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E)))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]

@@ -58,6 +58,9 @@ def obs(victims=None, *, preemptor: PreemptorObs | None = None,
 
 
 STEERED = PreemptorObs(uid="pre", node=None, steered=True)
+GANG = (PlannedVictim(uid="g0", namespace="ns", name="g-0", node="n1", drain=False, gang="g"),
+        PlannedVictim(uid="g1", namespace="ns", name="g-1", node="n1", drain=False, gang="g"),
+        PlannedVictim(uid="v2", namespace="ns", name="solo", node="n1", drain=False))
 
 CASES = [
     pytest.param(make_plan(State.PLANNED), obs(), T0, StepKind.TRANSITION, State.DRAINING, (),
@@ -126,6 +129,18 @@ CASES = [
     pytest.param(make_plan(State.EVICTING), obs([seen("v1")]), T0 + 181,
                  StepKind.TRANSITION, State.ABORTED, (),
                  id="Evicting: still blocked at evictBy aborts (PDB)"),
+    pytest.param(make_plan(State.EVICTING, victims=GANG), obs(
+                 [seen("g0", terminating=True), seen("g1"), seen("v2")], gone_preemptor=True),
+                 T0 + 1, StepKind.EVICT, None, ("g1",),
+                 id="Evicting: preemptor gone after part of a gang went: the rest of it follows"),
+    pytest.param(make_plan(State.EVICTING, victims=GANG), obs(
+                 [seen("g0", terminating=True), seen("g1"), seen("v2")], gone_preemptor=True),
+                 T0 + 181, StepKind.TRANSITION, State.ABORTED, (),
+                 id="Evicting: ... but not past evictBy"),
+    pytest.param(make_plan(State.EVICTING, victims=GANG), obs(
+                 [seen("g0"), seen("g1"), seen("v2", terminating=True)], gone_preemptor=True),
+                 T0 + 1, StepKind.TRANSITION, State.ABORTED, (),
+                 id="Evicting: preemptor gone, no gang broken: abort, evict nothing more"),
     pytest.param(make_plan(State.DONE), obs(gone_preemptor=True), T0, StepKind.NONE, None, (),
                  id="Done is terminal"),
     pytest.param(make_plan(victims=(victim(1, drain_=False),)), obs([seen("v1")]), T0,
@@ -276,13 +291,13 @@ def _mutated(**changes) -> str:
     pytest.param(_mutated(extra=1), id="unknown field"),
     pytest.param(_mutated(victims=[{"uid": "x"}]), id="victim lacks fields"),
     pytest.param(_mutated(victims=[{"uid": "a b", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": True, "workload": ""}]), id="bad uid"),
+                                    "drain": True, "workload": "", "gang": ""}]), id="bad uid"),
     pytest.param(_mutated(victims=[{"uid": "v", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": True, "workload": 7}]), id="workload not a string"),
+                                    "drain": True, "workload": 7, "gang": ""}]), id="workload not a string"),
     pytest.param(_mutated(victims=[{"uid": "v", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": "yes", "workload": ""}]), id="drain not a bool"),
+                                    "drain": "yes", "workload": "", "gang": ""}]), id="drain not a bool"),
     pytest.param(_mutated(victims=[{"uid": "pre", "namespace": "ns", "name": "x", "node": "n",
-                                    "drain": True, "workload": ""}]),
+                                    "drain": True, "workload": "", "gang": ""}]),
                  id="preemptor is its own victim"),
     pytest.param(_mutated(deadline="yesterday"), id="bad time"),
     pytest.param(_mutated(deadline="2020-01-01T00:00:00"), id="time without zone"),
