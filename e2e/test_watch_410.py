@@ -90,7 +90,7 @@ def test_cache_relists_after_a_real_410(cluster, namespace, pool, gpu_nodes, tmp
                           lambda: gone_node not in {n.metadata.name for n in
                                                     cluster.core.list_node().items})
             compacted = cluster.local.compact_etcd()
-            assert compacted > int(stale_rv)
+            assert compacted > int(stale_rv) + 1  # past where a watch from stale_rv starts
             assert _raw_watch_status(cluster, namespace, stale_rv) == 410  # really gone
             proxy.block_watches(False)
 
@@ -130,8 +130,11 @@ def test_watch_from_a_compacted_resource_version_is_gone(cluster, namespace):
     and leaves a current one watchable."""
     rv = cluster.core.list_namespaced_pod(namespace).metadata.resource_version
     assert _raw_watch_status(cluster, namespace, rv) == 200
-    cluster.core.create_namespaced_config_map(namespace, {"metadata": {"name": "bump"}})
-    cluster.local.compact_etcd()
+    # A watch from rv starts at revision rv + 1, which compaction at rv + 1 still keeps: two
+    # writes put the compaction past it.
+    for name in ("bump-1", "bump-2"):
+        cluster.core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    assert cluster.local.compact_etcd() > int(rv) + 1
     assert _raw_watch_status(cluster, namespace, rv) == 410
     fresh = cluster.core.list_namespaced_pod(namespace).metadata.resource_version
     assert _raw_watch_status(cluster, namespace, fresh) == 200
