@@ -24,7 +24,7 @@
     optOutPriorityClasses: []        # likewise, by priority class (default: nowhere)
     unknownCheckpoint: start-time    # start-time | cluster-median | assume:30m
     fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
-    fairnessPenaltySeconds: 1800     # per GPU per recent preemption, added to its cost (0: off)
+    fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
 """
 
 from __future__ import annotations

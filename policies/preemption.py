@@ -45,7 +45,7 @@ from policies.model import (
 POLICY = "checkpoint-aware"
 # The fairness guard's defaults, chosen from the simulator (README, "The simulator"): each
 # preemption of a workload within the window charges each of its GPUs this many seconds more.
-FAIRNESS_PENALTY_SECONDS = 1800.0
+FAIRNESS_PENALTY_SECONDS = 900.0
 FAIRNESS_WINDOW_SECONDS = 3600.0  # what Snapshot.recent_preemptions counts over
 
 
@@ -113,10 +113,10 @@ class _Search:
         return self.free[node]
 
     def need_on(self, pod: Pod, node) -> tuple[Resources | None, RejectReason | None]:
-        closed = node.closed
-        if closed is None and pod.nvlink is not NvlinkNeed.REQUIRED \
-                and pod.requests.fits_in(node.allocatable):
+        if not node.unschedulable and node.excluded is None and (
+                pod.nvlink is not NvlinkNeed.REQUIRED and pod.requests.fits_in(node.allocatable)):
             return pod.requests, None
+        closed = node.closed
         if closed is not None:
             return None, closed
         if not pod.requests.fits_in(node.allocatable):

@@ -205,19 +205,20 @@ class UnitBuilder:
         if got is None:
             entries, pieces, cpu, mem, gpus = [], [], 0, 0, 0
             held: dict[str, int] = {}
-            prio, now = self.priority, self.s.now
+            prio, now, recent = self.priority, self.s.now, self.recent
             for p in self.s.pods_on_node.get(node, ()):
-                if p.held is not None and not p.terminating and p.priority < prio:
-                    held[p.held] = held.get(p.held, 0) + 1
-                    continue
-                if p.gang is None:  # the common case, without the per-gang memo
-                    if cost.ineligibility(p, prio, now) is not None:
-                        continue
-                elif self.why_not(p) is not None:
+                # the common case, single pods, without the per-gang memo
+                why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
+                if why is not None:
+                    if p.held is not None and not p.terminating and p.priority < prio:
+                        held[p.held] = held.get(p.held, 0) + 1
                     continue
                 r = p.requests
-                charge = self.loss(p)[0] + self.penalty(p)
-                rate = charge / r.gpus if r.gpus else 0.0
+                if r.gpus:
+                    charge = self.loss(p)[0]
+                    rate = (charge + self.penalty(p) if recent else charge) / r.gpus
+                else:
+                    rate = 0.0
                 entries.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
                 cpu += r.cpu_milli
                 mem += r.memory_mib

@@ -21,3 +21,28 @@ def test_plan_latency_benchmark_plans_every_sample_and_reports_both_paths():
         assert 0 < doc[path]["p50"] <= doc[path]["p99"] <= doc[path]["max"]
     assert sum(k["n"] for k in doc["warm_ms_by_preemptor"].values()) == 12
     assert doc["max_rss_mib"] >= doc["rss_mib_after_imports"] > 0
+
+
+def test_fairness_benchmark_reports_every_variant_against_the_first():
+    out = subprocess.run(
+        [sys.executable, "bench/fairness.py", "--seeds", "1,2", "--scale", "0.03",
+         "--unknown", "start-time,assume:30m", "--penalties", "0,900", "--jobs", "1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    variants = [(v["unknown_checkpoint"], v["fairness_penalty_seconds"]) for v in doc["variants"]]
+    assert variants == [("start-time", 0.0), ("start-time", 900.0), ("assume:30m", 0.0),
+                        ("assume:30m", 900.0)]
+    assert len(doc["runs"]) == 2 * (1 + 4)
+    first, *rest = doc["variants"]
+    assert "paired_difference" not in first["lost_gpu_hours"]
+    for v in rest:
+        lost = v["lost_gpu_hours"]
+        lo, hi = lost["ci95"]
+        assert lo <= lost["mean"] <= hi and "paired_difference" in lost
+        assert len(v["max_preemptions_per_workload"]["per_seed"]) == 2
+    for r in doc["runs"]:
+        assert r["plans_invalid"] == 0
+        assert sum(int(n) * k for n, k in r["preemptions_per_workload"].items()) >= r[
+            "preemptions"]
