@@ -45,6 +45,7 @@ from tenacity import (
 )
 
 from controller.convert import ADMISSION_GATE, PodInfo
+from policies import annotations as ann
 from policies import lifecycle
 
 log = logging.getLogger("ckpt_preempt.actions")
@@ -52,7 +53,7 @@ audit = logging.getLogger("ckpt_preempt.audit")
 COMPONENT = "ckpt-preempt.io/controller"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-RESERVED_TAINT = "ckpt-preempt.io/reserved"
+RESERVED_TAINT = ann.RESERVED_TAINT
 MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every stored plan
 PLAN_STATE_LABEL = "ckpt-preempt.io/plan-state"
 PLAN_PREFIX = "ckpt-plan-"  # ConfigMap name = prefix + plan id
