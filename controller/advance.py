@@ -32,7 +32,7 @@ from controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from controller.metrics import Metrics
 from controller.plans import PlanBook
 from policies import annotations as ann
-from policies import lifecycle
+from policies import lifecycle, preemption
 from policies.lifecycle import Mode, PlanRecord, State, StepKind
 
 log = logging.getLogger("ckpt_preempt.advance")
@@ -65,26 +65,6 @@ class World:
     now: float
 
 
-def gang_pdb_problem(r: PlanRecord, world: World, gang_of: Callable[[PodInfo], str | None]
-                     ) -> str | None:
-    """Why evicting this plan's remaining victims could leave a gang half-evicted under the
-    live PDBs: a PDB covering a gang member allows fewer disruptions than the plan's victims
-    it covers. None when every gang can go whole."""
-    alive = [world.by_uid[v.uid] for v in r.victims
-             if v.uid in world.by_uid and not world.by_uid[v.uid].deleting]
-    gangs = {p.uid for p in alive if gang_of(p)}
-    for b in world.pdbs:
-        covered = [p for p in alive if p.namespace == b.namespace and (
-            b.has_expressions or all(p.labels.get(k) == v for k, v in b.match_labels.items()))]
-        if b.has_expressions and not any(p.uid in gangs for p in covered):
-            continue
-        if any(p.uid in gangs for p in covered) and b.disruptions_allowed < len(covered):
-            return (f"PodDisruptionBudget {b.namespace}/{b.name} allows "
-                    f"{b.disruptions_allowed} disruption(s) but the plan would evict "
-                    f"{len(covered)} covered pod(s) of a gang; evicting part of it is refused")
-    return None
-
-
 class PlanStepper:
     """Advances stored plans; one instance per reconciler (shares its memory)."""
 
@@ -115,8 +95,14 @@ class PlanStepper:
                 evictable=m.preemptible and world.now - m.start_time >= m.min_runtime)
         return lifecycle.LiveState(pods=pods, nodes=frozenset(world.nodes))
 
-    def gang_of(self, p: PodInfo) -> str | None:
-        return self._model(p, 0.0).gang
+    def gang_pdb_problem(self, r: PlanRecord, world: World) -> str | None:
+        """``policies.preemption.gang_pdb_problem`` on the live PDBs and this plan's victims."""
+        victims = [world.by_uid[v.uid] for v in r.victims if v.uid in world.by_uid]
+        conv = convert.snapshot(now=world.now, pods=victims, pdbs=world.pdbs, scope=self.scope,
+                                limits=self.limits,
+                                nodes=[world.nodes[p.node] for p in victims
+                                       if p.node in world.nodes])
+        return preemption.gang_pdb_problem(conv.snapshot, [p.uid for p in victims])
 
     def observe(self, r: PlanRecord, world: World) -> lifecycle.Observed:
         victims = {}
@@ -175,7 +161,7 @@ class PlanStepper:
             elif step.kind is StepKind.EVICT:
                 first = not any((r.id, v.uid) in self.mem.evicted or v.uid not in world.by_uid
                                 or world.by_uid[v.uid].deleting for v in r.victims)
-                blocked = gang_pdb_problem(r, world, self.gang_of) if first else None
+                blocked = self.gang_pdb_problem(r, world) if first else None
                 if blocked:
                     self.abort(r, rv, blocked, world, block_victims=True)
                     return

@@ -89,6 +89,14 @@ class PlanBook:
         return sorted(plans.values(), key=lambda s: (s.record.created, s.record.id)), bad
 
 
+    def with_own_writes(self, stored: list[Stored]) -> list[Stored]:
+        """`stored` with what this process wrote since it was loaded (no re-parsing)."""
+        known = {s.record.id for s in stored}
+        out = [self._mine.get(s.record.id, s) for s in stored]
+        out += [m for plan_id, m in self._mine.items() if plan_id not in known]
+        return sorted(out, key=lambda s: (s.record.created, s.record.id))
+
+
 def restriction(active: Iterable[PlanRecord], blocked: Mapping[str, float],
                 now: float) -> Restriction:
     active = list(active)

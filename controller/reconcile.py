@@ -127,7 +127,7 @@ class Reconciler:
         else:
             for s in stored:
                 self._run_guarded(s.record.id, self._step_stored, s, world)
-        stored, _ = self.book.load(self.cache.plans.items())  # with this pass's writes
+        stored = self.book.with_own_writes(stored)  # with this pass's writes
         self._plan_new(pods, world, [s.record for s in stored], now)
         if now - self._pruned > PRUNE_SECONDS:
             self._prune(world.by_uid, stored, now)

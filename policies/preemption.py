@@ -466,7 +466,8 @@ def gang_pdb_problem(snapshot: Snapshot, victim_uids: Iterable[str]) -> str | No
         gangs = sorted({p.gang for p in covered if p.gang})
         if gangs and len(covered) > b.disruptions_allowed:
             problems.append(
-                f"PDB {b.namespace}/{b.name} allows {b.disruptions_allowed} disruption(s) but "
-                f"covers {len(covered)} victim(s), of gang(s) {', '.join(gangs)}"
+                f"PodDisruptionBudget {b.namespace}/{b.name} allows {b.disruptions_allowed} "
+                f"disruption(s) but covers {len(covered)} victim(s), of gang(s) "
+                f"{', '.join(gangs)}"
             )
     return "; ".join(problems) or None
