@@ -13,7 +13,7 @@ import statistics
 import time
 from importlib import resources
 
-from policies.sim import engine, report, trace, workload
+from policies.sim import planners, report, trace, workload
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     started = time.monotonic()
     for seed in (int(s) for s in args.seeds.split(",")):
         params = workload.WorkloadParams(seed=seed, scale=args.scale)
-        cmp = report.compare(pods, nodes, params, engine.POLICIES, clock=time.perf_counter)
+        cmp = report.compare(pods, nodes, params, planners.POLICIES, clock=time.perf_counter)
         by = {r.policy: r for r in cmp.results}
         per_seed.append({
             "seed": seed,

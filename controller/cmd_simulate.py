@@ -14,7 +14,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from policies.sim import engine, report, trace, workload
+from policies.sim import engine, planners, report, trace, workload
 
 NAME = "simulate"
 HELP = "what-if replay of a GPU trace under each preemption policy"
@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = engine.SimConfig()
     p.add_argument("--pods", type=Path, help="pod trace in openb CSV format (default: bundled)")
     p.add_argument("--nodes", type=Path, help="node list in openb CSV format (default: bundled)")
-    p.add_argument("--policies", default=",".join(engine.POLICIES),
-                   help=f"comma-separated, from {', '.join(engine.POLICIES)}")
+    p.add_argument("--policies", default=",".join(planners.POLICIES),
+                   help=f"comma-separated, from {', '.join(planners.POLICIES)}")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--scale", type=float, default=d.scale,
                    help="share of nodes and pods simulated, 0 < s <= 1 (default %(default)s)")
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
         for name in policies:
-            engine.planner_for(name, 1.0)
+            planners.planner_for(name, 1.0)
         params = _params(args)
         pods = trace.parse_pods(_read(args.pods, BUNDLED_PODS))
         nodes = trace.parse_nodes(_read(args.nodes, BUNDLED_NODES))

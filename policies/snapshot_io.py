@@ -46,10 +46,17 @@ class SnapshotError(ValueError):
     """The document is not a valid snapshot; the message names the field."""
 
 
+_EARLIEST_TIME = -62135596800  # 0001-01-01T00:00:00Z in Unix seconds
+_LATEST_TIME = 253402300799  # 9999-12-31T23:59:59Z
+
+
 def _time(value: Any, where: str) -> float:
     if isinstance(value, bool):
         raise SnapshotError(f"{where}: expected a time, got {value!r}")
     if isinstance(value, int | float):
+        # A time datetime can print (years 1-9999); anything else, NaN included, is not a time.
+        if not _EARLIEST_TIME <= value <= _LATEST_TIME:
+            raise SnapshotError(f"{where}: time {value!r} is out of range")
         return float(value)
     if isinstance(value, str):
         try:

@@ -49,6 +49,8 @@ class Member:
     cpu_milli: int
     memory_mib: int
     gpus: int
+    gpu_milli: int = 0  # a share of one GPU (0 < m < 1000) when gpus == 1 and it is fractional
+    gpu_spec: str = ""  # GPU models it may run on, "|"-separated as in openb; "" any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +66,8 @@ class Job:
     interval: float | None  # periodic checkpoint interval, seconds
     checkpoint_seconds: float | None
     reports: bool = True  # its pods carry last-checkpoint (False: it checkpoints silently)
+    restore_seconds: float | None = None  # restart/restore time after eviction; None: SimConfig
+    done_before: float = 0.0  # seconds it had run before the replay began (pre-filled jobs)
 
     @property
     def gpus(self) -> int:
@@ -87,6 +91,8 @@ class Workload:
     window: float  # arrival window after compression, seconds
     capacity_gpus: int
     params: WorkloadParams
+    warmup: float = 0.0  # seconds from the start whose losses and waits are not measured
+    protocol: str = "stress"  # stress (a), replay (b) or steady (c)
 
 
 def _demand(gpus: int, arrival: float, duration: float, window: float) -> float:

@@ -3,7 +3,7 @@
 import pytest
 
 from policies.model import CheckpointMode
-from policies.sim import engine, report, workload
+from policies.sim import engine, planners, report, workload
 from policies.sim.trace import TraceNode, TracePod
 
 HOUR = 3600.0
@@ -32,12 +32,12 @@ PARAMS = workload.WorkloadParams(seed=3, scale=1.0, load=0.2, window_hours=12, g
 
 @pytest.fixture(scope="module")
 def comparison():
-    return report.compare(background_then_burst(), nodes(), PARAMS, engine.POLICIES)
+    return report.compare(background_then_burst(), nodes(), PARAMS, planners.POLICIES)
 
 
 def test_same_workload_for_every_policy_and_high_pods_preempt(comparison):
     by = {r.policy: r for r in comparison.results}
-    assert set(by) == set(engine.POLICIES)
+    assert set(by) == set(planners.POLICIES)
     for r in by.values():
         assert r.preemptions > 0, r.policy
         assert r.plans_invalid == 0, r.policy
@@ -94,7 +94,7 @@ def test_workload_is_deterministic_and_reports_its_load():
 
 def test_unknown_policy_and_bad_scale_are_clear_errors():
     with pytest.raises(ValueError, match="unknown policy 'fifo'"):
-        engine.planner_for("fifo", 600)
+        planners.planner_for("fifo", 600)
     with pytest.raises(ValueError, match="scale must be in"):
         workload.scale_down([], [], workload.WorkloadParams(scale=0))
 
