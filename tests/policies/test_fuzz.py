@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from policies import annotations as ann
@@ -93,6 +93,9 @@ def test_malformed_metadata_is_never_cheaper_nor_protective(labels, annotations,
                                  "match_expressions", "disruptions_allowed", "owner_uid"]),
                                 inner, max_size=5)),
     max_leaves=12))
+@example(doc={"now": 10**20})  # once an OverflowError, found by CI
+@example(doc={"now": float("nan")})
+@example(doc={"now": 0, "pods": [{"start_time": -(10**18)}]})
 def test_snapshot_documents_fail_only_with_a_snapshot_error(doc):
     with contextlib.suppress(snapshot_io.SnapshotError):
         snapshot_io.from_dict(doc)
