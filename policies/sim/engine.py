@@ -66,6 +66,13 @@ class PolicyResult:
     workloads_preempted: int  # jobs preempted at least once
     preemptions_per_workload: Mapping[int, int]  # times preempted -> jobs preempted that often
     victim_jobs_unreported: int  # preempted jobs (counted per preemption) reporting no checkpoint
+    # lost_gpu_hours = lost_work_gpu_hours + restart_gpu_hours (the total a policy is charged)
+    lost_work_gpu_hours: float = 0.0  # unsaved work (and drain checkpoint time) only
+    restart_gpu_hours: float = 0.0  # GPUs idle while evicted jobs restart and restore
+    delay_gpu_hours: float = 0.0  # preemptor GPUs x extra wait a drain imposes over a plain kill
+    eviction_losses: tuple[float, ...] = field(default=(), repr=False)  # GPU-h per victim job
+    drains_failed: int = 0  # drain requests that ended without a checkpoint
+    drains_overrun: int = 0  # drains whose checkpoint took longer than estimated
     lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
 
 
@@ -403,5 +410,6 @@ class Simulation:
             workloads_preempted=len(self.preempted),
             preemptions_per_workload=dict(sorted(times.items())),
             victim_jobs_unreported=self.counts["unreported"],
+            lost_work_gpu_hours=self.lost / 3600,
             lost_series=tuple(self.series),
         )
