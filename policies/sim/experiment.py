@@ -1,0 +1,267 @@
+"""Seeds × policies for one experimental cell, summarised with medians and bootstrap intervals.
+
+A cell is one (workload, protocol, utilisation) point, with the simulator's costs as
+``SimConfig`` says; an ablation is the same cell with one cost turned off. Every seed builds
+one workload that every policy replays, so per-seed values are paired. The summary names the
+**strongest baseline** (of ``planners.BASELINES``, the one with the lowest median lost GPU-hours
+in the cell) and gives every policy's lost work ÷ that baseline's and ÷ kube-default's as the
+median of per-seed ratios with a 95 % bootstrap interval over seeds. The strongest baseline is
+picked on the same seeds it is compared on, which favours the baseline, never our policies.
+
+Pure: the caller injects the trace (pods and nodes), a clock for plan latency, a progress
+callback and, to run seeds in parallel, a ``map`` over ``run_seed`` tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from policies.sim import stats
+from policies.sim.engine import PolicyResult, SimConfig, Simulation
+from policies.sim.trace import TraceNode, TracePod
+from policies.sim.workload import Workload, WorkloadParams, generate, scale_down
+
+try:
+    from policies.sim.planners import BASELINES
+except ImportError:  # until planners names its baselines
+    BASELINES = ("kube-default",)
+
+KUBE_DEFAULT = "kube-default"
+DEFAULT_SCALE = 0.25  # share of the openb cluster and trace simulated
+
+# One cost removed at a time (and all of them), to show which one limits the ratio.
+ABLATIONS: Mapping[str, Mapping[str, float]] = {
+    "restore cost off": {"restore_seconds": 0.0},
+    "report lag/jitter off": {"report_lag_seconds": 0.0, "report_jitter_seconds": 0.0},
+    "drain failures off": {"drain_failure_share": 0.0, "drain_overrun_share": 0.0},
+    "all costs off": {
+        "restore_seconds": 0.0, "report_lag_seconds": 0.0, "report_jitter_seconds": 0.0,
+        "drain_failure_share": 0.0, "drain_overrun_share": 0.0,
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One experimental point; ``params`` overrides the generator's (its seed is replaced)."""
+
+    workload: str = "openb"
+    protocol: str = "stress"
+    utilisation: float = 1.0  # the steady protocol's target; the others ignore it
+    scale: float = DEFAULT_SCALE
+    params: WorkloadParams | None = None
+    config: SimConfig = SimConfig()
+    ablation: str = ""  # "" for the cell as configured, else a key of ABLATIONS
+
+    @property
+    def label(self) -> str:
+        name = f"{self.workload}/{self.protocol}"
+        if self.protocol == "steady":
+            name += f"@{self.utilisation:g}"
+        return f"{name} ({self.ablation})" if self.ablation else name
+
+    def describe(self) -> dict:
+        return {"workload": self.workload, "protocol": self.protocol,
+                "utilisation": self.utilisation, "scale": self.scale,
+                "ablation": self.ablation, "sim": asdict(self.config)}
+
+
+def ablate(cell: Cell, name: str, overrides: Mapping[str, float] | None = None) -> Cell:
+    """``cell`` with the costs of ablation ``name`` turned off."""
+    changes = ABLATIONS[name] if overrides is None else overrides
+    known = {f.name for f in fields(SimConfig)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ValueError(f"ablation {name!r}: SimConfig has no {', '.join(unknown)}")
+    return replace(cell, config=replace(cell.config, **changes), ablation=name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One policy on one seed's workload."""
+
+    seed: int
+    result: PolicyResult
+    workload: Mapping[str, float | int | str] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> str:
+        return self.result.policy
+
+
+def workload_facts(w: Workload, nodes: int) -> dict:
+    """What a reader needs to judge a workload: size, how synthetic, how compressed."""
+    pods = sum(len(j.members) for j in w.jobs)
+    return {
+        "jobs": len(w.jobs), "pods": pods,
+        "gang_jobs": sum(j.is_gang for j in w.jobs),
+        "high_priority_jobs": sum(j.high for j in w.jobs),
+        "synthetic_pod_share": round(w.extra_pods / pods, 4) if pods else 0.0,
+        "time_compression": round(w.compress, 2),
+        "offered_load": round(w.offered_load, 4),
+        "window_hours": round(w.window / 3600, 3),
+        "warmup_hours": round(w.warmup / 3600, 3),
+        "protocol": w.protocol, "nodes": nodes, "gpus": w.capacity_gpus,
+    }
+
+
+def build(cell: Cell, seed: int, pods: list[TracePod], nodes: list[TraceNode]
+          ) -> tuple[Workload, list[TraceNode]]:
+    """The seed's workload for ``cell`` and the nodes it runs on."""
+    base = cell.params or WorkloadParams(scale=cell.scale)
+    params = replace(base, seed=seed, scale=cell.scale)
+    try:
+        from policies.sim import protocols
+    except ImportError:  # the protocols module is not there yet: stress on openb only
+        if cell.protocol != "stress":
+            raise ValueError(f"protocol {cell.protocol!r} is not available") from None
+        pods, nodes = scale_down(pods, nodes, params)
+        return generate(pods, nodes, params), nodes
+    return protocols.build(workload=cell.workload, protocol=cell.protocol, seed=seed, pods=pods,
+                           nodes=nodes, scale=cell.scale, utilisation=cell.utilisation,
+                           params=params)
+
+
+def run_seed(
+    cell: Cell, seed: int, policies: Sequence[str], pods: list[TracePod],
+    nodes: list[TraceNode], clock: Callable[[], float] | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[Run]:
+    """Every policy on the seed's workload, in ``policies`` order."""
+    w, used = build(cell, seed, pods, nodes)
+    facts = workload_facts(w, len(used))
+    runs = []
+    for name in policies:
+        tick = (lambda f, name=name: progress(name, f)) if progress else None
+        result = Simulation(w, used, name, cell.config, clock, tick).run()
+        runs.append(Run(seed=seed, result=result, workload=facts))
+    return runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySummary:
+    policy: str
+    lost: stats.Estimate  # lost GPU-hours (lost work + restart), median over seeds
+    lost_work: float  # medians over seeds of the split, GPU-hours
+    restart: float
+    delay: float
+    preemptions: float  # medians over seeds
+    evictions: float  # pods evicted
+    gangs_broken: float
+    eviction_loss_p50: float  # GPU-hours per evicted job, pooled over seeds
+    eviction_loss_p99: float
+    eviction_loss_max: float
+    max_preemptions_per_workload: int  # the most any one job suffered, over all seeds
+    drains_failed: int  # totals over seeds
+    drains_overrun: int
+    plans_invalid: int
+    high_jobs_waiting: int
+    vs_strongest: stats.Estimate | None  # lost ÷ the strongest baseline's, paired per seed
+    vs_kube_default: stats.Estimate | None
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items()
+               if k not in {"lost", "vs_strongest", "vs_kube_default"}}
+        out["lost_gpu_hours"] = self.lost.as_dict(3)
+        for key in ("vs_strongest", "vs_kube_default"):
+            est = getattr(self, key)
+            out[f"ratio_{key}"] = est.as_dict(4) if est else None
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellResult:
+    cell: Cell
+    seeds: tuple[int, ...]
+    strongest_baseline: str | None
+    policies: tuple[PolicySummary, ...]
+    runs: tuple[Run, ...] = field(repr=False)
+
+    def summary_of(self, policy: str) -> PolicySummary | None:
+        return next((p for p in self.policies if p.policy == policy), None)
+
+    def as_dict(self) -> dict:
+        return {
+            "cell": self.cell.label, **self.cell.describe(), "seeds": list(self.seeds),
+            "strongest_baseline": self.strongest_baseline,
+            "workload_per_seed": {r.seed: dict(r.workload) for r in self.runs},
+            "policies": [p.as_dict() for p in self.policies],
+        }
+
+
+def _lost_by_seed(runs: Iterable[Run], policy: str) -> dict[int, float]:
+    return {r.seed: r.result.lost_gpu_hours for r in runs if r.policy == policy}
+
+
+def strongest(runs: Sequence[Run], baselines: Sequence[str]) -> str | None:
+    """The baseline with the lowest median lost GPU-hours (ties: the first in ``baselines``)."""
+    medians = [(stats.median(list(lost.values())), i, b) for i, b in enumerate(baselines)
+               if (lost := _lost_by_seed(runs, b))]
+    return min(medians)[2] if medians else None
+
+
+def _ratio(runs: Sequence[Run], policy: str, base: str | None, resamples: int, seed: int
+           ) -> stats.Estimate | None:
+    if base is None:
+        return None
+    mine, theirs = _lost_by_seed(runs, policy), _lost_by_seed(runs, base)
+    paired = sorted(set(mine) & set(theirs))
+    return stats.bootstrap_ratio([mine[s] for s in paired], [theirs[s] for s in paired],
+                                 seed=seed, resamples=resamples)
+
+
+def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamples: int,
+                      seed: int) -> PolicySummary:
+    mine = [r.result for r in runs if r.policy == policy]
+    losses = [x for r in mine for x in r.eviction_losses]
+
+    def med(key: str) -> float:
+        return stats.median([float(getattr(r, key)) for r in mine])
+
+    return PolicySummary(
+        policy=policy,
+        lost=stats.bootstrap_median([r.lost_gpu_hours for r in mine], seed=seed,
+                                    resamples=resamples),
+        lost_work=med("lost_work_gpu_hours"), restart=med("restart_gpu_hours"),
+        delay=med("delay_gpu_hours"), preemptions=med("preemptions"), evictions=med("victims"),
+        gangs_broken=med("gangs_broken"),
+        eviction_loss_p50=stats.percentile(losses, 50) if losses else 0.0,
+        eviction_loss_p99=stats.percentile(losses, 99) if losses else 0.0,
+        eviction_loss_max=max(losses, default=0.0),
+        max_preemptions_per_workload=max(r.max_preemptions_per_workload for r in mine),
+        drains_failed=sum(r.drains_failed for r in mine),
+        drains_overrun=sum(r.drains_overrun for r in mine),
+        plans_invalid=sum(r.plans_invalid for r in mine),
+        high_jobs_waiting=sum(r.high_jobs_waiting for r in mine),
+        vs_strongest=_ratio(runs, policy, base, resamples, seed),
+        vs_kube_default=_ratio(runs, policy, KUBE_DEFAULT, resamples, seed),
+    )
+
+
+def summarise(cell: Cell, runs: Sequence[Run], *, baselines: Sequence[str] | None = None,
+              resamples: int = stats.RESAMPLES, seed: int = 0) -> CellResult:
+    """The cell's table: policies in the order they first appear in ``runs``."""
+    if not runs:
+        raise ValueError("no runs to summarise")
+    order = list(dict.fromkeys(r.policy for r in runs))
+    base = strongest(runs, BASELINES if baselines is None else baselines)
+    return CellResult(
+        cell=cell, seeds=tuple(sorted({r.seed for r in runs})), strongest_baseline=base,
+        policies=tuple(_summarise_policy(runs, p, base, resamples, seed) for p in order),
+        runs=tuple(runs),
+    )
+
+
+def run_cell(
+    cell: Cell, seeds: Sequence[int], policies: Sequence[str], pods: list[TracePod],
+    nodes: list[TraceNode], *, clock: Callable[[], float] | None = None,
+    progress: Callable[[int, str, float], None] | None = None,
+    resamples: int = stats.RESAMPLES,
+) -> CellResult:
+    """Every seed in turn (``progress(seed, policy, fraction)``), then the summary."""
+    runs: list[Run] = []
+    for s in seeds:
+        tick = (lambda p, f, s=s: progress(s, p, f)) if progress else None
+        runs.extend(run_seed(cell, s, policies, pods, nodes, clock, tick))
+    return summarise(cell, runs, resamples=resamples)
