@@ -1,11 +1,18 @@
-"""Run several policies on one seeded workload and compare them side by side."""
+"""Compare policies: one seed side by side (``compare``), and a cell's table over seeds.
+
+``cell_table`` lays a ``experiment.CellResult`` out as rows of metrics by columns of
+policies; ``format_cell`` renders it as text, ``markdown_cell`` as a markdown table. With more
+than one seed, lost GPU-hours and ratios show the median and its 95 % bootstrap interval.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from policies.sim import stats
 from policies.sim.engine import PolicyResult, SimConfig, Simulation
+from policies.sim.experiment import CellResult, PolicySummary
 from policies.sim.trace import TraceNode, TracePod
 from policies.sim.workload import Workload, WorkloadParams, generate, scale_down
 
@@ -68,3 +75,82 @@ def compare(
         tick = (lambda f, name=name: progress(name, f)) if progress else None
         results.append(Simulation(workload, nodes, name, config, clock, tick).run())
     return Comparison(workload=workload, nodes=len(nodes), config=config, results=tuple(results))
+
+
+def _estimate(e: stats.Estimate | None, fmt: str, intervals: bool) -> str:
+    if e is None:
+        return "-"
+    if not intervals or e.n < 2:
+        return fmt.format(e.median)
+    return f"{fmt.format(e.median)} [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+
+
+def _rows(base: str | None) -> tuple[tuple[str, Callable[[PolicySummary, bool], str]], ...]:
+    return (
+        ("lost GPU-h", lambda p, ci: _estimate(p.lost, "{:.1f}", ci)),
+        (f"÷ strongest baseline ({base or 'none'})",
+         lambda p, ci: _estimate(p.vs_strongest, "{:.2f}", ci)),
+        ("÷ kube-default", lambda p, ci: _estimate(p.vs_kube_default, "{:.2f}", ci)),
+        ("  lost work GPU-h", lambda p, ci: f"{p.lost_work:.1f}"),
+        ("  restart GPU-h", lambda p, ci: f"{p.restart:.1f}"),
+        ("preemptor delay GPU-h", lambda p, ci: f"{p.delay:.1f}"),
+        ("preemptions", lambda p, ci: f"{p.preemptions:g}"),
+        ("pods evicted", lambda p, ci: f"{p.evictions:g}"),
+        ("loss per eviction p50/p99/max", lambda p, ci: (
+            f"{p.eviction_loss_p50:.2f}/{p.eviction_loss_p99:.1f}/{p.eviction_loss_max:.1f}")),
+        ("max preemptions of one job", lambda p, ci: str(p.max_preemptions_per_workload)),
+        ("gangs broken", lambda p, ci: f"{p.gangs_broken:g}"),
+        ("drains failed/overran", lambda p, ci: f"{p.drains_failed}/{p.drains_overrun}"),
+        ("invalid plans", lambda p, ci: str(p.plans_invalid)),
+    )
+
+
+def cell_table(result: CellResult) -> tuple[list[str], list[list[str]]]:
+    """Header (policies) and rows (a label, then one value per policy)."""
+    intervals = len(result.seeds) > 1
+    header = ["", *(p.policy for p in result.policies)]
+    rows = [[label, *(cell(p, intervals) for p in result.policies)]
+            for label, cell in _rows(result.strongest_baseline)]
+    return header, rows
+
+
+def workload_line(result: CellResult) -> str:
+    """The cell's workload in one line: medians over its seeds."""
+    facts = {r.seed: r.workload for r in result.runs}.values()
+    if not facts or not all(facts):
+        return f"{result.cell.label}: {len(result.seeds)} seed(s)"
+
+    def med(key: str) -> float:
+        return stats.median([float(f[key]) for f in facts])
+
+    first = next(iter(facts))
+    return (
+        f"{result.cell.label}: {len(result.seeds)} seed(s); median {med('jobs'):g} jobs "
+        f"({med('high_priority_jobs'):g} high priority, {med('gang_jobs'):g} gangs) on "
+        f"{first['nodes']} nodes / {first['gpus']} GPUs; offered load {med('offered_load'):.2f}"
+        f" over {med('window_hours'):g} h (warm-up {med('warmup_hours'):g} h), "
+        f"{med('synthetic_pod_share'):.0%} of pods resampled, trace time compressed "
+        f"{med('time_compression'):g}x"
+    )
+
+
+def format_cell(result: CellResult) -> str:
+    header, rows = cell_table(result)
+    widths = [max(len(r[i]) for r in [header, *rows]) + 2 for i in range(len(header))]
+    widths[0] -= 2
+    lines = [workload_line(result), ""]
+    for r in [header, *rows]:
+        lines.append(r[0].ljust(widths[0]) + "".join(
+            v.rjust(w) for v, w in zip(r[1:], widths[1:], strict=True)))
+    if len(result.seeds) > 1:
+        lines.append("")
+        lines.append("[a, b]: 95 % bootstrap interval of the median over seeds; ratios are "
+                     "medians of per-seed ratios")
+    return "\n".join(lines)
+
+
+def markdown_cell(result: CellResult) -> str:
+    header, rows = cell_table(result)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines.extend("| " + " | ".join(r) + " |" for r in rows)
+    return "\n".join(lines)
