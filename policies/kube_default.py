@@ -6,6 +6,8 @@ Mirrors kubernetes/kubernetes ``pkg/scheduler/framework/preemption/preemption.go
 ``pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go``
 (``SelectVictimsOnNode``, ``calculateNumCandidates``, ``GetOffsetAndNumCandidates``), as of the
 v1.3x releases. It knows nothing of checkpoints, gangs, opt-outs or NVLink: that is the point.
+The candidate walk is the shared driver (``policies.candidates``); ``NodePlugin`` is this
+policy's plugin to it.
 
 Differences from upstream, all deliberate: candidate nodes are tried one at a time rather than
 by 16 parallel workers (upstream's early stop is racy; ours is deterministic), the random
@@ -19,11 +21,12 @@ pods another plan holds (``Pod.held``) are left out, as the planner leaves them 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from policies import cost
+from policies import candidates, cost
 from policies.model import (
+    Node,
     NodeRejection,
     Placement,
     Plan,
@@ -102,8 +105,14 @@ def select_victims_on_node(
 
 
 def num_candidates(nodes: int, cfg: KubeDefaultConfig) -> int:
-    n = nodes * cfg.min_candidate_nodes_percentage // 100
-    return min(max(n, cfg.min_candidate_nodes_absolute), nodes)
+    return candidates.num_candidates(nodes, sampling(cfg))
+
+
+def sampling(cfg: KubeDefaultConfig) -> candidates.Sampling:
+    return candidates.Sampling(
+        min_candidate_nodes_percentage=cfg.min_candidate_nodes_percentage,
+        min_candidate_nodes_absolute=cfg.min_candidate_nodes_absolute,
+    )
 
 
 def node_choice_key(victims: Sequence[Pod], n_violating: int, now: float, order: int) -> tuple:
@@ -124,11 +133,64 @@ def node_choice_key(victims: Sequence[Pod], n_violating: int, now: float, order:
     )
 
 
+# (victims ordered most important first, PDB-violating victims) on one node, or None
+SelectVictims = Callable[
+    [Pod, Sequence[Pod], Resources, Sequence[PodDisruptionBudget], float],
+    tuple[list[Pod], int] | None,
+]
+# (node, victims, PDB-violating victims, walk step)
+Candidate = tuple[str, list[Pod], int, int]
+
+
+class NodePlugin:
+    """DefaultPreemption as a plugin of the candidate driver, for one preemptor pod.
+
+    ``select`` chooses the victims on a node (``select_victims_on_node`` here; kube-workload
+    passes its unit-aware variant); ``gone`` are pods an earlier member's victims already
+    took, ``free`` the capacity as earlier members left it."""
+
+    def __init__(
+        self, snapshot: Snapshot, pod: Pod, free: dict[str, Resources], gone: set[str],
+        rng: random.Random, rejections: list[NodeRejection], select: SelectVictims,
+    ) -> None:
+        self.s, self.pod, self.free, self.gone = snapshot, pod, free, gone
+        self.rng, self.rejections, self.select = rng, rejections, select
+
+    def potential(self, node: Node) -> bool:
+        if node.closed is not None:
+            self.rejections.append(NodeRejection(node=node.name, reason=node.closed))
+            return False
+        if not self.pod.requests.fits_in(node.allocatable):
+            self.rejections.append(NodeRejection(node=node.name, reason=RejectReason.TOO_SMALL))
+            return False
+        return True
+
+    def offset(self, nodes: int) -> int:
+        return self.rng.randrange(nodes)  # upstream: rand.Int31n(len(potentialNodes))
+
+    def select_victims(self, node: Node, step: int, index: int) -> Candidate | None:
+        on_node = [p for p in self.s.pods_on_node.get(node.name, ()) if p.uid not in self.gone]
+        got = self.select(self.pod, on_node, self.free[node.name], self.s.pdbs, self.s.now)
+        if got is None or not got[0]:
+            self.rejections.append(
+                NodeRejection(node=node.name, reason=RejectReason.NOT_ENOUGH_PREEMPTIBLE)
+            )
+            return None
+        return node.name, got[0], got[1], step
+
+    def violates_pdb(self, candidate: Candidate) -> bool:
+        return candidate[2] > 0
+
+    def pick(self, found: Sequence[Candidate]) -> Candidate | None:
+        now = self.s.now
+        return min(found, key=lambda c: node_choice_key(c[1], c[2], now, c[3]), default=None)
+
+
 def _place_one(
     snapshot: Snapshot, pod: Pod, free: dict[str, Resources], gone: set[str],
     cfg: KubeDefaultConfig, rng: random.Random, rejections: list[NodeRejection],
+    select: SelectVictims,
 ) -> tuple[str, list[Pod], int] | None:
-    now = snapshot.now
     fits = [
         n for n in snapshot.nodes
         if n.closed is None and pod.requests.fits_in(free[n.name])
@@ -136,37 +198,11 @@ def _place_one(
     if fits:  # no preemption needed: the scheduler would simply bind it
         best = min(fits, key=lambda n: (free[n.name].gpus - pod.gpus, n.name))
         return best.name, [], 0
-    potential = []
-    for n in snapshot.nodes:
-        if n.closed is not None:
-            rejections.append(NodeRejection(node=n.name, reason=n.closed))
-        elif not pod.requests.fits_in(n.allocatable):
-            rejections.append(NodeRejection(node=n.name, reason=RejectReason.TOO_SMALL))
-        else:
-            potential.append(n)
-    if not potential:
+    plugin = NodePlugin(snapshot, pod, free, gone, rng, rejections, select)
+    chosen, _ = candidates.preempt(plugin, snapshot.nodes, sampling(cfg))
+    if chosen is None:
         return None
-    offset = rng.randrange(len(potential))
-    want = num_candidates(len(potential), cfg)
-    non_violating, violating = [], []
-    for i in range(len(potential)):
-        node = potential[(offset + i) % len(potential)]
-        on_node = [p for p in snapshot.pods_on_node.get(node.name, ()) if p.uid not in gone]
-        got = select_victims_on_node(pod, on_node, free[node.name], snapshot.pdbs, now)
-        if got is None or not got[0]:
-            rejections.append(
-                NodeRejection(node=node.name, reason=RejectReason.NOT_ENOUGH_PREEMPTIBLE)
-            )
-            continue
-        (violating if got[1] else non_violating).append((node.name, *got, i))
-        if non_violating and len(non_violating) + len(violating) >= want:
-            break
-    candidates = non_violating + violating
-    if not candidates:
-        return None
-    name, victims, n_violating, _ = min(
-        candidates, key=lambda c: node_choice_key(c[1], c[2], now, c[3])
-    )
+    name, victims, n_violating, _ = chosen
     return name, victims, n_violating
 
 
@@ -174,6 +210,17 @@ def plan(
     snapshot: Snapshot, preemptor: Sequence[Pod], config: KubeDefaultConfig = KubeDefaultConfig()
 ) -> Plan:
     """What kube-scheduler would do: each member preempts on its own (it knows no gangs)."""
+    return plan_each_member(snapshot, preemptor, config, policy=POLICY,
+                            select=select_victims_on_node, groups=victim_groups)
+
+
+def plan_each_member(
+    snapshot: Snapshot, preemptor: Sequence[Pod], config: KubeDefaultConfig, *, policy: str,
+    select: SelectVictims,
+    groups: Callable[[Snapshot, Sequence[Pod]], tuple[VictimGroup, ...]],
+) -> Plan:
+    """Each member, largest first, preempts on its own node as DefaultPreemption does, with
+    ``select`` choosing the victims on a node and ``groups`` charging them."""
     now = snapshot.now
     rng = random.Random(config.seed)
     members = sorted(preemptor, key=lambda p: (-p.gpus, p.uid))
@@ -185,10 +232,10 @@ def plan(
     rejections: list[NodeRejection] = []
     violations = 0
     for pod in members:
-        got = _place_one(snapshot, pod, free, gone, config, rng, rejections)
+        got = _place_one(snapshot, pod, free, gone, config, rng, rejections, select)
         if got is None:
             return Plan(
-                policy=POLICY, preemptor=uids, feasible=False,
+                policy=policy, preemptor=uids, feasible=False,
                 reason=f"{pod.name}: preemption is not helpful on any node",
                 rejections=tuple(rejections),
             )
@@ -200,14 +247,13 @@ def plan(
             victims.append(v)
         free[name] = free[name] - pod.requests
         placements.append(Placement(pod_uid=pod.uid, node=name))
-    groups = victim_groups(snapshot, victims)
     return Plan(
-        policy=POLICY,
+        policy=policy,
         preemptor=uids,
         feasible=True,
         reason=f"evict {len(victims)} pod(s)" if victims else "fits without preemption",
         placements=tuple(placements),
-        victim_groups=groups,
+        victim_groups=groups(snapshot, victims),
         pdb_violations=violations,
         drain_deadline=now + config.grace_period_seconds if victims else None,
         rejections=tuple(rejections),

@@ -5,8 +5,8 @@ first, on a working copy of free capacity so later members see earlier choices):
 
 1. fits already? place it best-fit, no victims;
 2. filter nodes (allocatable, cordon, NVLink) and bound each node's cost from below;
-3. sample candidates as kube-scheduler does: scan nodes from a per-pod offset until
-   ``max(10 % of nodes, 100)`` could free enough capacity;
+3. sample candidates with the shared driver (``policies.candidates``), as kube-scheduler
+   does: walk nodes from a per-pod offset until ``max(10 % of nodes, 100)`` could free enough;
 4. evaluate those cheapest-bound first with the exact within-node search
    (``units.min_cover``), stopping once the bound exceeds the best plan found;
 5. pick the node minimising (lost work + fairness penalty, PDB violations, victims, then for
@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from policies import cost, units
+from policies import candidates, cost, units
 from policies.model import (
     NodeRejection,
     NvlinkNeed,
@@ -62,8 +62,14 @@ class PlannerConfig:
 
 
 def num_candidates(nodes: int, cfg: PlannerConfig) -> int:
-    n = nodes * cfg.min_candidate_nodes_percentage // 100
-    return min(max(n, cfg.min_candidate_nodes_absolute), nodes)
+    return candidates.num_candidates(nodes, sampling(cfg))
+
+
+def sampling(cfg: PlannerConfig) -> candidates.Sampling:
+    return candidates.Sampling(
+        min_candidate_nodes_percentage=cfg.min_candidate_nodes_percentage,
+        min_candidate_nodes_absolute=cfg.min_candidate_nodes_absolute,
+    )
 
 
 def nvlink_gpus(pod: Pod, node, allocatable_gpus: int) -> tuple[int | None, RejectReason | None]:
@@ -165,43 +171,19 @@ class _Search:
         return None if best is None else best[2]
 
     def _scan(self, pod: Pod) -> list[tuple[float, int, str, Resources]]:
-        """Sample candidate nodes as kube-scheduler does: (bound, index, node, gap) for each,
-        cheapest bound first.
+        """Sample candidate nodes with the shared driver, as kube-scheduler does: (bound,
+        index, node, gap) for each, cheapest bound first.
 
         What a node yields depends only on the request and on that node's state, so nodes no
         placement of this plan has changed come from the per-request memo that every try of
         the plan shares.
         """
-        nodes = self.s.nodes
-        record = self.cfg.record_rejections
-        limit = num_candidates(len(nodes), self.cfg)
-        offset = zlib.crc32(pod.uid.encode()) % len(nodes)  # spreads load, deterministic
-        seen = self.memo.setdefault(("scan", pod.requests, pod.nvlink), {})
-        candidates = []
-        scanned = 0
-        for scanned in range(1, len(nodes) + 1):
-            i = (offset + scanned - 1) % len(nodes)
-            node = nodes[i]
-            name = node.name
-            clean = name not in self.dirty
-            got = seen.get(name) if clean else None
-            if got is None:
-                got = self._judge(pod, node)
-                if clean:
-                    seen[name] = got
-            if isinstance(got[0], RejectReason):
-                if record:
-                    self.reject(pod, name, *got)
-                continue
-            candidates.append((got[0], i, name, got[1]))
-            if len(candidates) >= limit:
-                break
-        if record:
-            for k in range(scanned, len(nodes)):
-                name = nodes[(offset + k) % len(nodes)].name
-                self.reject(pod, name, RejectReason.NOT_SAMPLED)
-        candidates.sort(key=lambda c: (c[0], c[1]))
-        return candidates
+        sampler = _Sampler(self, pod)
+        walk = candidates.find_candidates(sampler, self.s.nodes, sampling(self.cfg))
+        if self.cfg.record_rejections:
+            for node in walk.unvisited:
+                self.reject(pod, node.name, RejectReason.NOT_SAMPLED)
+        return sorted(walk.candidates, key=lambda c: (c[0], c[1]))
 
     def _judge(self, pod: Pod, node) -> tuple[RejectReason, str] | tuple[float, Resources]:
         """Why ``node`` cannot host ``pod`` even after preemption (reason, detail), or (a
@@ -258,12 +240,12 @@ class _Search:
         if not self.cfg.record_rejections and not pod.requests.fits_in(
                 self.s.largest_allocatable):
             return None  # fits on no node; with rejections recorded, each node says so
-        candidates = self._scan(pod)
+        found = self._scan(pod)
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
         # the rank+1 best: (cost, pdb, victims, no NVLink domain surely fits, node, cover,
         # units there)
         top: list[tuple] = []
-        for bound, _, name, gap in candidates:
+        for bound, _, name, gap in found:
             if len(top) > rank and bound > top[-1][0]:
                 self.reject(pod, name, RejectReason.COSTLIER, f"loses at least {bound:.0f} GPU-s")
                 continue
@@ -306,6 +288,38 @@ class _Search:
         self.free[name] = self.free_on(name) - pod.requests
         self.dirty.add(name)
         return name
+
+
+class _Sampler:
+    """The planner as a sampler of the candidate driver, for one request: every node is
+    walked (closed or too small ones are judged, and rejected, on the way), from an offset
+    hashed from the pod's uid; a candidate is a node whose lower bound is finite."""
+
+    def __init__(self, search: _Search, pod: Pod) -> None:
+        self.search, self.pod = search, pod
+        self.seen = search.memo.setdefault(("scan", pod.requests, pod.nvlink), {})
+
+    def potential(self, node) -> bool:
+        return True
+
+    def offset(self, nodes: int) -> int:
+        return zlib.crc32(self.pod.uid.encode()) % nodes  # spreads load, deterministic
+
+    def select_victims(self, node, step: int, index: int):
+        search, name = self.search, node.name
+        clean = name not in search.dirty
+        got = self.seen.get(name) if clean else None
+        if got is None:
+            got = search._judge(self.pod, node)
+            if clean:
+                self.seen[name] = got
+        if isinstance(got[0], RejectReason):
+            search.reject(self.pod, name, *got)
+            return None
+        return got[0], index, name, got[1]
+
+    def violates_pdb(self, candidate) -> bool:
+        return False  # known only after the exact search; the bound is what orders the walk
 
 
 def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGroup]:
