@@ -14,8 +14,23 @@ unknown-checkpoint policy says. Each job is one workload for the fairness guard:
 sees how often it was preempted within the window, and the result reports how often each job
 was preempted over the whole run.
 
+Costs beyond unsaved work (``policies.sim.costs`` gives each default and what it rests on):
+every evicted job also loses its restore time (``restore_seconds``, or the job's own) on all its
+GPUs and finishes that much later; the planner sees checkpoint times as the annotations would
+say them, published ``report_lag_seconds`` late with a seeded error of up to
+``report_jitter_seconds`` (never in the future), while the charge stays the ground truth; a
+seeded share of drains fails or overruns, and the controller then evicts at the plan's
+checkpoint deadline (the largest drained estimate, at most ``max_checkpoint_seconds``), the
+victim losing everything since its last periodic checkpoint. The extra wait a drain imposes on
+the preemptor, over a plain kill after ``grace_seconds``, is reported as ``delay_gpu_hours``.
+
+Jobs that ran before the replay began (``Job.done_before``) start at ``-done_before``, so their
+periodic checkpoints fall where they would have. Losses, evictions and waits of plans made (or
+jobs arriving) before ``Workload.warmup`` are not counted; they still happen.
+
 The run ends once the arrival window is over and no high-priority job is still pending;
-utilisation is measured over the arrival window, where the load applies.
+utilisation is measured from the warm-up to the end of the arrival window, where the load
+applies.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from policies import annotations as ann
 from policies import kube_default, preemption
 from policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from policies.sim.costs import Ledger, drain_outcome, report_error
 from policies.sim.planners import planner_for
 from policies.sim.trace import TraceNode
 from policies.sim.workload import Job, Workload
@@ -44,6 +60,20 @@ class SimConfig:
     unknown_checkpoint: str = str(ann.UNKNOWN_CHECKPOINT)  # start-time, cluster-median, assume:
     fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS  # 0: guard off
+    # costs beyond unsaved work; defaults and what they rest on: policies.sim.costs
+    restore_seconds: float = 300.0  # per evicted job (Job.restore_seconds overrides), all GPUs
+    report_lag_seconds: float = 30.0  # a checkpoint is published this long after it completes
+    report_jitter_seconds: float = 30.0  # seeded error of a published time, uniform in +/-
+    drain_failure_share: float = 0.02  # of drain requests: end with no checkpoint
+    drain_overrun_share: float = 0.05  # of drain requests: checkpoint takes longer than estimated
+    drain_overrun_factor: float = 2.0  # an overrun checkpoint takes this many times its estimate
+
+    def without_costs(self) -> SimConfig:
+        """The same knobs with every cost beyond unsaved work off (no restore time, exact and
+        instant reports, drains that always finish on time)."""
+        return replace(self, restore_seconds=0.0, report_lag_seconds=0.0,
+                       report_jitter_seconds=0.0, drain_failure_share=0.0,
+                       drain_overrun_share=0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,23 +107,29 @@ class PolicyResult:
 
 
 class _JobState:
-    __slots__ = ("job", "models", "pods", "queued_at", "remaining", "retry_at", "start", "token")
+    __slots__ = ("job", "models", "origin", "pods", "queued_at", "remaining", "report",
+                 "restore", "retry_at", "start", "started", "token")
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        self.remaining = job.duration
+        self.remaining = job.duration  # seconds of work still to do
         self.queued_at = job.arrival
-        self.start = 0.0
+        self.start = 0.0  # when its pods started (negative for jobs that ran before the replay)
+        self.origin = 0.0  # when it (re)started training: start plus the restore after eviction
+        self.restore = 0.0  # seconds its next start spends restoring before it trains
+        self.started = False
         self.token = 0
         self.retry_at = 0.0
         self.pods: list[tuple[Pod, int]] = []  # (model pod, node index) while running
         self.models: tuple[Pod, ...] = ()  # the same pods, last checkpoint kept current
+        self.report: tuple[float, float] | None = None  # (true checkpoint, published time)
 
     def last_checkpoint(self, t: float) -> float:
-        j = self.job
-        if j.interval is None or t <= self.start:
-            return self.start
-        return self.start + ((t - self.start) // j.interval) * j.interval
+        """The last periodic checkpoint by ``t`` (its training origin before the first one)."""
+        j, o = self.job, self.origin
+        if j.interval is None or t <= o:
+            return o
+        return o + ((t - o) // j.interval) * j.interval
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -139,13 +175,15 @@ class Simulation:
         self.low: dict[tuple[int, int], list] = {}
         self.t = 0.0
         self.busy = 0.0
-        self.lost = 0.0
-        self.series: list[tuple[float, float]] = []
+        self.ledger = Ledger(workload.warmup)
+        self.seed = workload.params.seed
         self.latencies: list[float] = []
         self.waits: list[float] = []
         self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
-                           invalid=0, waiting=0, unreported=0)
+                           invalid=0, waiting=0, unreported=0, drains_failed=0,
+                           drains_overrun=0)
         self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
+        self.measured_preemptions: Counter[int] = Counter()  # the same, after the warm-up
 
     # -- capacity bookkeeping -------------------------------------------------------------
     def _take(self, i: int, r: Resources, sign: int) -> None:
@@ -199,7 +237,9 @@ class Simulation:
         )
 
     def _start(self, js: _JobState, placed: list[int], at: float) -> None:
-        js.start = at
+        js.start = at - (js.job.done_before if not js.started else 0.0)
+        js.origin = at + js.restore
+        js.started = True
         js.token += 1
         js.pods = [
             (self._model(js, k, self.nodes[i].name, at), i) for k, i in enumerate(placed)
@@ -208,7 +248,7 @@ class Simulation:
         self.running[js.job.id] = js
         for pod, i in js.pods:
             self._hold(i, pod, +1)
-        self._push(at + js.remaining, "finish", (js, js.token))
+        self._push(js.origin + js.remaining, "finish", (js, js.token))
 
     def _try_place(self, js: _JobState) -> list[int] | None:
         placed: list[tuple[int, Resources]] = []
@@ -229,12 +269,13 @@ class Simulation:
         return out
 
     def _stop(self, js: _JobState, at: float) -> None:
-        """Account busy GPU time and release capacity."""
-        w = self.w.window
+        """Account busy GPU time (after the warm-up, within the window); release capacity."""
+        lo, hi = self.w.warmup, self.w.window
+        held = max(0.0, min(at, hi) - max(js.start, lo))
         for pod, i in js.pods:
             self._take(i, pod.requests, +1)
             self._hold(i, pod, -1)
-            self.busy += pod.gpus * max(0.0, min(at, w) - min(js.start, w))
+            self.busy += pod.gpus * held
         js.pods = []
         js.models = ()
         js.token += 1
@@ -252,6 +293,19 @@ class Simulation:
     def _reports(self, job: Job) -> bool:
         return job.interval is not None and job.reports
 
+    def _published(self, js: _JobState, t: float) -> float:
+        """The checkpoint time the job's annotation shows at ``t``: the last one completed by
+        ``t - report_lag_seconds`` (its pod start while it restores), with the seeded error of
+        that report, never later than ``t``."""
+        true = js.last_checkpoint(t - self.cfg.report_lag_seconds)
+        if true > t:  # still restoring: nothing newer than the pod's start to show
+            true = js.start
+        if js.report is None or js.report[0] != true:
+            error = report_error(seed=self.seed, job_id=js.job.id, checkpoint=true,
+                                 jitter=self.cfg.report_jitter_seconds)
+            js.report = (true, min(t, true + error))
+        return min(t, js.report[1])
+
     def _snapshot(self, pre: list[Pod]) -> Snapshot:
         priority = min(p.priority for p in pre)
         pods = []
@@ -261,7 +315,7 @@ class Simulation:
         for js in self.running.values():
             if js.job.priority >= priority:
                 continue
-            last = js.last_checkpoint(t) if js.start < t and self._reports(js.job) else None
+            last = self._published(js, t) if js.start < t and self._reports(js.job) else None
             if js.models and js.models[0].last_checkpoint != last:
                 js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
             pods.extend(js.models)
@@ -290,26 +344,30 @@ class Simulation:
         return True
 
     def _execute(self, js: _JobState, plan: Plan, snap: Snapshot) -> None:
-        t = self.t
+        t, cfg = self.t, self.cfg
+        measured = self.ledger.measured(t)
         drained = {v.uid for v in plan.victims if v.drain}
-        drain_wait = max(
-            (v.checkpoint_seconds or 0.0 for v in plan.victims if v.drain), default=0.0
-        )
-        release = t + max(self.cfg.grace_seconds, drain_wait)
+        # the controller's checkpoint deadline: the largest drained estimate, capped
+        deadline = min(cfg.max_checkpoint_seconds, max(
+            (v.checkpoint_seconds or 0.0 for v in plan.victims if v.drain), default=0.0))
+        release = t + max(cfg.grace_seconds, deadline)
         hit = sorted({int(v.uid.split("-")[0]) for v in plan.victims})
-        self.counts["preemptions"] += 1
+        self.counts["preemptions"] += measured
         for job_id in hit:
             vs = self.running[job_id]
-            self.preempted.setdefault(job_id, []).append(t)
-            self.counts["unreported"] += not self._reports(vs.job)
+            times = self.preempted.setdefault(job_id, [])
+            nth = len(times)
+            times.append(t)
+            self.measured_preemptions[job_id] += measured
+            self.counts["unreported"] += measured and not self._reports(vs.job)
             evicted = {f"{job_id}-{k}" for k in range(len(vs.job.members))}
             named = {v.uid for v in plan.victims} & evicted
             if vs.job.is_gang and named != evicted:
                 if plan.policy != kube_default.POLICY:
                     self.counts["invalid"] += 1  # a gang-aware plan must take the whole gang
-                self.counts["gangs_broken"] += 1
-            self._charge(vs, t, release, drained & evicted)
-            self.counts["victims"] += len(vs.job.members)
+                self.counts["gangs_broken"] += measured
+            self._charge(vs, t, release, bool(drained & evicted), nth, deadline, measured)
+            self.counts["victims"] += measured * len(vs.job.members)
         placed = [0] * len(js.job.members)
         by_uid = {p.pod_uid: p.node for p in plan.placements}
         for k, m in enumerate(js.job.members):
@@ -320,22 +378,41 @@ class Simulation:
             self._take(i, r, -1)
             placed[k] = i
         self.high.remove(js)
-        self.waits.append(release - js.job.arrival)
+        self._waited(js, release)
+        # a plain kill would have freed the node after the grace period
+        self.ledger.delayed(t, js.job.gpus * (release - t - cfg.grace_seconds))
         self._start(js, placed, release)
 
-    def _charge(self, vs: _JobState, t: float, release: float, drained: set[str]) -> None:
-        job = vs.job
+    def _waited(self, js: _JobState, started: float) -> None:
+        if js.job.arrival >= self.w.warmup:
+            self.waits.append(started - js.job.arrival)
+
+    def _charge(self, vs: _JobState, t: float, release: float, drained: bool, nth: int,
+                deadline: float, measured: bool) -> None:
+        """Stop victim job ``vs`` at ``release`` (its plan made at ``t``), charge what it
+        loses and requeue it; ``nth``: how often it was preempted before."""
+        job, cfg = vs.job, self.cfg
+        saved_by_drain = False
         if drained and job.checkpoint is CheckpointMode.ON_REQUEST:
-            saved = t - vs.start
-            lost = job.gpus * (job.checkpoint_seconds or 0.0)
-        else:
+            out = drain_outcome(
+                seed=self.seed, job_id=job.id, nth=nth, estimate=job.checkpoint_seconds or 0.0,
+                deadline=deadline, failure_share=cfg.drain_failure_share,
+                overrun_share=cfg.drain_overrun_share, overrun_factor=cfg.drain_overrun_factor)
+            self.counts["drains_failed"] += measured and out.failed
+            self.counts["drains_overrun"] += measured and out.overran
+            if out.saved:
+                saved_by_drain = True
+                saved = max(0.0, t - vs.origin)
+                lost = job.gpus * out.seconds
+        if not saved_by_drain:
             last = vs.last_checkpoint(release)
-            saved = last - vs.start
-            lost = job.gpus * (release - last)
+            saved = max(0.0, last - vs.origin)
+            lost = job.gpus * max(0.0, release - max(last, vs.origin))
+        restore = job.restore_seconds if job.restore_seconds is not None else cfg.restore_seconds
         self._stop(vs, release)
         vs.remaining = max(1.0, vs.remaining - saved)
-        self.lost += lost
-        self.series.append((t, self.lost / 3600))
+        vs.restore = restore
+        self.ledger.evicted(t, lost, job.gpus * restore)
         self._push(release, "requeue", vs)
 
     # -- main loop -----------------------------------------------------------------------
@@ -346,7 +423,7 @@ class Simulation:
             if placed is not None:
                 self.high.remove(js)
                 if self.t > js.job.arrival:
-                    self.waits.append(self.t - js.job.arrival)
+                    self._waited(js, self.t)
                 self._start(js, placed, self.t)
             elif js.retry_at <= self.t and not self._preempt(js):
                 js.retry_at = self.t + self.cfg.retry_seconds
@@ -390,26 +467,33 @@ class Simulation:
         self.counts["waiting"] = len(self.high)
         if self.progress:
             self.progress(1.0)
-        times = Counter(len(ts) for ts in self.preempted.values())
+        times = Counter(n for n in self.measured_preemptions.values() if n)
+        led = self.ledger
+        span = self.w.window - self.w.warmup
         return PolicyResult(
             policy=self.policy,
-            lost_gpu_hours=self.lost / 3600,
+            lost_gpu_hours=led.total / 3600,
             preemptions=self.counts["preemptions"],
             victims=self.counts["victims"],
             gangs_broken=self.counts["gangs_broken"],
             preemptor_wait_p50_s=_percentile(self.waits, 0.5),
             preemptor_wait_p95_s=_percentile(self.waits, 0.95),
             high_jobs_waiting=self.counts["waiting"],
-            gpu_utilisation=self.busy / (self.w.capacity_gpus * self.w.window),
+            gpu_utilisation=self.busy / (self.w.capacity_gpus * span) if span > 0 else 0.0,
             plans=self.counts["plans"],
             plans_failed=self.counts["failed"],
             plans_invalid=self.counts["invalid"],
             plan_latency_p50_ms=_percentile(self.latencies, 0.5),
             plan_latency_p99_ms=_percentile(self.latencies, 0.99),
             max_preemptions_per_workload=max(times, default=0),
-            workloads_preempted=len(self.preempted),
+            workloads_preempted=sum(times.values()),
             preemptions_per_workload=dict(sorted(times.items())),
             victim_jobs_unreported=self.counts["unreported"],
-            lost_work_gpu_hours=self.lost / 3600,
-            lost_series=tuple(self.series),
+            lost_work_gpu_hours=led.work / 3600,
+            restart_gpu_hours=led.restart / 3600,
+            delay_gpu_hours=led.delay / 3600,
+            eviction_losses=tuple(led.evictions),
+            drains_failed=self.counts["drains_failed"],
+            drains_overrun=self.counts["drains_overrun"],
+            lost_series=tuple(led.series),
         )

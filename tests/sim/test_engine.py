@@ -73,13 +73,21 @@ def test_kube_default_breaks_the_youngest_gang_where_checkpoint_aware_takes_one_
     jobs += [job(4, 600.0, 4), job(5, 2 * HOUR, 1, priority=1000, qos="LS", duration=HOUR)]
     w = workload.Workload(jobs=tuple(jobs), compress=1.0, offered_load=1.0, extra_pods=0,
                           window=3 * HOUR, capacity_gpus=8, params=workload.WorkloadParams())
-    kube = engine.Simulation(w, nodes(1), "kube-default").run()
-    aware = engine.Simulation(w, nodes(1), "checkpoint-aware").run()
+    ideal = engine.SimConfig().without_costs()
+    kube = engine.Simulation(w, nodes(1), "kube-default", ideal).run()
+    aware = engine.Simulation(w, nodes(1), "checkpoint-aware", ideal).run()
     assert (kube.preemptions, kube.gangs_broken, kube.victims) == (1, 1, 4)
     assert (aware.preemptions, aware.gangs_broken, aware.victims) == (1, 0, 1)
     # kube-default: 4 members x (2h - 10 min + 30 s grace); aware: the youngest single
     assert kube.lost_gpu_hours == pytest.approx(4 * (2 * HOUR - 600 + 30) / HOUR)
     assert aware.lost_gpu_hours == pytest.approx((2 * HOUR - 180 + 30) / HOUR, rel=0.02)
+    # with the default restore time every evicted GPU also sits idle while its job restarts
+    real = engine.SimConfig()
+    kube_real = engine.Simulation(w, nodes(1), "kube-default", real).run()
+    assert kube_real.restart_gpu_hours == pytest.approx(4 * real.restore_seconds / HOUR)
+    assert kube_real.lost_gpu_hours == pytest.approx(
+        kube.lost_gpu_hours + kube_real.restart_gpu_hours)
+    assert kube_real.eviction_losses == (pytest.approx(kube_real.lost_gpu_hours),)
 
 
 def test_workload_is_deterministic_and_reports_its_load():
