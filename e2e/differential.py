@@ -1,0 +1,459 @@
+"""Differential check of ``policies.kube_default`` against the real kube-scheduler.
+
+One case is a small random cluster (seeded): 2-12 fake nodes with 1-8 GPUs, 1-6 bound pods per
+node of a few lower priorities (some at the preemptor's own priority, which cannot be
+preempted), distinct or deliberately equal start times, a few PDBs over random label sets, then
+one pending high-priority pod that fits nowhere without preemption (sometimes nowhere at all).
+kube-scheduler (default profile, DefaultPreemption on, no ckpt-preempt controller) preempts;
+what it did is read back from the API: the pods of the case that are gone or being deleted
+(kwok deletes a pod at once), the ``Preempted`` events, and the node the preemptor was bound to.
+The same state, listed right before the preemptor was created and converted as the controller
+converts it (``controller.convert``), goes to ``kube_default.plan``; ``classify`` compares.
+
+    case = generate(seed, index)
+    seen = run_case(cluster, case, run="r1")        # creates, observes, deletes the case
+    verdict = classify(seen)                        # agree / tie / real / anomaly
+
+Disagreements are classified (see ``classify``): a documented tie-break is one kube_default
+itself reaches under another random offset, i.e. several nodes equal on every criterion of
+pickOneNodeForPreemption, where kube-scheduler takes the first of a Go map's iteration order.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+
+from controller import convert
+from controller.config import Config
+from e2e import kube
+from policies import kube_default
+from policies.model import LabelRequirement, Pod, Snapshot, breaks_budget
+
+PREEMPTOR = "preemptor"
+PREEMPTOR_CLASS, PREEMPTOR_PRIORITY = "diff-high", 1000
+# Victim classes; "diff-peer" has the preemptor's priority, so its pods are never victims.
+CLASSES = {"diff-low-10": 10, "diff-low-20": 20, "diff-low-30": 30, "diff-peer": 1000}
+CLASS_WEIGHTS = (0.35, 0.3, 0.25, 0.1)
+TIE_PRONE_SHARE = 0.3  # cases with look-alike nodes and start times from a coarse grid
+COARSE_START_AGES = (3600, 7200, 10800)  # seconds ago, tie-prone cases
+UNLABELED_SHARE = 0.1  # pods without any label (kube-scheduler: such a pod breaks no PDB)
+EMPTY_SELECTOR_SHARE = 0.08  # PDBs with selector {} among all PDBs
+TIE_SEEDS = 64  # random offsets tried when looking for a tie kube_default itself can reach
+SETTLE_SECONDS = 1.0  # for kube-scheduler's informers to see the last status/PDB writes
+NO_PREEMPTION_QUIET_SECONDS = 2.5  # Unschedulable, nothing nominated, nothing deleted
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    name: str
+    gpus: int
+    cpu: int  # cores
+    memory_gi: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodSpec:
+    name: str
+    node: str  # "" for the preemptor
+    gpus: int
+    cpu_milli: int
+    memory_mi: int
+    priority_class: str
+    started_ago: int  # seconds before the case starts
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PdbSpec:
+    name: str
+    selector: Mapping  # a policy/v1 LabelSelector; {} selects the whole namespace
+    min_available: int | None = None
+    max_unavailable: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    seed: int
+    index: int
+    tie_prone: bool
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[PodSpec, ...]
+    pdbs: tuple[PdbSpec, ...]
+    preemptor: PodSpec
+
+
+def _split(total: int, parts: int, rng: random.Random) -> list[int]:
+    cuts = sorted(rng.randint(0, total) for _ in range(parts - 1))
+    return [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+
+
+def _selector(rng: random.Random) -> dict:
+    if rng.random() < EMPTY_SELECTOR_SHARE:
+        return {}
+    team, tier = rng.choice("abc"), rng.choice("xy")
+    return rng.choice([
+        {"matchLabels": {"team": team}},
+        {"matchLabels": {"team": team, "tier": tier}},
+        {"matchExpressions": [{"key": "team", "operator": "In",
+                               "values": sorted({team, rng.choice("abc")})}]},
+        {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": [tier]}]},
+    ])
+
+
+def _matches(selector: Mapping, labels: Mapping[str, str]) -> bool:
+    if not selector:
+        return True
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(LabelRequirement(key=e["key"], operator=e["operator"],
+                                values=tuple(e["values"])).matches(labels)
+               for e in selector.get("matchExpressions") or ())
+
+
+def generate(seed: int, index: int) -> Case:
+    """Case `index` of run `seed`: the same pair always gives the same case."""
+    rng = random.Random(f"differential:{seed}:{index}")
+    tie_prone = rng.random() < TIE_PRONE_SHARE
+    shape = (rng.randint(1, 8), rng.choice((8, 16, 32, 64)), rng.choice((32, 64, 128, 256)))
+    nodes = tuple(
+        NodeSpec(name=f"n{j}", gpus=g, cpu=c, memory_gi=m) for j, (g, c, m) in enumerate(
+            shape if tie_prone else (rng.randint(1, 8), rng.choice((8, 16, 32, 64)),
+                                     rng.choice((32, 64, 128, 256)))
+            for _ in range(rng.randint(2, 12))))
+    ages = iter(rng.sample(range(600, 86_400), 6 * len(nodes)))
+    pods, free = [], {}
+    for n in nodes:
+        k = rng.randint(1, 6)
+        gpus = _split(n.gpus - rng.choice((0, 0, 0, 1)), k, rng)
+        cpu_left, mem_left = n.cpu * 1000, n.memory_gi * 1024
+        for i in range(k):
+            cpu = min(rng.choice((250, 500, 1000, 2000, 4000)), cpu_left // (k - i))
+            mem = min(rng.choice((512, 1024, 4096, 16384)), mem_left // (k - i))
+            cpu_left, mem_left = cpu_left - cpu, mem_left - mem
+            labels = ({} if rng.random() < UNLABELED_SHARE else
+                      {"app": "diff", "team": rng.choice("abc"), "tier": rng.choice("xy")})
+            pods.append(PodSpec(
+                name=f"v{n.name[1:]}-{i}", node=n.name, gpus=gpus[i], cpu_milli=cpu,
+                memory_mi=mem, labels=labels,
+                priority_class=rng.choices(list(CLASSES), CLASS_WEIGHTS)[0],
+                started_ago=rng.choice(COARSE_START_AGES) if tie_prone else next(ages)))
+        free[n.name] = (n.gpus - sum(gpus), cpu_left, mem_left)
+    pdbs = []
+    for b in range(rng.choice((0, 1, 1, 2, 3))):
+        sel = _selector(rng)
+        covered = sum(_matches(sel, p.labels) for p in pods)
+        if rng.random() < 0.6:
+            pdbs.append(PdbSpec(name=f"pdb{b}", selector=sel,
+                                min_available=rng.randint(max(0, covered - 2), covered)))
+        else:  # bare pods: the disruption controller finds no scale, so 0 disruptions allowed
+            pdbs.append(PdbSpec(name=f"pdb{b}", selector=sel, max_unavailable=rng.randint(0, 2)))
+    return Case(seed=seed, index=index, tie_prone=tie_prone, nodes=nodes, pods=tuple(pods),
+                pdbs=tuple(pdbs), preemptor=_preemptor(nodes, free, rng))
+
+
+def _preemptor(nodes: tuple[NodeSpec, ...], free: dict, rng: random.Random) -> PodSpec:
+    """A pod that fits on no node as it is: more GPUs than any node has free (sometimes more
+    than any node has at all), or, one case in six, more CPU than any node has free."""
+    max_gpus, max_free = max(n.gpus for n in nodes), max(f[0] for f in free.values())
+    gpus, cpu = rng.randint(max_free + 1, max_gpus) if max_free < max_gpus else 0, 100
+    if rng.random() < 0.1:
+        gpus = max_gpus + 1
+    elif gpus == 0 or rng.random() < 1 / 6:
+        gpus = min(gpus, max_free)
+        cpu = max(f[1] for f in free.values()) + rng.choice((100, 1000, 4000))
+    return PodSpec(name=PREEMPTOR, node="", gpus=gpus, cpu_milli=cpu, memory_mi=64,
+                   priority_class=PREEMPTOR_CLASS, started_ago=0)
+
+
+# ---------------------------------------------------------------------------- on the cluster
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    case: Case
+    namespace: str
+    snapshot: Snapshot  # before the preemptor, converted as the controller does
+    preemptor: Pod
+    victims: tuple[str, ...]  # pods of the case gone or deleting after kube-scheduler acted
+    preempted_events: tuple[str, ...]  # pods with a "Preempted" event
+    node: str  # where the preemptor was bound ("" if nowhere)
+    nominated: str  # the nominatedNodeName last seen on it before binding
+    anomaly: str = ""  # the run did not give a clean answer (say why)
+    seconds: float = 0.0
+
+
+def ensure_priority_classes(c: kube.Cluster) -> None:
+    kube.ensure_priority_class(c, PREEMPTOR_CLASS, PREEMPTOR_PRIORITY)
+    for name, value in CLASSES.items():
+        kube.ensure_priority_class(c, name, value)
+
+
+def _ts(seconds_ago: float, now: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - seconds_ago))
+
+
+def _raw(fn: Callable, *args, **kw) -> list[dict]:
+    return json.loads(fn(*args, _preload_content=False, **kw).data).get("items") or []
+
+
+def _pdb_body(b: PdbSpec) -> dict:
+    spec: dict = {"selector": dict(b.selector)}
+    if b.min_available is not None:
+        spec["minAvailable"] = b.min_available
+    else:
+        spec["maxUnavailable"] = b.max_unavailable
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": b.name}, "spec": spec}
+
+
+def _pod_body(p: PodSpec, pool: str, node: str | None) -> dict:
+    body = kube.pod_body(p.name, gpus=p.gpus, cpu=f"{p.cpu_milli}m", memory=f"{p.memory_mi}Mi",
+                         priority_class=p.priority_class, pool=pool, node_name=node,
+                         labels=dict(p.labels), grace_seconds=0)
+    if not p.labels:
+        body["metadata"].pop("labels")
+    return body
+
+
+def run_case(c: kube.Cluster, case: Case, *, run: str, timeout: float = 60) -> Observation:
+    """Create the case in a fresh namespace on fresh nodes, let kube-scheduler preempt, read
+    back what it did; the namespace and nodes are deleted afterwards."""
+    t0 = time.monotonic()
+    ns = pool = f"diff-{run}-{case.index}"
+    names = {n.name: f"{pool}-{n.name}" for n in case.nodes}
+    c.core.create_namespace({"metadata": {"name": ns}})
+    try:
+        for n in case.nodes:
+            c.core.create_node(kube.node_body(names[n.name], gpus=n.gpus, cpu=str(n.cpu),
+                                              memory=f"{n.memory_gi}Gi", pool=pool))
+        for p in case.pods:
+            c.core.create_namespaced_pod(ns, _pod_body(p, pool, names[p.node]))
+        _wait_ready(c, ns, pool, len(case.nodes), len(case.pods), timeout)
+        now = time.time()
+        for p in case.pods:
+            c.core.patch_namespaced_pod_status(
+                p.name, ns, {"status": {"startTime": _ts(p.started_ago, now)}})
+        for b in case.pdbs:
+            c.policy.create_namespaced_pod_disruption_budget(ns, _pdb_body(b))
+        _wait_pdbs(c, ns, len(case.pdbs), timeout)
+        time.sleep(SETTLE_SECONDS)
+        nodes = [convert.node_info(d) for d in _raw(c.core.list_node,
+                                                    label_selector=f"{kube.POOL_LABEL}={pool}")]
+        pods = [convert.pod_info(d) for d in _raw(c.core.list_namespaced_pod, ns)]
+        pdbs = [convert.pdb_info(d) for d in _raw(c.policy.list_namespaced_pod_disruption_budget,
+                                                  ns)]
+        created = c.api.sanitize_for_serialization(c.core.create_namespaced_pod(
+            ns, _pod_body(case.preemptor, pool, None)))
+        snap_now = time.time()
+        target = convert.pod_info(created)
+        conv = convert.snapshot(now=snap_now, nodes=nodes, pods=[*pods, target],
+                                pdbs=pdbs, scope=convert.Scope(),
+                                limits=convert.limits(Config()))
+        snap = convert.for_preemptor(conv.snapshot, {n.name: n for n in nodes}, [target],
+                                     reserved_nodes=frozenset(), busy_pods=frozenset())
+        node, nominated, anomaly = _await_outcome(c, ns, timeout)
+        before = {p.name for p in pods}
+        after = {d["metadata"]["name"] for d in _raw(c.core.list_namespaced_pod, ns)
+                 if not d["metadata"].get("deletionTimestamp")}
+        events = _raw(c.core.list_namespaced_event, ns)
+        preempted = sorted({e["involvedObject"]["name"] for e in events
+                            if e.get("reason") == "Preempted"})
+        return Observation(case=case, namespace=ns, snapshot=snap,
+                           preemptor=snap.pod_by_uid[target.uid],
+                           victims=tuple(sorted(before - after)),
+                           preempted_events=tuple(preempted), node=node,
+                           nominated=nominated, anomaly=anomaly,
+                           seconds=time.monotonic() - t0)
+    finally:
+        c.core.delete_namespace(ns, grace_period_seconds=0)
+        kube.delete_nodes(c, list(names.values()))
+
+
+def _wait_ready(c: kube.Cluster, ns: str, pool: str, n_nodes: int, n_pods: int,
+                timeout: float) -> None:
+    def ready():
+        nodes = _raw(c.core.list_node, label_selector=f"{kube.POOL_LABEL}={pool}")
+        tainted = [d["metadata"]["name"] for d in nodes
+                   if any(t["key"].startswith("node.kubernetes.io/")
+                          for t in (d.get("spec") or {}).get("taints") or [])]
+        running = sum(d["status"].get("phase") == "Running"
+                      for d in _raw(c.core.list_namespaced_pod, ns))
+        ok = len(nodes) == n_nodes and not tainted and running == n_pods
+        return ok or kube.NotYet(f"{len(nodes)} nodes, tainted {tainted}, {running}/{n_pods} "
+                                 "pods running")
+    kube.wait_for(f"case {ns} ready", ready, timeout=timeout, interval=0.2)
+
+
+def _wait_pdbs(c: kube.Cluster, ns: str, n: int, timeout: float) -> None:
+    def synced():
+        items = _raw(c.policy.list_namespaced_pod_disruption_budget, ns)
+        late = [d["metadata"]["name"] for d in items if (d.get("status") or {}).get(
+            "observedGeneration") != d["metadata"].get("generation")]
+        return (len(items) == n and not late) or kube.NotYet(f"not synced: {late}")
+    kube.wait_for(f"PDBs of {ns} synced by the disruption controller", synced,
+                  timeout=timeout, interval=0.1)
+
+
+def _await_outcome(c: kube.Cluster, ns: str, timeout: float) -> tuple[str, str, str]:
+    """(bound node, last nominated node, anomaly): bound, or Unschedulable with nothing
+    nominated for NO_PREEMPTION_QUIET_SECONDS (preemption found no candidate)."""
+    deadline, quiet_since, nominated = time.monotonic() + timeout, None, ""
+    while time.monotonic() < deadline:
+        pod = c.core.read_namespaced_pod(PREEMPTOR, ns)
+        nominated = pod.status.nominated_node_name or nominated
+        if pod.spec.node_name:
+            return pod.spec.node_name, nominated, ""
+        cond = kube.condition(pod, "PodScheduled")
+        unschedulable = cond is not None and cond.reason == "Unschedulable"
+        if unschedulable and not pod.status.nominated_node_name:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since >= NO_PREEMPTION_QUIET_SECONDS:
+                return "", nominated, ""
+        else:
+            quiet_since = None
+        time.sleep(0.1)
+    return "", nominated, f"no outcome within {timeout:.0f}s (nominated {nominated!r})"
+
+
+# ------------------------------------------------------------------------------- comparison
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    kind: str  # "agree", "tie" (documented tie-break), "real", "anomaly"
+    case: int
+    kube: dict  # {"node", "victims"} as kube-scheduler did it
+    ours: dict  # the same from kube_default.plan (random offset seed 0)
+    detail: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def _outcome(plan) -> tuple[str, tuple[str, ...]]:
+    if not plan.feasible:
+        return "", ()
+    return plan.placements[0].node, tuple(sorted(v.name for v in plan.victims))
+
+
+def predict(snap: Snapshot, preemptor: Pod, seed: int = 0) -> tuple[str, tuple[str, ...]]:
+    """(node, sorted victim names) by kube_default; ("", ()) when it finds no plan."""
+    cfg = replace(kube_default.KubeDefaultConfig(), seed=seed)
+    return _outcome(kube_default.plan(snap, [preemptor], cfg))
+
+
+def _with_label_guard(b):
+    """The PDB as kube-scheduler applies it to unlabeled pods: it never charges them."""
+    guard = LabelRequirement(key="app", operator="Exists")  # every labeled pod carries app
+    return replace(b, match_all=False, match_expressions=(*b.match_expressions, guard))
+
+
+# Upstream rules kube_default may lack, as snapshot rewrites (kubernetes v1.37.2,
+# pkg/scheduler/framework/preemption/util.go and plugins/defaultpreemption): a disagreement
+# that one of these reproduces is explained by that rule.
+RULES: dict[str, Callable[[Snapshot], Snapshot]] = {
+    # MoreImportantVictim: equal priority and start time -> the smaller pod UID is more
+    # important (podIdentityLess); kube_default keeps list order (a stable sort)
+    "equal-start-uid-order": lambda s: replace(s, pods=tuple(sorted(s.pods, key=lambda p: p.uid))),
+    # FilterVictimsWithPDBViolation: "A PDB with a nil or empty selector matches nothing."
+    "empty-selector-pdb-ignored": lambda s: replace(
+        s, pdbs=tuple(b for b in s.pdbs if not b.match_all)),
+    # FilterVictimsWithPDBViolation: a pod without labels breaks no PDB
+    "unlabeled-pod-breaks-no-pdb": lambda s: replace(
+        s, pdbs=tuple(_with_label_guard(b) for b in s.pdbs)),
+}
+
+
+def _reachable(snap: Snapshot, pre: Pod) -> dict[tuple[str, ...], str]:
+    """Victim sets kube_default reaches under TIE_SEEDS random offsets -> the node."""
+    out: dict[tuple[str, ...], str] = {}
+    for seed in range(TIE_SEEDS):
+        node, victims = predict(snap, pre, seed)
+        out.setdefault(victims, node)
+    return out
+
+
+def criteria(snap: Snapshot, names: tuple[str, ...]) -> dict:
+    """pickOneNodeForPreemption's criteria for this victim set (PDB breaks counted in
+    importance order, as the reprieve meets them)."""
+    by_name = {p.name: p for p in snap.pods}
+    pods = sorted((by_name[n] for n in names if n in by_name),
+                  key=lambda p: (-p.priority, p.start_time or snap.now, p.uid))
+    if not pods:
+        return {}
+    top = pods[0].priority
+    return {"pdb_violations": sum(breaks for breaks in breaks_budget(pods, snap.pdbs)),
+            "top_priority": top, "priority_sum": sum(p.priority for p in pods),
+            "victims": len(pods),
+            "earliest_top_start_age": round(snap.now - min(
+                p.start_time or snap.now for p in pods if p.priority == top))}
+
+
+def state(seen: Observation) -> dict:
+    """Everything needed to replay a case by hand."""
+    s = seen.snapshot
+    free = {n.name: s.free(n.name) for n in s.nodes}
+    return {
+        "now": s.now,
+        "nodes": [{"name": n.name, "allocatable": asdict(n.allocatable),
+                   "free": asdict(free[n.name]), "closed": str(n.closed or "")} for n in s.nodes],
+        "pods": [{"name": p.name, "uid": p.uid, "node": p.node, "priority": p.priority,
+                  "start_age": None if p.start_time is None else round(s.now - p.start_time),
+                  "requests": asdict(p.requests), "labels": dict(p.labels)}
+                 for p in s.pods],
+        "pdbs": [{"name": b.name, "match_labels": dict(b.match_labels),
+                  "match_expressions": [asdict(e) for e in b.match_expressions],
+                  "match_all": b.match_all, "disruptions_allowed": b.disruptions_allowed}
+                 for b in s.pdbs],
+        "preempted_events": list(seen.preempted_events), "nominated": seen.nominated,
+    }
+
+
+def _overlaps(snap: Snapshot) -> list[str]:
+    """Pods two PDBs cover: upstream stops charging budgets at the first one such a pod
+    breaks (in PDB list order, which is the informer's), kube_default charges them all."""
+    return [p.name for p in snap.pods if sum(b.covers(p) for b in snap.pdbs) > 1]
+
+
+def classify(seen: Observation) -> Verdict:
+    snap, pre = seen.snapshot, seen.preemptor
+    node, victims = predict(snap, pre)
+    base = {"case": seen.case.index,
+            "kube": {"node": seen.node, "victims": list(seen.victims)},
+            "ours": {"node": node, "victims": list(victims)}}
+    if not seen.anomaly and seen.node and not seen.victims:
+        anomaly = "kube-scheduler bound the preemptor without preempting"
+    else:
+        anomaly = seen.anomaly
+    if anomaly:
+        return Verdict(kind="anomaly", detail={"why": anomaly, "state": state(seen)}, **base)
+    if victims == seen.victims:
+        return Verdict(kind="agree", **base)
+    reachable = _reachable(snap, pre)
+    if seen.victims in reachable:
+        return Verdict(kind="tie", detail={
+            "why": "nodes equal on every pickOneNodeForPreemption criterion; kube-scheduler "
+                   "takes the first of a Go map's iteration order, kube_default the first from "
+                   "its random offset",
+            "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
+            "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()]},
+            **base)
+    explained = []
+    names = list(RULES)
+    for mask in range(1, 2 ** len(names)):
+        chosen = [n for i, n in enumerate(names) if mask >> i & 1]
+        if any(set(e) <= set(chosen) for e in explained):
+            continue  # a smaller set of rules explains it already
+        rewritten = snap
+        for rule in chosen:
+            rewritten = RULES[rule](rewritten)
+        if seen.victims in _reachable(rewritten, pre):
+            explained.append(chosen)
+    return Verdict(kind="real", detail={
+        "explained_by": explained, "overlapping_pdb_pods": _overlaps(snap),
+        "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
+        "state": state(seen), "case": asdict(seen.case)}, **base)
