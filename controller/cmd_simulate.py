@@ -1,25 +1,48 @@
 """Replay a GPU trace under several preemption policies and compare the work they lose.
 
 By default: the bundled Alibaba openb trace (cluster-trace-gpu-v2023) on a seeded quarter of its
-1,213 GPU nodes, arrivals compressed into 6 hours and scaled to 130 % offered load, with
-checkpoints and gangs from a seeded generator. Every parameter is printed with the result.
+1,213 GPU nodes, arrivals compressed into 6 hours and scaled to 130 % offered load (the stress
+protocol), with checkpoints and gangs from a seeded generator. ``--seeds N`` replays N seeds
+(from ``--seed``) and reports medians with 95 % bootstrap intervals; every ratio is against the
+strongest baseline of the cell (the baseline losing least). Every parameter is printed with the
+result.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 
-from policies.sim import engine, planners, report, trace, workload
+from policies.sim import engine, experiment, planners, report, trace, workload
 
 NAME = "simulate"
 HELP = "what-if replay of a GPU trace under each preemption policy"
 BUNDLED_PODS = "openb_pod_list_default.csv"
 BUNDLED_NODES = "openb_node_list_gpu_node.csv"
+try:
+    from policies.sim.protocols import PROTOCOLS, WORKLOADS
+except ImportError:  # until the protocols module lands
+    PROTOCOLS, WORKLOADS = ("stress", "replay", "steady"), ("openb",)
+
+# (flag, SimConfig field, help): the costs an eviction carries beyond unsaved work
+COST_FLAGS = (
+    ("--restore-seconds", "restore_seconds", "restart/restore time of an evicted job"),
+    ("--report-lag-seconds", "report_lag_seconds", "a checkpoint is reported this late"),
+    ("--report-jitter-seconds", "report_jitter_seconds", "error of a reported checkpoint time"),
+    ("--drain-failure-share", "drain_failure_share", "share of drains ending with no checkpoint"),
+    ("--drain-overrun-share", "drain_overrun_share", "share of drains taking longer than said"),
+    ("--drain-overrun-factor", "drain_overrun_factor", "how much longer an overrun drain takes"),
+)
+LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (6, 2, 1, 2, 1, 2)), "x"),
+               ((0, (1, 1)), "v"))  # one per policy, told apart in grayscale too
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -34,9 +57,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = engine.SimConfig()
     p.add_argument("--pods", type=Path, help="pod trace in openb CSV format (default: bundled)")
     p.add_argument("--nodes", type=Path, help="node list in openb CSV format (default: bundled)")
+    p.add_argument("--workload", default=WORKLOADS[0],
+                   help=f"one of {', '.join(WORKLOADS)} (default %(default)s)")
+    p.add_argument("--protocol", default="stress",
+                   help=f"one of {', '.join(PROTOCOLS)} (default %(default)s)")
+    p.add_argument("--utilisation", type=float, default=1.0,
+                   help="target GPU utilisation of the steady protocol (default %(default)s)")
     p.add_argument("--policies", default=",".join(planners.POLICIES),
                    help=f"comma-separated, from {', '.join(planners.POLICIES)}")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="first seed (default %(default)s)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="number of seeds; > 1 reports medians with 95 %% bootstrap intervals "
+                        "(default %(default)s)")
     p.add_argument("--scale", type=float, default=d.scale,
                    help="share of nodes and pods simulated, 0 < s <= 1 (default %(default)s)")
     p.add_argument("--load", type=float, default=d.load,
@@ -52,9 +84,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="MIN,MAX of an on-request checkpoint's duration")
     p.add_argument("--max-checkpoint-seconds", type=float, default=c.max_checkpoint_seconds,
                    help="the controller's drain cap (default %(default)s)")
-    p.add_argument("--grace-seconds", type=float, default=c.grace_seconds)
+    p.add_argument("--grace-seconds", type=float, default=c.grace_seconds,
+                   help="termination grace period (default %(default)s)")
+    known = {f.name for f in fields(engine.SimConfig)}
+    for flag, name, text in COST_FLAGS:
+        if name in known:
+            p.add_argument(flag, type=float, default=getattr(c, name),
+                           help=f"{text} (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.add_argument("--plot", type=Path, metavar="FILE.png", help="lost work over time, per policy")
+    p.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="lost work over time per policy (the first seed)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -64,6 +103,15 @@ def _read(path: Path | None, bundled: str) -> list[str]:
     return path.read_text().splitlines()
 
 
+def _load(args: argparse.Namespace) -> tuple[list | None, list]:
+    try:
+        from controller import trace_files
+    except ImportError:  # until the trace loader lands: openb only
+        return (trace.parse_pods(_read(args.pods, BUNDLED_PODS)),
+                trace.parse_nodes(_read(args.nodes, BUNDLED_NODES)))
+    return trace_files.load(args.workload, args.pods, args.nodes)
+
+
 def _params(args: argparse.Namespace) -> workload.WorkloadParams:
     if len(args.checkpoint_seconds) != 2 or args.checkpoint_seconds[0] > args.checkpoint_seconds[1]:
         raise ValueError("--checkpoint-seconds needs MIN,MAX with MIN <= MAX")
@@ -71,6 +119,8 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
         raise ValueError("--share-on-request + --share-periodic must be between 0 and 1")
     if args.load <= 0 or args.window_hours <= 0:
         raise ValueError("--load and --window-hours must be positive")
+    if not 0 < args.scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {args.scale}")
     return workload.WorkloadParams(
         seed=args.seed, scale=args.scale, load=args.load, window_hours=args.window_hours,
         share_on_request=args.share_on_request, share_periodic=args.share_periodic,
@@ -80,109 +130,128 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+def _config(args: argparse.Namespace) -> engine.SimConfig:
+    costs = {name: getattr(args, name) for _, name, _ in COST_FLAGS if hasattr(args, name)}
+    for flag, name, _ in COST_FLAGS:
+        if name in costs and costs[name] < 0:
+            raise ValueError(f"{flag} must be >= 0, got {costs[name]}")
+        if name.endswith("_share") and name in costs and costs[name] > 1:
+            raise ValueError(f"{flag} must be a share between 0 and 1, got {costs[name]}")
+    return engine.SimConfig(grace_seconds=args.grace_seconds,
+                            max_checkpoint_seconds=args.max_checkpoint_seconds, **costs)
+
+
+def _policies(args: argparse.Namespace) -> list[str]:
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not names:
+        raise ValueError("--policies is empty; choose from " + ", ".join(planners.POLICIES))
+    for name in names:
+        planners.planner_for(name, 1.0)  # unknown names raise ValueError
+    return names
+
+
+def plot_problem(path: Path, importer: Callable[[str], object] = importlib.import_module
+                 ) -> str | None:
+    """Why ``--plot path`` cannot be written (checked before any simulation), or None."""
+    if path.suffix.lower() != ".png":
+        return f"--plot writes a PNG: {path} should end in .png"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"--plot: directory {parent} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"--plot: directory {parent} is not writable"
     try:
-        for name in policies:
-            planners.planner_for(name, 1.0)
-        params = _params(args)
-        pods = trace.parse_pods(_read(args.pods, BUNDLED_PODS))
-        nodes = trace.parse_nodes(_read(args.nodes, BUNDLED_NODES))
-        config = engine.SimConfig(
-            grace_seconds=args.grace_seconds, max_checkpoint_seconds=args.max_checkpoint_seconds
-        )
+        importer("matplotlib")
+    except ImportError:
+        return "--plot needs matplotlib: pip install 'ckpt-preempt[plot]'"
+    return None
+
+
+def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list[int]]:
+    """Every flag checked before anything runs; ValueError with one line otherwise."""
+    policies = _policies(args)
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+    if args.protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {args.protocol!r}; choose from {', '.join(PROTOCOLS)}")
+    if args.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {args.workload!r}; choose from {', '.join(WORKLOADS)}")
+    if args.utilisation <= 0:
+        raise ValueError(f"--utilisation must be positive, got {args.utilisation}")
+    if args.plot and (problem := plot_problem(args.plot)):
+        raise ValueError(problem)
+    cell = experiment.Cell(workload=args.workload, protocol=args.protocol,
+                           utilisation=args.utilisation, scale=args.scale,
+                           params=_params(args), config=_config(args))
+    return policies, cell, list(range(args.seed, args.seed + args.seeds))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        policies, cell, seeds = validate(args)
+        pods, nodes = _load(args)
     except (OSError, ValueError) as e:
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2
     bars: dict = {}
     show = not args.no_progress and sys.stderr.isatty()
 
-    def progress(policy: str, fraction: float) -> None:
+    def progress(seed: int, policy: str, fraction: float) -> None:
         from tqdm import tqdm
 
-        bar = bars.get(policy)
+        key = (seed, policy)
+        bar = bars.get(key)
         if bar is None:
-            bar = bars[policy] = tqdm(total=100, desc=f"{policy:<24}", unit="%", leave=True)
+            bar = bars[key] = tqdm(total=100, desc=f"seed {seed} {policy:<24}", unit="%")
         bar.update(round(fraction * 100) - bar.n)
         if fraction >= 1:
             bar.close()
 
     started = time.monotonic()
     try:
-        result = report.compare(
-            pods, nodes, params, policies, config, clock=time.perf_counter,
-            progress=progress if show else None,
-        )
+        result = experiment.run_cell(cell, seeds, policies, pods, nodes, clock=time.perf_counter,
+                                     progress=progress if show else None)
     except ValueError as e:
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2
-    summary = result.summary()
-    summary["wall_seconds"] = round(time.monotonic() - started, 1)
+    doc = result.as_dict()
+    doc["generator"] = cell.params.describe() if cell.params else {}
+    doc["wall_seconds"] = round(time.monotonic() - started, 1)
     if args.plot:
         _plot(result, args.plot)
-        summary["plot"] = str(args.plot)
+        doc["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(doc, indent=2))
     else:
-        print(render(summary))
+        print(report.format_cell(result))
     return 0
 
 
-ROWS = (
-    ("lost_gpu_hours", "GPU-hours lost to preemption", "{:.1f}"),
-    ("preemptions", "preemptions", "{}"),
-    ("victims", "pods evicted", "{}"),
-    ("gangs_broken", "gangs broken", "{}"),
-    ("preemptor_wait_p50_s", "preemptor wait p50 (s)", "{:.0f}"),
-    ("preemptor_wait_p95_s", "preemptor wait p95 (s)", "{:.0f}"),
-    ("gpu_utilisation", "GPU utilisation in window", "{:.1%}"),
-    ("plan_latency_p50_ms", "plan latency p50 (ms)", "{:.1f}"),
-    ("plan_latency_p99_ms", "plan latency p99 (ms)", "{:.1f}"),
-    ("plans_invalid", "invalid plans", "{}"),
-)
-
-
-def render(summary: dict) -> str:
-    w = summary["workload"]
-    lines = [
-        f"workload: {w['jobs']} jobs ({w['high_priority_jobs']} high priority, "
-        f"{w['gang_jobs']} gangs) on {w['nodes']} nodes / {w['gpus']} GPUs; "
-        f"offered load {w['offered_load']:.2f} over {w['window_hours']:g} h "
-        f"(trace compressed {w['time_compression']:g}x, {w['extra_pods_drawn']} pods drawn)",
-        "generator: " + ", ".join(
-            f"{k}={v}" for k, v in w.items()
-            if k not in {"jobs", "gang_jobs", "high_priority_jobs", "extra_pods_drawn",
-                         "time_compression", "offered_load", "nodes", "gpus"}
-        ),
-        "",
-    ]
-    results = summary["results"]
-    width = max(len(r["policy"]) for r in results) + 2
-    lines.append(f"{'':<30}" + "".join(f"{r['policy']:>{width}}" for r in results))
-    for key, label, fmt in ROWS:
-        lines.append(f"{label:<30}" + "".join(f"{fmt.format(r[key]):>{width}}" for r in results))
-    ratios = summary["lost_work_ratio_vs_kube_default"]
-    if ratios:
-        lines.append("")
-        lines.extend(f"lost work {p} ÷ kube-default: {v:.3f}" for p, v in ratios.items())
-    return "\n".join(lines)
-
-
-def _plot(result: report.Comparison, path: Path) -> None:
+def _plot(result: experiment.CellResult, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    first = result.seeds[0]
+    runs = [r for r in result.runs if r.seed == first]
+    series = {r.policy: r.result.lost_series for r in runs}
+    span = report.loss_time_range(series.values())
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for r in result.results:
-        xs = [0.0] + [t / 3600 for t, _ in r.lost_series]
-        ys = [0.0] + [v for _, v in r.lost_series]
-        ax.step(xs, ys, where="post", label=r.policy)
+    for k, (policy, points) in enumerate(series.items()):
+        style, marker = LINE_STYLES[k % len(LINE_STYLES)]
+        xs = [0.0] + [t / 3600 for t, _ in points]
+        ys = [0.0] + [v for _, v in points]
+        if span:
+            xs.append(span[1] / 3600)
+            ys.append(ys[-1])
+        ax.step(xs, ys, where="post", label=policy, linestyle=style, marker=marker,
+                markevery=max(1, len(xs) // 12), markersize=5, linewidth=1.4)
+    if span:
+        ax.set_xlim(span[0] / 3600, span[1] / 3600)
     ax.set_xlabel("simulated time (h)")
     ax.set_ylabel("cumulative GPU-hours lost to preemption")
-    w = result.workload
-    ax.set_title(f"openb replay, load {w.offered_load:.2f}, seed {w.params.seed}")
+    ax.set_title(f"{result.cell.label}, seed {first}")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -7,7 +7,7 @@ than one seed, lost GPU-hours and ratios show the median and its 95 % bootstrap 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from policies.sim import stats
@@ -154,3 +154,21 @@ def markdown_cell(result: CellResult) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.extend("| " + " | ".join(r) + " |" for r in rows)
     return "\n".join(lines)
+
+
+def loss_time_range(series: Iterable[Sequence[tuple[float, float]]]
+                    ) -> tuple[float, float] | None:
+    """Seconds from the first loss of any policy to the last: the plot's x-axis without the
+    idle start (before anything is preempted) and end. None when nothing was lost."""
+    first, last = [], []
+    for points in series:
+        lost = [t for t, cumulative in points if cumulative > 0]
+        if lost:
+            first.append(lost[0])
+            last.append(points[-1][0])
+    if not first:
+        return None
+    start, end = min(first), max(last)
+    if end <= start:  # one loss (or all at once): show half an hour either side
+        return max(0.0, start - 1800.0), end + 1800.0
+    return start, end

@@ -40,3 +40,12 @@ def test_markdown_has_one_row_per_metric_and_a_column_per_policy():
     assert len(md) == 2 + len(rows)
     assert all(line.count("|") == len(header) + 1 for line in md)
     assert md[0] == "|  | kube-default | kube-workload | cost-aware | checkpoint-aware |"
+
+
+def test_plot_range_starts_at_the_first_loss_and_ends_at_the_last():
+    a = ((100.0, 0.0), (3600.0, 2.0), (7200.0, 5.0))  # a zero-cost eviction first
+    b = ((5400.0, 1.0), (9000.0, 4.0))
+    assert report.loss_time_range([a, b]) == (3600.0, 9000.0)
+    assert report.loss_time_range([(), ((0.0, 0.0),)]) is None
+    assert report.loss_time_range([((600.0, 1.0),)]) == (0.0, 2400.0)
+    assert report.loss_time_range([((7200.0, 1.0),), ((7200.0, 3.0),)]) == (5400.0, 9000.0)
