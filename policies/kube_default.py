@@ -46,19 +46,19 @@ MAX_INT32_PLUS_ONE = 2**31  # upstream adds MaxInt32+1 so priority sums are non-
 
 @dataclass(frozen=True, kw_only=True)
 class KubeDefaultConfig:
-    min_candidate_nodes_percentage: int = 10  # DefaultPreemptionArgs defaults
-    min_candidate_nodes_absolute: int = 100
+    min_candidate_nodes_percentage: int = candidates.MIN_CANDIDATE_NODES_PERCENTAGE
+    min_candidate_nodes_absolute: int = candidates.MIN_CANDIDATE_NODES_ABSOLUTE
     seed: int = 0  # drives the random offset into the node list (upstream: rand.Int31n)
     grace_period_seconds: float = 30.0  # pod default terminationGracePeriodSeconds
 
 
-def _start(p: Pod, now: float) -> float:
+def started(p: Pod, now: float) -> float:
     return p.start_time if p.start_time is not None else now
 
 
 def importance_key(p: Pod, now: float) -> tuple[int, float]:
     """MoreImportantPod: higher priority first, then the one that started earlier."""
-    return (-p.priority, _start(p, now))
+    return (-p.priority, started(p, now))
 
 
 def filter_pods_with_pdb_violation(
@@ -122,7 +122,7 @@ def node_choice_key(victims: Sequence[Pod], n_violating: int, now: float, order:
     4. fewest victims; 5. latest start among the highest-priority victims; 6. first node.
     """
     top = victims[0].priority
-    earliest_top = min(_start(p, now) for p in victims if p.priority == top)
+    earliest_top = min(started(p, now) for p in victims if p.priority == top)
     return (
         n_violating,
         top,
@@ -285,14 +285,14 @@ def victim_groups(snapshot: Snapshot, victims: Sequence[Pod]) -> tuple[VictimGro
                 why = f"breaks gang {gang}: {len(running)} running member(s) lose their work"
             out.append(VictimGroup(
                 gang=gang,
-                victims=tuple(_victim(p, now, unknown) for p in evicted),
+                victims=tuple(as_victim(p, now, unknown) for p in evicted),
                 lost_gpu_seconds=lost,
                 reason=why,
             ))
     return tuple(out)
 
 
-def _victim(p: Pod, now: float, unknown_age: float | None) -> Victim:
+def as_victim(p: Pod, now: float, unknown_age: float | None) -> Victim:
     return Victim(
         uid=p.uid, name=p.name, namespace=p.namespace, node=p.node or "", gpus=p.gpus,
         priority=p.priority,

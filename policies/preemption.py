@@ -53,8 +53,8 @@ FAIRNESS_WINDOW_SECONDS = 3600.0  # what Snapshot.recent_preemptions counts over
 class PlannerConfig:
     drain: bool = True
     max_checkpoint_seconds: float = 600.0
-    min_candidate_nodes_percentage: int = 10  # kube-scheduler DefaultPreemptionArgs default
-    min_candidate_nodes_absolute: int = 100  # likewise
+    min_candidate_nodes_percentage: int = candidates.MIN_CANDIDATE_NODES_PERCENTAGE
+    min_candidate_nodes_absolute: int = candidates.MIN_CANDIDATE_NODES_ABSOLUTE
     search_budget: int = 20_000  # branch-and-bound steps per node
     gang_first_member_alternatives: int = 1  # a gang's first member: also its 2nd node
     record_rejections: bool = True

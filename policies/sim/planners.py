@@ -1,14 +1,16 @@
 """The simulator's named policies: each name builds a planner the engine calls per preemptor.
 
-A planner takes the snapshot, the preemptor's pods and a running plan number (kube-default
-uses it as the seed of its random candidate offset) and returns a Plan.
+A planner takes the snapshot, the preemptor's pods and a running plan number (the kube
+baselines use it as the seed of their random candidate offset) and returns a Plan.
+``BASELINES`` are the policies ours is compared with: kube-scheduler's DefaultPreemption,
+the same with workload-aware preemption (KEP-5710), and our own search blind to checkpoints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from policies import kube_default, preemption
+from policies import cost_aware, kube_default, kube_workload, preemption
 from policies.model import Plan, Pod, Snapshot
 
 Planner = Callable[[Snapshot, list[Pod], int], Plan]
@@ -18,21 +20,40 @@ def _kube(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
     return kube_default.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
 
 
-def _aware(drain: bool, max_ckpt: float, penalty: float) -> Planner:
-    cfg = preemption.PlannerConfig(
+def _kube_workload(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
+    return kube_workload.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
+
+
+def _config(drain: bool, max_ckpt: float, penalty: float) -> preemption.PlannerConfig:
+    return preemption.PlannerConfig(
         drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
         fairness_penalty_seconds=penalty,
     )
+
+
+def _aware(drain: bool, max_ckpt: float, penalty: float) -> Planner:
+    cfg = _config(drain, max_ckpt, penalty)
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
-POLICIES = ("kube-default", "checkpoint-aware", "checkpoint-aware-drain")
+def _cost_aware(max_ckpt: float, penalty: float) -> Planner:
+    cfg = _config(False, max_ckpt, penalty)
+    return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
+
+
+POLICIES = ("kube-default", "kube-workload", "cost-aware", "checkpoint-aware",
+            "checkpoint-aware-drain")
+BASELINES = ("kube-default", "kube-workload", "cost-aware")
 
 
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS) -> Planner:
     if name == "kube-default":
         return _kube
+    if name == "kube-workload":
+        return _kube_workload
+    if name == "cost-aware":
+        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds)
     if name == "checkpoint-aware":
         return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds)
     if name == "checkpoint-aware-drain":

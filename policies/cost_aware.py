@@ -1,0 +1,47 @@
+"""Cost-aware: our search and gang handling, blind to checkpoints.
+
+The baseline that separates what checkpoints buy from what weighing GPUs × time buys: the same
+planner (``policies.preemption``: candidate walk, exact within-node search, whole gangs, PDBs,
+fairness penalty) with every pod's cost taken as GPUs × time since it started. It is the
+planner run on a copy of the snapshot with every checkpoint fact removed (no mode, no last
+checkpoint, no checkpoint time, nothing malformed; unknown checkpoints count from the start)
+and without draining. The victims' ``lost_gpu_seconds`` in its plans are therefore GPU × age,
+what it believed; the simulator charges what victims really lose from its own ground truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from policies import preemption
+from policies.model import CheckpointMode, Plan, Pod, Snapshot, UnknownCheckpoint
+
+POLICY = "cost-aware"
+
+
+def _blind(p: Pod) -> Pod:
+    if (p.checkpoint is CheckpointMode.NONE and p.last_checkpoint is None
+            and p.checkpoint_seconds is None and not p.checkpoint_malformed):
+        return p
+    return replace(p, checkpoint=CheckpointMode.NONE, last_checkpoint=None,
+                   checkpoint_seconds=None, checkpoint_malformed=False)
+
+
+def without_checkpoints(snapshot: Snapshot) -> Snapshot:
+    """The snapshot as a planner that knows nothing of checkpoints sees it."""
+    return Snapshot(
+        now=snapshot.now, nodes=snapshot.nodes, pods=tuple(_blind(p) for p in snapshot.pods),
+        pdbs=snapshot.pdbs, recent_preemptions=snapshot.recent_preemptions,
+        unknown_checkpoint=UnknownCheckpoint(),
+    )
+
+
+def plan(
+    snapshot: Snapshot, preemptor: Sequence[Pod],
+    config: preemption.PlannerConfig = preemption.PlannerConfig(drain=False),
+) -> Plan:
+    """The planner's plan on the checkpoint-blind snapshot, never draining."""
+    blind = [_blind(p) for p in preemptor]
+    got = preemption.plan(without_checkpoints(snapshot), blind, replace(config, drain=False))
+    return replace(got, policy=POLICY)
