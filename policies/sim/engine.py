@@ -112,7 +112,8 @@ class _JobState:
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        self.remaining = job.duration  # seconds of work still to do
+        # seconds of work from ``origin`` to the finish (a pre-filled job's origin is in the past)
+        self.remaining = job.duration + job.done_before
         self.queued_at = job.arrival
         self.start = 0.0  # when its pods started (negative for jobs that ran before the replay)
         self.origin = 0.0  # when it (re)started training: start plus the restore after eviction
@@ -238,7 +239,7 @@ class Simulation:
 
     def _start(self, js: _JobState, placed: list[int], at: float) -> None:
         js.start = at - (js.job.done_before if not js.started else 0.0)
-        js.origin = at + js.restore
+        js.origin = js.start + js.restore
         js.started = True
         js.token += 1
         js.pods = [
