@@ -1,61 +1,58 @@
-"""Benchmark (a): lost work of checkpoint-aware planning ÷ kube-default on the default replay.
+"""Benchmark (a): lost work of each policy ÷ the strongest baseline on `simulate`'s default cell.
 
-Runs `ckpt-preempt simulate`'s default scenario for several seeds and prints one JSON line
-with the per-seed ratios and their median. Targets: ≤ 0.5 without drain, ≤ 0.15 with drain.
-Usage: python bench/lost_work.py [--seeds 1,2,3,4,5] [--scale 0.25]
+Runs the default scenario (openb, stress protocol) for several seeds under every policy and
+prints one JSON line: per policy the median lost GPU-hours and the median of per-seed ratios to
+the strongest baseline (the baseline losing least in the cell) and to kube-default, each with
+its 95 % bootstrap interval over seeds. The full picture (every protocol, ablations) is
+bench/evidence.py. Usage: python bench/lost_work.py [--seeds 1,2,3,4,5] [--scale 0.25]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
 from importlib import resources
 
-from policies.sim import planners, report, trace, workload
+from policies.sim import experiment, planners, trace
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="1,2,3,4,5")
-    ap.add_argument("--scale", type=float, default=workload.WorkloadParams().scale)
+    ap.add_argument("--scale", type=float, default=experiment.DEFAULT_SCALE)
     args = ap.parse_args()
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        print(f"lost_work: --seeds expects integers like 1,2,3, got {args.seeds!r}",
+              file=sys.stderr)
+        return 2
     data = resources.files("policies").joinpath("data")
     pods = trace.parse_pods(data.joinpath("openb_pod_list_default.csv").read_text().splitlines())
-    node_text = data.joinpath("openb_node_list_gpu_node.csv").read_text()
-    nodes = trace.parse_nodes(node_text.splitlines())
-    per_seed = []
+    nodes = trace.parse_nodes(
+        data.joinpath("openb_node_list_gpu_node.csv").read_text().splitlines())
     started = time.monotonic()
-    for seed in (int(s) for s in args.seeds.split(",")):
-        params = workload.WorkloadParams(seed=seed, scale=args.scale)
-        cmp = report.compare(pods, nodes, params, planners.POLICIES, clock=time.perf_counter)
-        by = {r.policy: r for r in cmp.results}
-        per_seed.append({
-            "seed": seed,
-            "offered_load": round(cmp.workload.offered_load, 3),
-            "lost_gpu_hours": {p: round(r.lost_gpu_hours, 2) for p, r in by.items()},
-            "gangs_broken": {p: r.gangs_broken for p, r in by.items()},
-            "ratio_no_drain": cmp.lost_ratio("checkpoint-aware"),
-            "ratio_drain": cmp.lost_ratio("checkpoint-aware-drain"),
-        })
-    ratios = {
-        k: [s[k] for s in per_seed if s[k] is not None] for k in ("ratio_no_drain", "ratio_drain")
-    }
+    cell = experiment.Cell(scale=args.scale)
+    result = experiment.run_cell(cell, seeds, planners.POLICIES, pods, nodes,
+                                 clock=time.perf_counter)
     print(json.dumps({
         "benchmark": "lost_work_ratio",
-        "scenario": {"scale": args.scale, **{
-            k: v for k, v in workload.WorkloadParams().describe().items() if k != "seed"
-        }},
-        "seeds": per_seed,
-        "median_ratio_no_drain": statistics.median(ratios["ratio_no_drain"]),
-        "median_ratio_drain": statistics.median(ratios["ratio_drain"]),
-        "worst_ratio_no_drain": max(ratios["ratio_no_drain"]),
-        "worst_ratio_drain": max(ratios["ratio_drain"]),
-        "targets": {"no_drain": 0.5, "drain": 0.15},
+        "cell": result.cell.label, "scale": args.scale, "seeds": seeds,
+        "strongest_baseline": result.strongest_baseline,
+        "policies": {p.policy: {
+            "lost_gpu_hours": p.lost.as_dict(2),
+            "ratio_vs_strongest": p.vs_strongest.as_dict(3) if p.vs_strongest else None,
+            "ratio_vs_kube_default": p.vs_kube_default.as_dict(3) if p.vs_kube_default else None,
+            "gangs_broken_median": p.gangs_broken,
+            "max_preemptions_per_workload": p.max_preemptions_per_workload,
+            "plans_invalid": p.plans_invalid,
+        } for p in result.policies},
         "wall_seconds": round(time.monotonic() - started, 1),
     }))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
