@@ -45,6 +45,7 @@ from policies import annotations as ann
 from policies import kube_default, preemption
 from policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
 from policies.sim.costs import Ledger, drain_outcome, report_error
+from policies.sim.devices import Capacity, requests
 from policies.sim.planners import planner_for
 from policies.sim.trace import TraceNode
 from policies.sim.workload import Job, Workload
@@ -160,11 +161,7 @@ class Simulation:
             for n in nodes
         )
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        self.free = [n.allocatable for n in self.nodes]
-        self.maxg = max(n.allocatable.gpus for n in self.nodes)
-        self.buckets: list[set[int]] = [set() for _ in range(self.maxg + 1)]
-        for i, n in enumerate(self.nodes):
-            self.buckets[n.allocatable.gpus].add(i)
+        self.cap = Capacity(self.nodes, [n.model for n in nodes])
         self.events: list = []
         self.seq = 0
         self.running: dict[int, _JobState] = {}
@@ -186,14 +183,7 @@ class Simulation:
         self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
         self.measured_preemptions: Counter[int] = Counter()  # the same, after the warm-up
 
-    # -- capacity bookkeeping -------------------------------------------------------------
-    def _take(self, i: int, r: Resources, sign: int) -> None:
-        f = self.free[i]
-        self.buckets[f.gpus].discard(i)
-        f = f + r if sign > 0 else f - r
-        self.free[i] = f
-        self.buckets[f.gpus].add(i)
-
+    # -- capacity held by priority ---------------------------------------------------------
     def _hold(self, i: int, pod: Pod, sign: int) -> None:
         h = self.held[i]
         have = h.get(pod.priority, ZERO)
@@ -215,13 +205,6 @@ class Simulation:
             )
         return cache[priority]
 
-    def _best_fit(self, r: Resources) -> int | None:
-        for g in range(r.gpus, self.maxg + 1):
-            fits = [i for i in self.buckets[g] if r.fits_in(self.free[i])]
-            if fits:
-                return min(fits)
-        return None
-
     def _push(self, t: float, kind: str, payload) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, payload))
@@ -231,7 +214,7 @@ class Simulation:
         j, m = js.job, js.job.members[k]
         return Pod(
             uid=f"{j.id}-{k}", name=m.name, priority=j.priority,
-            requests=Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus),
+            requests=requests(m),
             node=node, start_time=js.start if node else None, checkpoint=j.checkpoint,
             checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
             if j.is_gang else None, owner_uid=f"job-{j.id}",
@@ -252,29 +235,14 @@ class Simulation:
         self._push(js.origin + js.remaining, "finish", (js, js.token))
 
     def _try_place(self, js: _JobState) -> list[int] | None:
-        placed: list[tuple[int, Resources]] = []
-        for m in sorted(js.job.members, key=lambda m: -m.gpus):
-            r = Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus)
-            i = self._best_fit(r)
-            if i is None:
-                for j, rr in placed:
-                    self._take(j, rr, +1)
-                return None
-            self._take(i, r, -1)
-            placed.append((i, r))
-        # members were placed largest first; map back to member order
-        order = sorted(range(len(js.job.members)), key=lambda k: -js.job.members[k].gpus)
-        out = [0] * len(order)
-        for (i, _), k in zip(placed, order, strict=True):
-            out[k] = i
-        return out
+        return self.cap.place(js.job.members)
 
     def _stop(self, js: _JobState, at: float) -> None:
         """Account busy GPU time (after the warm-up, within the window); release capacity."""
         lo, hi = self.w.warmup, self.w.window
         held = max(0.0, min(at, hi) - max(js.start, lo))
         for pod, i in js.pods:
-            self._take(i, pod.requests, +1)
+            self.cap.give(i, pod.requests)
             self._hold(i, pod, -1)
             self.busy += pod.gpus * held
         js.pods = []
@@ -307,7 +275,7 @@ class Simulation:
             js.report = (true, min(t, true + error))
         return min(t, js.report[1])
 
-    def _snapshot(self, pre: list[Pod]) -> Snapshot:
+    def _snapshot(self, pre: list[Pod], job: Job) -> Snapshot:
         priority = min(p.priority for p in pre)
         pods = []
         recent: dict[str, int] = {}
@@ -327,12 +295,13 @@ class Simulation:
             held = self._held_pod(i, priority)
             if held is not None:
                 pods.append(held)
-        return Snapshot(now=t, nodes=self.nodes, pods=tuple(pods) + tuple(pre),
+        return Snapshot(now=t, nodes=self.cap.exclusions(job.members),
+                        pods=tuple(pods) + tuple(pre),
                         recent_preemptions=recent, unknown_checkpoint=self.unknown)
 
     def _preempt(self, js: _JobState) -> bool:
         pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
-        snap = self._snapshot(pre)
+        snap = self._snapshot(pre, js.job)
         self.counts["plans"] += 1
         t0 = self.clock() if self.clock else 0.0
         plan = self.plan_fn(snap, pre, self.counts["plans"])
@@ -371,12 +340,13 @@ class Simulation:
             self.counts["victims"] += measured * len(vs.job.members)
         placed = [0] * len(js.job.members)
         by_uid = {p.pod_uid: p.node for p in plan.placements}
+        allowed = self.cap.allowed_for(js.job.members)
         for k, m in enumerate(js.job.members):
             i = self.index[by_uid[f"{js.job.id}-{k}"]]
-            r = Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus)
-            if not r.fits_in(self.free[i]):
+            r = requests(m)
+            if not self.cap.fits(i, r) or (allowed is not None and i not in allowed):
                 self.counts["invalid"] += 1
-            self._take(i, r, -1)
+            self.cap.take(i, r)
             placed[k] = i
         self.high.remove(js)
         self._waited(js, release)
@@ -431,7 +401,7 @@ class Simulation:
         for key in sorted(self.low, key=lambda k: self.low[k][0][0] if self.low[k] else 1e30):
             q = self.low[key]
             while q:
-                if key[0] > 0 and not any(self.buckets[g] for g in range(key[0], self.maxg + 1)):
+                if key[0] > 0 and not self.cap.room_for(key[0]):
                     break
                 placed = self._try_place(q[0][2])
                 if placed is None:
