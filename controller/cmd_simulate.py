@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 
@@ -86,11 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the controller's drain cap (default %(default)s)")
     p.add_argument("--grace-seconds", type=float, default=c.grace_seconds,
                    help="termination grace period (default %(default)s)")
-    known = {f.name for f in fields(engine.SimConfig)}
     for flag, name, text in COST_FLAGS:
-        if name in known:
-            p.add_argument(flag, type=float, default=getattr(c, name),
-                           help=f"{text} (default %(default)s)")
+        p.add_argument(flag, type=float, default=getattr(c, name),
+                       help=f"{text} (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="lost work over time per policy (the first seed)")
@@ -131,12 +128,15 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
 
 
 def _config(args: argparse.Namespace) -> engine.SimConfig:
-    costs = {name: getattr(args, name) for _, name, _ in COST_FLAGS if hasattr(args, name)}
+    costs = {name: getattr(args, name) for _, name, _ in COST_FLAGS}
     for flag, name, _ in COST_FLAGS:
-        if name in costs and costs[name] < 0:
+        if costs[name] < 0:
             raise ValueError(f"{flag} must be >= 0, got {costs[name]}")
-        if name.endswith("_share") and name in costs and costs[name] > 1:
+        if name.endswith("_share") and costs[name] > 1:
             raise ValueError(f"{flag} must be a share between 0 and 1, got {costs[name]}")
+    if costs["drain_overrun_factor"] < 1:
+        raise ValueError("--drain-overrun-factor must be >= 1 (an overrun takes longer), got "
+                         f"{costs['drain_overrun_factor']}")
     return engine.SimConfig(grace_seconds=args.grace_seconds,
                             max_checkpoint_seconds=args.max_checkpoint_seconds, **costs)
 

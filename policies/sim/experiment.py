@@ -19,13 +19,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from policies.sim import stats
 from policies.sim.engine import PolicyResult, SimConfig, Simulation
+from policies.sim.planners import BASELINES
 from policies.sim.trace import TraceNode, TracePod
 from policies.sim.workload import Workload, WorkloadParams, generate, scale_down
-
-try:
-    from policies.sim.planners import BASELINES
-except ImportError:  # until planners names its baselines
-    BASELINES = ("kube-default",)
 
 KUBE_DEFAULT = "kube-default"
 DEFAULT_SCALE = 0.25  # share of the openb cluster and trace simulated
