@@ -1,13 +1,18 @@
 """The seeded workload generator: trace pods become jobs with checkpoints and gangs.
 
+This module holds the shared pieces (jobs, ``jobs_from``, ``offered_load``) and the *stress*
+protocol's generator (``generate``); ``policies.sim.protocols`` names the three protocols
+(stress, replay, steady) and builds each.
+
 The trace records neither checkpoints nor much gang structure, so both are drawn here from a
 ``random.Random(seed)``; every parameter is a field of ``WorkloadParams`` and is printed with
 each result.
 
-The load knob is arrival scaling, after the FGD paper's protocol of submitting sampled pods until
-demand reaches 130 % of capacity. The trace's arrivals are compressed into ``window_hours``
-(durations are kept); then low-priority pods drawn from the trace with replacement arrive
-uniformly in the window until the offered load reaches ``load``, where offered load is
+Stress protocol (a stress test, not a replay). The load knob is arrival scaling, after the FGD
+paper's protocol of submitting sampled pods until demand reaches 130 % of capacity. The trace's
+arrivals are compressed into ``window_hours`` (durations are kept); then low-priority pods drawn
+from the trace with replacement arrive uniformly in the window until the offered load reaches
+``load``, where offered load is
 ``Σ gpus × min(duration, time left in window) ÷ (cluster GPUs × window)``. The achieved load,
 the compression and the number of drawn pods are part of every result.
 """
@@ -38,6 +43,13 @@ class WorkloadParams:
     gang_share: float = 0.3  # chance a low-priority job absorbs its successors into a gang
     gang_sizes: tuple[int, ...] = (2, 4, 8)
     min_duration_s: float = 60.0  # shorter pods are lengthened: they are not training jobs
+    # replay protocol (policies.sim.protocols): a real-time window of the trace
+    replay_window_hours: float = 72.0  # trace time replayed, uncompressed
+    contention: float = 1.2  # window's mean GPU demand ÷ capacity the cluster is shrunk to
+    # steady protocol: Poisson arrivals from a stationary start
+    steady_hours: float = 24.0  # measured span after the warm-up
+    steady_warmup_hours: float = 6.0  # unmeasured span at the start (replay: warmup_share)
+    warmup_share: float = 0.25  # of the replay window, at its start, not measured
 
     def describe(self) -> dict:
         return asdict(self)
@@ -99,8 +111,11 @@ def _demand(gpus: int, arrival: float, duration: float, window: float) -> float:
     return gpus * max(0.0, min(duration, window - arrival))
 
 
-def _draws(pods: list[TracePod], params: WorkloadParams, capacity: int, rng: random.Random):
+def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.Random):
     """The trace, compressed into the window, plus seeded extra draws up to the target load.
+
+    ``pods`` are trace items (``TracePod`` or a scenario's jobs): anything with name, qos,
+    gpus, creation and deletion. Returns ((item, arrival) sorted, extra draws, compression).
 
     Extra draws come from the low-priority (preemptible) pods only: the knob scales the
     background training load, and the high-priority arrivals stay the trace's own.
@@ -141,27 +156,44 @@ def scale_down(
     return [p for p in pods if rng.random() < params.scale], [nodes[i] for i in picked]
 
 
-def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParams) -> Workload:
-    """Build the seeded workload on ``nodes``; scale both with ``scale_down`` first."""
-    rng = random.Random(params.seed)
-    capacity = sum(n.gpus for n in nodes)
-    biggest = max(n.gpus for n in nodes)
-    # CPU-only pods neither hold GPUs nor lose GPU work; pods bigger than any node never run.
-    usable = [p for p in pods if 0 < p.gpus <= biggest]
-    ordered, extra, compress = _draws(usable, params, capacity, rng)
-    window = params.window_hours * 3600
+@dataclass(frozen=True, kw_only=True)
+class Arrival:
+    """One pod entering the workload: when, for how long, and how much it had already run."""
+
+    pod: TracePod  # or a scenario's job (policies.sim.scenarios.TrainingJob)
+    at: float  # seconds from the start of the simulated run
+    duration: float  # seconds of work it still needs
+    done_before: float = 0.0  # seconds it had run before the run began (pre-filled pods)
+
+
+def member(pod: TracePod, name: str) -> Member:
+    """The pod as a job member; a fractional share carries its gpu_milli."""
+    return Member(
+        name=name, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, gpus=pod.gpus,
+        gpu_milli=pod.gpu_milli if pod.fractional else 0, gpu_spec=pod.gpu_spec,
+    )
+
+
+def jobs_from(arrivals: list[Arrival], params: WorkloadParams, rng: random.Random) -> list[Job]:
+    """Arrivals (in arrival order) become jobs: seeded gangs and checkpoint behaviour.
+
+    A low-priority arrival becomes, with ``gang_share``, the lead of a gang that absorbs the
+    next arrivals of the same GPU count (up to a size drawn from ``gang_sizes``); the gang runs
+    for the lead's duration. High-priority jobs never checkpoint; low-priority ones checkpoint
+    on request, periodically or never, by the shares in ``params``.
+    """
     jobs: list[Job] = []
     i = 0
-    while i < len(ordered):
-        lead, arrival = ordered[i]
-        group = [lead]
+    while i < len(arrivals):
+        lead = arrivals[i]
+        group = [lead.pod]
         i += 1
-        high = lead.qos in HIGH_QOS
-        if not high and lead.gpus > 0 and rng.random() < params.gang_share:
+        high = lead.pod.qos in HIGH_QOS
+        if not high and lead.pod.gpus > 0 and rng.random() < params.gang_share:
             size = rng.choice(params.gang_sizes)
-            while len(group) < size and i < len(ordered):
-                nxt = ordered[i][0]
-                if nxt.qos in HIGH_QOS or nxt.gpus != lead.gpus:
+            while len(group) < size and i < len(arrivals):
+                nxt = arrivals[i].pod
+                if nxt.qos in HIGH_QOS or nxt.gpus != lead.pod.gpus:
                     break
                 group.append(nxt)
                 i += 1
@@ -180,27 +212,56 @@ def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParam
         # drawn only when asked for, so the default leaves every other draw as it was
         silent = interval is not None and params.share_silent > 0 and (
             rng.random() < params.share_silent)
+        n = len(jobs)
+        name = lead.pod.name
         jobs.append(Job(
-            id=len(jobs),
-            name=f"{lead.name}-{len(jobs)}" if len(group) == 1 else f"gang-{lead.name}-{len(jobs)}",
-            arrival=arrival,
-            duration=max(params.min_duration_s, lead.deletion - lead.creation),
-            priority=PRIORITY[lead.qos],
-            qos=lead.qos,
-            members=tuple(
-                Member(name=f"{p.name}-{len(jobs)}-{k}", cpu_milli=p.cpu_milli,
-                       memory_mib=p.memory_mib, gpus=p.gpus)
-                for k, p in enumerate(group)
-            ),
+            id=n,
+            name=f"{name}-{n}" if len(group) == 1 else f"gang-{name}-{n}",
+            arrival=lead.at,
+            duration=lead.duration,
+            priority=PRIORITY[lead.pod.qos],
+            qos=lead.pod.qos,
+            members=tuple(member(p, f"{p.name}-{n}-{k}") for k, p in enumerate(group)),
             checkpoint=mode,
             interval=interval,
             checkpoint_seconds=ckpt,
             reports=not silent,
+            done_before=lead.done_before,
         ))
-    demand = sum(
-        _demand(j.gpus, j.arrival, j.duration, window) for j in jobs
-    )
+    return jobs
+
+
+def offered_load(jobs: list[Job] | tuple[Job, ...], capacity: int, start: float,
+                 end: float) -> float:
+    """GPU-seconds the jobs ask for inside [start, end) ÷ the capacity's, as if none waited."""
+    span = end - start
+    if span <= 0 or capacity <= 0:
+        return 0.0
+    demand = 0.0
+    for j in jobs:
+        if j.arrival >= start:
+            demand += j.gpus * max(0.0, min(j.duration, end - j.arrival))
+        else:
+            demand += j.gpus * max(0.0, min(end, j.arrival + j.duration) - start)
+    return demand / (capacity * span)
+
+
+def generate(pods: list[TracePod], nodes: list[TraceNode], params: WorkloadParams) -> Workload:
+    """The stress workload on ``nodes``; scale both with ``scale_down`` first."""
+    rng = random.Random(params.seed)
+    capacity = sum(n.gpus for n in nodes)
+    biggest = max(n.gpus for n in nodes)
+    # CPU-only pods neither hold GPUs nor lose GPU work; pods bigger than any node never run.
+    usable = [p for p in pods if 0 < p.gpus <= biggest]
+    ordered, extra, compress = stress_draws(usable, params, capacity, rng)
+    window = params.window_hours * 3600
+    arrivals = [
+        Arrival(pod=p, at=at, duration=max(params.min_duration_s, p.deletion - p.creation))
+        for p, at in ordered
+    ]
+    jobs = jobs_from(arrivals, params, rng)
     return Workload(
-        jobs=tuple(jobs), compress=compress, offered_load=demand / (capacity * window),
+        jobs=tuple(jobs), compress=compress,
+        offered_load=offered_load(jobs, capacity, 0.0, window),
         window=window, capacity_gpus=capacity, extra_pods=extra, params=params,
     )

@@ -1,0 +1,227 @@
+"""The three experiment protocols, each for every workload (the openb traces and training jobs).
+
+``build`` returns the workload and the nodes actually simulated; the workload carries its
+``protocol`` and ``warmup`` (seconds at the start whose losses and waits are not measured).
+
+(a) stress: the compressed-arrival generator (``workload.generate``): the whole trace's arrivals
+    squeezed into ``window_hours`` and topped up with low-priority draws to ``load``. A stress
+    test, not a replay: the same seed gives the same jobs it always gave. No warm-up.
+
+(b) replay: ``replay_window_hours`` (default 72 h) of trace time, uncompressed. The window
+    starts at the creation time of a trace item drawn by the seed (so windows fall where the
+    trace has arrivals), moved back if needed so it ends by the last creation. Items running at
+    the start are pre-filled: they arrive at t = 0 with ``done_before`` = the seconds they had
+    run and ``duration`` = the seconds they still had to run. Items created inside the window
+    arrive at their real offset. The cluster is then shrunk until it is contended: nodes are
+    taken in a seeded order until their GPUs reach the window's mean GPU demand (jobs' GPUs ×
+    time inside the window, as if none waited, ÷ window length) ÷ ``contention`` (default 1.2);
+    if none of them can hold the largest pod, the first node in that order that can is added.
+    The first ``warmup_share`` (default 25 %) of the window is not measured.
+
+(c) steady: Poisson arrivals of items drawn from the trace with replacement, durations from the
+    trace, on the ``scale`` share of nodes. The rate is set so the offered utilisation
+    (rate × mean of GPUs × duration ÷ cluster GPUs) equals ``utilisation`` (swept over
+    ``UTILISATIONS``). The run starts in the equilibrium of that arrival process (an M/G/inf
+    system): Poisson(rate × mean duration) jobs already running, each drawn with probability
+    proportional to its duration and with a uniform share of it already done. So the offered
+    load is stationary from t = 0, heavy-tailed durations included; the first
+    ``steady_warmup_hours`` (default 6 h, for queues and placement to settle) are not
+    measured, then ``steady_hours`` (default 24 h) are.
+
+Offered load in each workload is measured over the span after the warm-up.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from policies.sim import scenarios
+from policies.sim.trace import TraceNode, TracePod
+from policies.sim.workload import (
+    Arrival,
+    Job,
+    Workload,
+    WorkloadParams,
+    generate,
+    jobs_from,
+    offered_load,
+    scale_down,
+    stress_draws,
+)
+
+WORKLOADS = ("openb", "openb-multigpu20", "training")
+PROTOCOLS = ("stress", "replay", "steady")
+UTILISATIONS = (0.8, 1.0, 1.2, 1.4)  # the steady protocol's sweep
+HOUR = 3600.0
+
+JobBuilder = Callable[[list[Arrival], random.Random], list[Job]]
+
+
+def _pod_gpus(item) -> int:
+    """GPUs one pod of the item needs on one node."""
+    if isinstance(item, scenarios.TrainingJob):
+        return item.gpus_per_pod
+    return item.gpus
+
+
+def _duration(item, params: WorkloadParams) -> float:
+    return max(params.min_duration_s, item.deletion - item.creation)
+
+
+def _usable(items: Sequence, nodes: Sequence[TraceNode]) -> list:
+    """Items that hold GPUs and whose pods fit some node."""
+    biggest = max(n.gpus for n in nodes)
+    out = [p for p in items if p.gpus > 0 and 0 < _pod_gpus(p) <= biggest]
+    if not out:
+        raise ValueError("no trace item asks for GPUs that fit a node of this cluster")
+    return out
+
+
+def _stress(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Workload, list]:
+    rng = random.Random(params.seed)
+    capacity = sum(n.gpus for n in nodes)
+    ordered, extra, compress = stress_draws(_usable(items, nodes), params, capacity, rng)
+    arrivals = [Arrival(pod=p, at=at, duration=_duration(p, params)) for p, at in ordered]
+    jobs = make(arrivals, rng)
+    window = params.window_hours * HOUR
+    return Workload(
+        jobs=tuple(jobs), compress=compress, offered_load=offered_load(jobs, capacity, 0, window),
+        extra_pods=extra, window=window, capacity_gpus=capacity, params=params,
+        protocol="stress",
+    ), nodes
+
+
+def window_start(items: Sequence, window: float, rng: random.Random) -> float:
+    """A seeded item's creation time, moved back so the window ends by the last creation."""
+    creations = sorted(p.creation for p in items)
+    start = rng.choice(creations)
+    return max(creations[0], min(start, creations[-1] - window))
+
+
+def contended_nodes(nodes: Sequence[TraceNode], jobs: Sequence[Job], window: float,
+                    contention: float, rng: random.Random) -> list[TraceNode]:
+    """The smallest seeded prefix of nodes whose GPUs reach mean demand ÷ contention."""
+    target = offered_load(jobs, 1, 0.0, window) / contention
+    order = rng.sample(range(len(nodes)), len(nodes))
+    chosen: list[int] = []
+    capacity = 0
+    for i in order:
+        if capacity >= target and chosen:
+            break
+        chosen.append(i)
+        capacity += nodes[i].gpus
+    need = max((m.gpus for j in jobs for m in j.members), default=0)
+    if not any(nodes[i].gpus >= need for i in chosen):
+        chosen.append(next(i for i in order if nodes[i].gpus >= need))
+    return [nodes[i] for i in sorted(chosen)]
+
+
+def _replay(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Workload, list]:
+    if params.replay_window_hours <= 0 or params.contention <= 0:
+        raise ValueError("replay_window_hours and contention must be positive")
+    if not 0 <= params.warmup_share < 1:
+        raise ValueError(f"warmup_share must be in [0, 1), got {params.warmup_share}")
+    rng = random.Random(f"replay-{params.seed}")
+    usable = _usable(items, nodes)
+    window = params.replay_window_hours * HOUR
+    t0 = window_start(usable, window, rng)
+    arrivals = []
+    for p in usable:
+        if p.creation < t0 < p.deletion:
+            arrivals.append(Arrival(pod=p, at=0.0, duration=max(1.0, p.deletion - t0),
+                                    done_before=t0 - p.creation))
+        elif t0 <= p.creation < t0 + window:
+            arrivals.append(Arrival(pod=p, at=p.creation - t0, duration=_duration(p, params)))
+    if not arrivals:
+        raise ValueError("the replay window holds no trace items")
+    arrivals.sort(key=lambda a: (a.at, a.pod.name))
+    jobs = make(arrivals, rng)
+    kept = contended_nodes(nodes, jobs, window, params.contention, rng)
+    capacity = sum(n.gpus for n in kept)
+    warmup = params.warmup_share * window
+    return Workload(
+        jobs=tuple(jobs), compress=1.0, offered_load=offered_load(jobs, capacity, warmup, window),
+        extra_pods=0, window=window, capacity_gpus=capacity, params=params, warmup=warmup,
+        protocol="replay",
+    ), kept
+
+
+def _poisson(mean: float, rng: random.Random) -> int:
+    n, t = 0, rng.expovariate(1.0)
+    while t < mean:
+        n += 1
+        t += rng.expovariate(1.0)
+    return n
+
+
+def _steady(items, nodes, params: WorkloadParams, utilisation: float,
+            make: JobBuilder) -> tuple[Workload, list]:
+    if utilisation <= 0:
+        raise ValueError(f"utilisation must be positive, got {utilisation}")
+    if params.steady_hours <= 0 or params.steady_warmup_hours < 0:
+        raise ValueError("steady_hours must be positive and steady_warmup_hours not negative")
+    _, kept = scale_down([], list(nodes), params)
+    capacity = sum(n.gpus for n in kept)
+    usable = _usable(items, kept)
+    durations = [_duration(p, params) for p in usable]
+    mean_gpu_seconds = sum(p.gpus * d for p, d in zip(usable, durations, strict=True)) / len(usable)
+    rate = utilisation * capacity / mean_gpu_seconds
+    warmup = params.steady_warmup_hours * HOUR
+    end = warmup + params.steady_hours * HOUR
+    rng = random.Random(f"steady-{params.seed}")
+    running = _poisson(rate * sum(durations) / len(durations), rng)
+    arrivals = []
+    for k in rng.choices(range(len(usable)), weights=durations, k=running):
+        done = rng.uniform(0.0, durations[k])
+        arrivals.append(Arrival(pod=usable[k], at=0.0, duration=max(1.0, durations[k] - done),
+                                done_before=done))
+    t = rng.expovariate(rate)
+    while t < end:
+        k = rng.randrange(len(usable))
+        arrivals.append(Arrival(pod=usable[k], at=t, duration=durations[k]))
+        t += rng.expovariate(rate)
+    jobs = make(arrivals, rng)
+    return Workload(
+        jobs=tuple(jobs), compress=1.0, offered_load=offered_load(jobs, capacity, warmup, end),
+        extra_pods=0, window=end, capacity_gpus=capacity, params=params, warmup=warmup,
+        protocol="steady",
+    ), kept
+
+
+def build(*, workload: str, protocol: str, seed: int, pods: list[TracePod] | None,
+          nodes: list[TraceNode], scale: float = 0.25, utilisation: float = 1.0,
+          params: WorkloadParams | None = None) -> tuple[Workload, list[TraceNode]]:
+    """The seeded workload of ``workload`` under ``protocol``, and the nodes it runs on."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
+    if not nodes:
+        raise ValueError("no nodes to simulate")
+    params = replace(params or WorkloadParams(), seed=seed, scale=scale)
+    if not 0 < params.scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {params.scale}")
+    items: list
+    make: JobBuilder
+    if workload == "training":
+        if pods is not None:
+            raise ValueError("the training workload is synthetic; it takes no pod trace")
+        items = scenarios.training_trace(seed)
+        make = lambda arrivals, rng: scenarios.jobs_from(arrivals)  # noqa: E731
+    else:
+        if pods is None:
+            raise ValueError(f"workload {workload!r} needs a pod trace")
+        items = pods
+        make = lambda arrivals, rng: jobs_from(arrivals, params, rng)  # noqa: E731
+    if protocol == "stress":
+        if workload != "training":
+            scaled_pods, scaled_nodes = scale_down(pods or [], nodes, params)
+            return replace(generate(scaled_pods, scaled_nodes, params), protocol="stress"), \
+                scaled_nodes
+        _, scaled_nodes = scale_down([], nodes, params)
+        return _stress(items, scaled_nodes, params, make)
+    if protocol == "replay":
+        return _replay(items, nodes, params, make)
+    return _steady(items, nodes, params, utilisation, make)
