@@ -238,3 +238,48 @@ def test_the_charge_adds_up_and_is_never_negative(w, policy, failure, restore):
         assert r.restart_gpu_hours == 0
     if policy != "checkpoint-aware-drain":
         assert r.delay_gpu_hours == 0 and r.drains_failed == r.drains_overrun == 0
+
+
+# -- GPU models (gpu_spec) ---------------------------------------------------------------
+
+def two_models():
+    return [TraceNode(name="a", cpu_milli=96000, memory_mib=10**6, gpus=1, model="A"),
+            TraceNode(name="b", cpu_milli=96000, memory_mib=10**6, gpus=1, model="B")]
+
+
+def with_spec(job, spec):
+    return replace(job, members=tuple(replace(m, gpu_spec=spec) for m in job.members))
+
+
+@pytest.mark.parametrize("policy", ["kube-default", "checkpoint-aware"])
+def test_a_preemptor_that_names_a_gpu_model_evicts_only_on_that_model(policy):
+    # the old job runs on node a (model A) from 0, a young one on node b from 50 min; at 1 h a
+    # pod arrives: any model lets the planner take the young one, model A forces the old one
+    jobs = [low(0, 0.0), low(1, 50 * MIN)]
+    anywhere = run(wl(*jobs, high(2, HOUR), gpus=2), IDEAL, policy, two_models())
+    on_a = run(wl(*jobs, with_spec(high(2, HOUR), "A"), gpus=2), IDEAL, policy, two_models())
+    assert anywhere.lost_work_gpu_hours == pytest.approx((10 * MIN + 30) / HOUR)
+    assert on_a.lost_work_gpu_hours == pytest.approx((HOUR + 30) / HOUR)
+    assert on_a.plans_invalid == 0
+
+
+def test_the_engine_places_a_pod_only_on_a_named_model():
+    # node a is free, node b runs a low job: a pod that must run on model B preempts
+    jobs = [with_spec(low(0, 0.0), "B"), high(1, HOUR)]
+    free_a = run(wl(*jobs, gpus=2), IDEAL, "checkpoint-aware", two_models())
+    only_b = run(wl(jobs[0], with_spec(jobs[1], "B|C"), gpus=2), IDEAL, "checkpoint-aware",
+                 two_models())
+    assert (free_a.preemptions, only_b.preemptions) == (0, 1)
+
+
+def test_gpu_spec_names_models_separated_by_bars():
+    from policies.model import RejectReason
+    from policies.sim.devices import Capacity
+
+    sim = engine.Simulation(wl(low(0)), two_models(), "checkpoint-aware", IDEAL)
+    cap: Capacity = sim.cap
+    assert (cap.allowed(""), cap.allowed("B|C"), cap.allowed("C")) == (
+        None, frozenset({1}), frozenset())
+    member = workload.Member(name="m", cpu_milli=1, memory_mib=1, gpus=1, gpu_spec="B")
+    closed = [n.excluded for n in cap.exclusions([member])]
+    assert closed == [RejectReason.NODE_SELECTOR, None]
