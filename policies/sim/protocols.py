@@ -5,7 +5,9 @@
 
 (a) stress: the compressed-arrival generator (``workload.generate``): the whole trace's arrivals
     squeezed into ``window_hours`` and topped up with low-priority draws to ``load``. A stress
-    test, not a replay: the same seed gives the same jobs it always gave. No warm-up.
+    test, not a replay: the same seed gives the same jobs it always gave. No warm-up. The
+    training scenario's drawn trace is long, so it is not topped up but cut: its jobs, in order,
+    arrive uniformly in the window until the offered load reaches ``load``.
 
 (b) replay: ``replay_window_hours`` (default 72 h) of trace time, uncompressed. The window
     starts at the creation time of a trace item drawn by the seed (so windows fall where the
@@ -48,7 +50,6 @@ from policies.sim.workload import (
     jobs_from,
     offered_load,
     scale_down,
-    stress_draws,
 )
 
 WORKLOADS = ("openb", "openb-multigpu20", "training")
@@ -80,16 +81,31 @@ def _usable(items: Sequence, nodes: Sequence[TraceNode]) -> list:
 
 
 def _stress(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Workload, list]:
+    """A scenario's trace under stress: its jobs in order, until the window's load is reached.
+
+    The drawn trace has Poisson arrivals, so its first k jobs squeezed into the window arrive
+    like k uniform draws in it; each job gets a seeded uniform arrival, and jobs are taken
+    until the offered load reaches ``load`` (or the trace runs out: the achieved load is
+    reported). ``compress`` is the trace span used ÷ the window.
+    """
     rng = random.Random(params.seed)
     capacity = sum(n.gpus for n in nodes)
-    ordered, extra, compress = stress_draws(_usable(items, nodes), params, capacity, rng)
-    arrivals = [Arrival(pod=p, at=at, duration=_duration(p, params)) for p, at in ordered]
-    jobs = make(arrivals, rng)
     window = params.window_hours * HOUR
+    target = params.load * capacity * window
+    picked, demand = [], 0.0
+    for p in _usable(items, nodes):
+        if demand >= target:
+            break
+        at = rng.uniform(0.0, window)
+        picked.append(Arrival(pod=p, at=at, duration=_duration(p, params)))
+        demand += p.gpus * min(_duration(p, params), window - at)
+    span = max(a.pod.creation for a in picked) - min(a.pod.creation for a in picked)
+    picked.sort(key=lambda a: (a.at, a.pod.name))
+    jobs = make(picked, rng)
     return Workload(
-        jobs=tuple(jobs), compress=compress, offered_load=offered_load(jobs, capacity, 0, window),
-        extra_pods=extra, window=window, capacity_gpus=capacity, params=params,
-        protocol="stress",
+        jobs=tuple(jobs), compress=max(1.0, span) / window,
+        offered_load=offered_load(jobs, capacity, 0, window), extra_pods=0, window=window,
+        capacity_gpus=capacity, params=params, protocol="stress",
     ), nodes
 
 

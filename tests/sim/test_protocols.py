@@ -144,6 +144,15 @@ def test_training_runs_under_every_protocol(loaded, protocol):
     assert all(m.gpus <= biggest for j in w.jobs for m in j.members)
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_training_stress_stops_at_the_target_load(loaded, seed):
+    w, _ = _build(loaded, "training", "stress", seed=seed)
+    biggest_job = max(j.gpus for j in w.jobs)
+    assert 1.3 <= w.offered_load < 1.3 + biggest_job / w.capacity_gpus
+    assert sorted(j.arrival for j in w.jobs) == [j.arrival for j in w.jobs]
+    assert all(0 <= j.arrival < w.window for j in w.jobs)
+
+
 def test_multigpu20_replays_with_drawn_times(loaded):
     w, _ = _build(loaded, "openb-multigpu20", "replay")
     assert any(j.gpus >= 8 for j in w.jobs) and any(j.done_before > 0 for j in w.jobs)
