@@ -71,13 +71,16 @@ def _trace(workload: str):
     return trace_files.load(workload)
 
 
-def run_task(task: tuple[experiment.Cell, int, tuple[str, ...]]) -> list[experiment.Run]:
-    """One seed of one cell under every policy (in a worker process)."""
+def run_task(task: tuple[experiment.Cell, int, tuple[str, ...]]
+             ) -> tuple[list[experiment.Run], float]:
+    """One seed of one cell under every policy (in a worker process), and its seconds."""
     cell, seed, policies = task
+    started = time.perf_counter()
     pods, nodes = _trace(cell.workload)
     runs = experiment.run_seed(cell, seed, policies, pods, nodes)
     # the loss curve is not reported here; dropping it keeps the results small to send back
-    return [replace(r, result=replace(r.result, lost_series=())) for r in runs]
+    return ([replace(r, result=replace(r.result, lost_series=())) for r in runs],
+            time.perf_counter() - started)
 
 
 def _progress(done: int, total: int, started: float) -> None:
@@ -88,19 +91,23 @@ def _progress(done: int, total: int, started: float) -> None:
 
 
 def run_all(cell_list: list[experiment.Cell], seeds: list[int], policies: tuple[str, ...],
-            jobs: int) -> list[experiment.CellResult]:
+            jobs: int) -> tuple[list[experiment.CellResult], dict[str, float]]:
+    """Every cell's summary, and the CPU-minutes each cell took (summed over its seeds)."""
     tasks = [(c, s, policies) for c in cell_list for s in seeds]
     runs: dict[int, list[experiment.Run]] = {i: [] for i in range(len(cell_list))}
+    spent = dict.fromkeys(range(len(cell_list)), 0.0)
     started = time.monotonic()
     _progress(0, len(tasks), started)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(run_task, t): k // len(seeds) for k, t in enumerate(tasks)}
         for done, fut in enumerate(as_completed(futures), 1):
-            runs[futures[fut]].extend(fut.result())
+            cell_runs, seconds = fut.result()
+            runs[futures[fut]].extend(cell_runs)
+            spent[futures[fut]] += seconds
             _progress(done, len(tasks), started)
-    return [experiment.summarise(c, sorted(runs[i], key=lambda r: (r.seed,
-                                                                   policies.index(r.policy))))
-            for i, c in enumerate(cell_list)]
+    results = [experiment.summarise(c, sorted(runs[i], key=lambda r: (
+        r.seed, policies.index(r.policy)))) for i, c in enumerate(cell_list)]
+    return results, {c.label: round(spent[i] / 60, 2) for i, c in enumerate(cell_list)}
 
 
 def _ratio(e: stats.Estimate | None) -> str:
@@ -157,8 +164,10 @@ def markdown(results: list[experiment.CellResult], meta: dict) -> str:
     out += ["## Per cell", "", "![lost work](lost_work.png)", "",
             "![loss per eviction](eviction_loss_cdf.png)", ""]
     for r in results:
-        out += [f"### {r.cell.label}", "", report.workload_line(r), "", report.markdown_cell(r),
-                ""]
+        minutes = meta.get("cpu_minutes_per_cell", {}).get(r.cell.label)
+        took = f" ({minutes:g} CPU-minutes)" if minutes is not None else ""
+        out += [f"### {r.cell.label}", "", report.workload_line(r) + took, "",
+                report.markdown_cell(r), ""]
     return "\n".join(out)
 
 
@@ -233,10 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     cell_list = cells(args.scale, args.quick)
-    results = run_all(cell_list, seeds, tuple(planners.POLICIES), args.jobs)
+    results, cell_minutes = run_all(cell_list, seeds, tuple(planners.POLICIES), args.jobs)
     meta = {"argv": " ".join(sys.argv[1:] if argv is None else argv), "jobs": args.jobs,
             "seeds": seeds, "scale": args.scale, "policies": list(planners.POLICIES),
-            "wall_minutes": round((time.monotonic() - started) / 60, 1)}
+            "wall_minutes": round((time.monotonic() - started) / 60, 1),
+            "cpu_minutes_per_cell": cell_minutes}
     (args.out / "evidence.md").write_text(markdown(results, meta))
     pngs = plots(results, args.out)
     print(json.dumps({

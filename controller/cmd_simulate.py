@@ -224,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(report.format_cell(result))
+        print("generator: " + ", ".join(f"{k}={v}" for k, v in doc["generator"].items()
+                                        if k != "seed"))
+        print("simulator: " + ", ".join(f"{k}={v}" for k, v in doc["sim"].items()))
     return 0
 
 

@@ -51,6 +51,8 @@ def test_simulate_two_seeds_prints_intervals_in_the_table():
     assert out.returncode == 0, out.stderr
     assert "2 seed(s)" in out.stdout and "95 % bootstrap interval" in out.stdout
     assert "÷ strongest baseline (kube-default)" in out.stdout
+    assert "generator: scale=0.03, load=1.3, window_hours=1.0" in out.stdout
+    assert "simulator: grace_seconds=30.0" in out.stdout
 
 
 @pytest.mark.parametrize(
