@@ -190,14 +190,14 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
                     reason="fits without preemption", placements=tuple(fits),
                     rejections=tuple(rejections))
     priority = min(p.priority for p in members)
-    units: dict[str, tuple[Pod, ...]] = {}
+    units: dict[str, tuple[Pod, ...] | None] = {}  # None: no potential victim
     for p in snapshot.pods:
         key = p.gang or p.uid
         if p.node is not None and key not in units:
             pods = unit_pods(snapshot, p)
-            if potential_victim(pods, priority):
-                units[key] = pods
-    for pods in units.values():
+            units[key] = pods if potential_victim(pods, priority) else None
+    potential = [u for u in units.values() if u is not None]
+    for pods in potential:
         for p in pods:
             free[p.node] = free[p.node] + p.requests
     placements = _schedule(members, free, open_nodes, random.Random(config.seed))
@@ -209,7 +209,7 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
                 NodeRejection(node=n, reason=RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 for n in open_nodes),
         )
-    ordered = sorted(units.values(), key=lambda u: importance_key(u, now))
+    ordered = sorted(potential, key=lambda u: importance_key(u, now))
     broken = _by_pdb(ordered, snapshot.pdbs)
     victims: list[Pod] = []
     violations = 0
