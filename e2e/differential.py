@@ -38,7 +38,8 @@ PREEMPTOR_CLASS, PREEMPTOR_PRIORITY = "diff-high", 1000
 # Victim classes; "diff-peer" has the preemptor's priority, so its pods are never victims.
 CLASSES = {"diff-low-10": 10, "diff-low-20": 20, "diff-low-30": 30, "diff-peer": 1000}
 CLASS_WEIGHTS = (0.35, 0.3, 0.25, 0.1)
-TIE_PRONE_SHARE = 0.3  # cases with look-alike nodes and start times from a coarse grid
+TIE_PRONE_SHARE = 0.3  # cases with same-shape nodes and start times from a coarse grid ...
+CLONE_SHARE = 0.6  # ... where each node after the first copies the first one's pods this often
 COARSE_START_AGES = (3600, 7200, 10800)  # seconds ago, tie-prone cases
 UNLABELED_SHARE = 0.1  # pods without any label (kube-scheduler: such a pod breaks no PDB)
 EMPTY_SELECTOR_SHARE = 0.08  # PDBs with selector {} among all PDBs
@@ -138,23 +139,19 @@ def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
                                      rng.choice((32, 64, 128, 256)))
             for _ in range(rng.randint(2, 12))))
     ages = iter(rng.sample(range(600, 86_400), 6 * len(nodes)))
-    pods, free = [], {}
+    pods, free, template = [], {}, None
     for n in nodes:
-        k = rng.randint(1, 6)
-        gpus = _split(n.gpus - rng.choice((0, 0, 0, 1)), k, rng)
-        cpu_left, mem_left = n.cpu * 1000, n.memory_gi * 1024
-        for i in range(k):
-            cpu = min(rng.choice((250, 500, 1000, 2000, 4000)), cpu_left // (k - i))
-            mem = min(rng.choice((512, 1024, 4096, 16384)), mem_left // (k - i))
-            cpu_left, mem_left = cpu_left - cpu, mem_left - mem
-            labels = ({} if rng.random() < UNLABELED_SHARE and pdb_edges else
-                      {"app": "diff", "team": rng.choice("abc"), "tier": rng.choice("xy")})
-            pods.append(PodSpec(
-                name=f"v{n.name[1:]}-{i}", node=n.name, gpus=gpus[i], cpu_milli=cpu,
-                memory_mi=mem, labels=labels,
-                priority_class=rng.choices(list(CLASSES), CLASS_WEIGHTS)[0],
-                started_ago=rng.choice(COARSE_START_AGES) if tie_prone else next(ages)))
-        free[n.name] = (n.gpus - sum(gpus), cpu_left, mem_left)
+        if tie_prone and template is not None and rng.random() < CLONE_SHARE:
+            mine = [replace(p, name=f"v{n.name[1:]}-{i}", node=n.name)
+                    for i, p in enumerate(template)]
+        else:
+            mine = _node_pods(n, rng, pdb_edges=pdb_edges, age=lambda: (
+                rng.choice(COARSE_START_AGES) if tie_prone else next(ages)))
+            template = template or mine
+        pods += mine
+        free[n.name] = (n.gpus - sum(p.gpus for p in mine),
+                        n.cpu * 1000 - sum(p.cpu_milli for p in mine),
+                        n.memory_gi * 1024 - sum(p.memory_mi for p in mine))
     pdbs, teams = [], None if pdb_edges else list("abc")
     for b in range(rng.choice((0, 1, 1, 2, 3))):
         sel = _selector(rng, teams)
@@ -168,6 +165,26 @@ def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
             pdbs.append(PdbSpec(name=f"pdb{b}", selector=sel, max_unavailable=rng.randint(0, 2)))
     return Case(seed=seed, index=index, tie_prone=tie_prone, nodes=nodes, pods=tuple(pods),
                 pdbs=tuple(pdbs), preemptor=_preemptor(nodes, free, rng))
+
+
+def _node_pods(n: NodeSpec, rng: random.Random, *, pdb_edges: bool,
+               age: Callable[[], int]) -> list[PodSpec]:
+    """1-6 pods bound to `n`, all of its GPUs taken (one may be left free), CPU and memory
+    within its capacity."""
+    k = rng.randint(1, 6)
+    gpus = _split(n.gpus - rng.choice((0, 0, 0, 1)), k, rng)
+    cpu_left, mem_left = n.cpu * 1000, n.memory_gi * 1024
+    out = []
+    for i in range(k):
+        cpu = min(rng.choice((250, 500, 1000, 2000, 4000)), cpu_left // (k - i))
+        mem = min(rng.choice((512, 1024, 4096, 16384)), mem_left // (k - i))
+        cpu_left, mem_left = cpu_left - cpu, mem_left - mem
+        labels = ({} if rng.random() < UNLABELED_SHARE and pdb_edges else
+                  {"app": "diff", "team": rng.choice("abc"), "tier": rng.choice("xy")})
+        out.append(PodSpec(name=f"v{n.name[1:]}-{i}", node=n.name, gpus=gpus[i], cpu_milli=cpu,
+                           memory_mi=mem, labels=labels, started_ago=age(),
+                           priority_class=rng.choices(list(CLASSES), CLASS_WEIGHTS)[0]))
+    return out
 
 
 def _preemptor(nodes: tuple[NodeSpec, ...], free: dict, rng: random.Random) -> PodSpec:
@@ -447,7 +464,8 @@ def state(seen: Observation) -> dict:
 def _overlaps(snap: Snapshot) -> list[str]:
     """Pods two PDBs cover: upstream stops charging budgets at the first one such a pod
     breaks (in PDB list order, which is the informer's), kube_default charges them all."""
-    return [p.name for p in snap.pods if sum(b.covers(p) for b in snap.pdbs) > 1]
+    return [p.name for p in snap.pods
+            if p.node is not None and sum(b.covers(p) for b in snap.pdbs) > 1]
 
 
 def classify(seen: Observation) -> Verdict:
