@@ -5,7 +5,19 @@
 Starts its own local control plane (etcd, kube-apiserver, kube-scheduler with its default
 profile, kube-controller-manager, kwok) and runs `--cases` random clusters on it, one after
 the other, each in a fresh namespace on fresh fake nodes deleted afterwards (e2e/differential.py
-says what a case is and how a disagreement is classified). Progress goes to stderr; one JSON
+says what a case is and how it is observed). `classify` compares kube-scheduler's victims with
+kube_default's on the same snapshot:
+
+- agree: the same victim set (by name); both empty when neither finds a node;
+- tie (documented tie-break): kube_default itself reaches kube-scheduler's choice when only an
+  order that upstream leaves to chance changes: its random offset (several nodes equal on
+  every criterion of pickOneNodeForPreemption; kube-scheduler takes the first in a Go map's
+  iteration order), or the order of victims equal under MoreImportantVictim (same priority and
+  start time: kube-scheduler keeps its cache's pod order, which pod updates reshuffle);
+- real: anything else, with the whole state and the upstream rules (`RULES`) that explain it;
+- anomaly: the run gave no clean answer (no outcome in time, or a bind without preemption).
+
+The e2e test (e2e/test_kube_differential.py) runs a short version. Progress goes to stderr; one JSON
 line at the end: cases, agreements, documented tie-breaks, real disagreements, anomalies (runs
 without a clean answer), the agreement rate (agreements plus documented tie-breaks, over the
 cases with a clean answer) and the wall time. Every case that is not a plain agreement is
@@ -18,12 +30,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import sys
 import tempfile
 import time
 import uuid
 import warnings
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,29 +49,206 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 
 from e2e import differential, kube  # noqa: E402
-from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin  # noqa: E402
+from e2e.differential import Observation  # noqa: E402
+from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
+from policies import kube_default  # noqa: E402
+from policies.model import LabelRequirement, Pod, Snapshot, breaks_budget  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "differential.json"
+TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach
+ORDER_SHUFFLES = 16  # pod orders tried when looking for a tie between equal victims
 
 
-def summary(verdicts: list[differential.Verdict], seconds: float) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    kind: str  # "agree", "tie" (documented tie-break), "real", "anomaly"
+    case: int
+    kube: dict  # {"node", "victims"} as kube-scheduler did it
+    ours: dict  # the same from kube_default.plan (random offset seed 0)
+    events_differ: bool = False  # the "Preempted" events name other pods than the deletions
+    detail: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def _outcome(plan) -> tuple[str, tuple[str, ...]]:
+    if not plan.feasible:
+        return "", ()
+    return plan.placements[0].node, tuple(sorted(v.name for v in plan.victims))
+
+
+def predict(snap: Snapshot, preemptor: Pod, seed: int = 0) -> tuple[str, tuple[str, ...]]:
+    """(node, sorted victim names) by kube_default; ("", ()) when it finds no plan."""
+    cfg = replace(kube_default.KubeDefaultConfig(), seed=seed)
+    return _outcome(kube_default.plan(snap, [preemptor], cfg))
+
+
+def _with_label_guard(b):
+    """The PDB as kube-scheduler applies it to unlabeled pods: it never charges them."""
+    guard = LabelRequirement(key="app", operator="Exists")  # every labeled pod carries app
+    return replace(b, match_all=False, match_expressions=(*b.match_expressions, guard))
+
+
+# Rules of kube-scheduler v1.37.2 (the testbin's; FilterVictimsWithPDBViolation in
+# pkg/scheduler/framework/preemption/util.go) that kube_default lacks, as snapshot rewrites: a
+# real disagreement that a rewrite reproduces is explained by that rule. A third rule has no
+# rewrite: that function stops charging a pod's PDBs at the first one it breaks (in the PDB
+# lister's order, a map's), where kube_default charges every PDB covering it.
+RULES: dict[str, Callable[[Snapshot], Snapshot]] = {
+    # "A PDB with a nil or empty selector matches nothing."
+    "empty-selector-pdb-ignored": lambda s: replace(
+        s, pdbs=tuple(b for b in s.pdbs if not b.match_all)),
+    # a pod without labels breaks no PDB (returns before looking at the PDBs)
+    "unlabeled-pod-breaks-no-pdb": lambda s: replace(
+        s, pdbs=tuple(_with_label_guard(b) for b in s.pdbs)),
+}
+
+
+def _orders(snap: Snapshot) -> list[Snapshot]:
+    """The snapshot with its pods in several orders (list order, reversed, shuffled): for
+    victims equal under MoreImportantVictim (same priority and start time), kube-scheduler's
+    order is its cache's, which every pod update reshuffles (NodeInfo.RemovePod swaps the last
+    pod into the gap; an update is a remove and an add), and Go's sort.Slice keeps it for
+    short lists; kube_default's is the snapshot's."""
+    rng = random.Random(0)
+    out = [snap, replace(snap, pods=snap.pods[::-1])]
+    for _ in range(ORDER_SHUFFLES):
+        pods = list(snap.pods)
+        rng.shuffle(pods)
+        out.append(replace(snap, pods=tuple(pods)))
+    return out
+
+
+def _reachable(snap: Snapshot, pre: Pod, *, reorder: bool) -> dict[tuple[str, ...], str]:
+    """Victim sets kube_default reaches under TIE_SEEDS random offsets (and, with `reorder`,
+    other orders of equally important victims) -> the node."""
+    out: dict[tuple[str, ...], str] = {}
+    for s in _orders(snap) if reorder else [snap]:
+        for seed in range(TIE_SEEDS):
+            node, victims = predict(s, pre, seed)
+            out.setdefault(victims, node)
+    return out
+
+
+def criteria(snap: Snapshot, names: tuple[str, ...]) -> dict:
+    """pickOneNodeForPreemption's criteria for this victim set (PDB breaks counted in
+    importance order, as the reprieve meets them)."""
+    by_name = {p.name: p for p in snap.pods}
+    pods = sorted((by_name[n] for n in names if n in by_name),
+                  key=lambda p: (-p.priority, p.start_time or snap.now, p.uid))
+    if not pods:
+        return {}
+    top = pods[0].priority
+    return {"pdb_violations": sum(breaks for breaks in breaks_budget(pods, snap.pdbs)),
+            "top_priority": top, "priority_sum": sum(p.priority for p in pods),
+            "victims": len(pods),
+            "earliest_top_start_age": round(snap.now - min(
+                p.start_time or snap.now for p in pods if p.priority == top))}
+
+
+def state(seen: Observation) -> dict:
+    """Everything needed to replay a case by hand."""
+    s = seen.snapshot
+    free = {n.name: s.free(n.name) for n in s.nodes}
+    return {
+        "now": s.now,
+        "nodes": [{"name": n.name, "allocatable": asdict(n.allocatable),
+                   "free": asdict(free[n.name]), "closed": str(n.closed or "")} for n in s.nodes],
+        "pods": [{"name": p.name, "uid": p.uid, "node": p.node, "priority": p.priority,
+                  "start_age": None if p.start_time is None else round(s.now - p.start_time),
+                  "requests": asdict(p.requests), "labels": dict(p.labels)}
+                 for p in s.pods],
+        "pdbs": [{"name": b.name, "match_labels": dict(b.match_labels),
+                  "match_expressions": [asdict(e) for e in b.match_expressions],
+                  "match_all": b.match_all, "disruptions_allowed": b.disruptions_allowed}
+                 for b in s.pdbs],
+        "preempted_events": list(seen.preempted_events), "nominated": seen.nominated,
+    }
+
+
+def _overlaps(snap: Snapshot) -> list[str]:
+    """Pods two PDBs cover: upstream stops charging budgets at the first one such a pod
+    breaks (in PDB list order, which is the informer's), kube_default charges them all."""
+    return [p.name for p in snap.pods
+            if p.node is not None and sum(b.covers(p) for b in snap.pdbs) > 1]
+
+
+def classify(seen: Observation) -> Verdict:
+    snap, pre = seen.snapshot, seen.preemptor
+    node, victims = predict(snap, pre)
+    base = {"case": seen.case.index,
+            "kube": {"node": seen.node, "victims": list(seen.victims)},
+            "ours": {"node": node, "victims": list(victims)},
+            "events_differ": set(seen.preempted_events) != set(seen.victims)}
+    if not seen.anomaly and seen.node and not seen.victims:
+        anomaly = "kube-scheduler bound the preemptor without preempting"
+    else:
+        anomaly = seen.anomaly
+    if anomaly:
+        return Verdict(kind="anomaly", detail={"why": anomaly, "state": state(seen)}, **base)
+    if victims == seen.victims:
+        return Verdict(kind="agree", **base)
+    by_node = _reachable(snap, pre, reorder=False)
+    reachable = by_node if seen.victims in by_node else _reachable(snap, pre, reorder=True)
+    if seen.victims in reachable:
+        return Verdict(kind="tie", detail={
+            "tie": "node" if reachable is by_node else "victim-order",
+            "why": TIE_WHY["node" if reachable is by_node else "victim-order"],
+            "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
+            "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()]},
+            **base)
+    explained = []
+    names = list(RULES)
+    for mask in range(1, 2 ** len(names)):
+        chosen = [n for i, n in enumerate(names) if mask >> i & 1]
+        if any(set(e) <= set(chosen) for e in explained):
+            continue  # a smaller set of rules explains it already
+        rewritten = snap
+        for rule in chosen:
+            rewritten = RULES[rule](rewritten)
+        if seen.victims in _reachable(rewritten, pre, reorder=True):
+            explained.append(chosen)
+    return Verdict(kind="real", detail={
+        "explained_by": explained, "overlapping_pdb_pods": _overlaps(snap),
+        "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
+        "state": state(seen), "case": asdict(seen.case)}, **base)
+
+
+TIE_WHY = {
+    "node": "nodes equal on every pickOneNodeForPreemption criterion: kube-scheduler takes the "
+            "first in a Go map's iteration order, kube_default the first from its random offset",
+    "victim-order": "victims equal under MoreImportantVictim (priority, start time) are "
+                    "reprieved in the scheduler cache's pod order, which pod updates reshuffle",
+}
+
+
+def summary(verdicts: list[Verdict], seconds: float) -> dict:
     kinds = Counter(v.kind for v in verdicts)
     clean = len(verdicts) - kinds["anomaly"]
+    rules = Counter("+".join(sorted(e)) for v in verdicts if v.kind == "real"
+                    for e in v.detail["explained_by"][:1])
     return {"cases": len(verdicts), "agreements": kinds["agree"],
             "documented_ties": kinds["tie"], "real_disagreements": kinds["real"],
             "anomalies": kinds["anomaly"],
             "agreement_rate": round((kinds["agree"] + kinds["tie"]) / clean, 4) if clean else None,
+            "ties_by_kind": dict(Counter(v.detail["tie"] for v in verdicts if v.kind == "tie")),
+            "real_explained_by": dict(rules),
+            "real_unexplained": sum(not v.detail["explained_by"] for v in verdicts
+                                    if v.kind == "real"),
+            "kube_preempted": sum(bool(v.kube["victims"]) for v in verdicts),
+            "event_mismatches": sum(v.events_differ for v in verdicts),
             "wall_seconds": round(seconds, 1)}
 
 
-def run(c: kube.Cluster, cases: int, seed: int, log=sys.stderr) -> list[differential.Verdict]:
+def run(c: kube.Cluster, cases: int, seed: int, log=sys.stderr) -> list[Verdict]:
     differential.ensure_priority_classes(c)
     tag = uuid.uuid4().hex[:5]
     verdicts = []
     for i in range(cases):
         case = differential.generate(seed, i)
         seen = differential.run_case(c, case, run=tag)
-        v = differential.classify(seen)
+        v = classify(seen)
         verdicts.append(v)
         print(f"case {i + 1}/{cases}: {v.kind:7s} kube={seen.node or '-'} "
               f"{list(seen.victims)} ours={v.ours['node'] or '-'} {v.ours['victims']} "
@@ -87,19 +279,15 @@ def main(argv: list[str] | None = None) -> int:
         api = config.new_client_from_config(config_file=str(lc.kubeconfig))
         c = kube.Cluster("local", lc.kubeconfig, api, local=lc)
         verdicts = run(c, args.cases, args.seed)
+        version = versions(bins).get("KUBERNETES_VERSION", "")
     figures = summary(verdicts, time.monotonic() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "summary": figures, "seed": args.seed,
-        "kubernetes": lc_version(bins),
+        "kubernetes": version,
         "not_agreeing": [v.as_json() for v in verdicts if v.kind != "agree"]}, indent=1) + "\n")
     print(json.dumps(figures))
     return 0 if figures["real_disagreements"] == 0 else 1
-
-
-def lc_version(bins: Path) -> str:
-    from e2e.localcluster import versions
-    return versions(bins).get("KUBERNETES_VERSION", "")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,9 @@ converts it (``controller.convert``), goes to ``kube_default.plan``; ``classify`
 
     case = generate(seed, index)
     seen = run_case(cluster, case, run="r1")        # creates, observes, deletes the case
-    verdict = classify(seen)                        # agree / tie / real / anomaly
 
-Disagreements are classified (see ``classify``): a documented tie-break is one kube_default
-itself reaches under another random offset, i.e. several nodes equal on every criterion of
-pickOneNodeForPreemption, where kube-scheduler takes the first of a Go map's iteration order.
+bench/differential.py classifies what was seen (agree / documented tie / real / anomaly) and
+runs many cases; e2e/test_kube_differential.py runs a few.
 """
 
 from __future__ import annotations
@@ -25,13 +23,12 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from controller import convert
 from controller.config import Config
 from e2e import kube
-from policies import kube_default
-from policies.model import LabelRequirement, Pod, Snapshot, breaks_budget
+from policies.model import LabelRequirement, Pod, Snapshot
 
 PREEMPTOR = "preemptor"
 PREEMPTOR_CLASS, PREEMPTOR_PRIORITY = "diff-high", 1000
@@ -43,8 +40,6 @@ CLONE_SHARE = 0.6  # ... where each node after the first copies the first one's 
 COARSE_START_AGES = (3600, 7200, 10800)  # seconds ago, tie-prone cases
 UNLABELED_SHARE = 0.1  # pods without any label (kube-scheduler: such a pod breaks no PDB)
 EMPTY_SELECTOR_SHARE = 0.08  # PDBs with selector {} among all PDBs
-TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach
-ORDER_SHUFFLES = 16  # pod orders tried when looking for a tie between equal victims
 SETTLE_SECONDS = 1.0  # for kube-scheduler's informers to see the last status/PDB writes
 NO_PREEMPTION_QUIET_SECONDS = 2.5  # Unschedulable, nothing nominated, nothing deleted
 
@@ -349,168 +344,3 @@ def _await_outcome(c: kube.Cluster, ns: str, timeout: float) -> tuple[str, str, 
             quiet_since = None
         time.sleep(0.1)
     return "", nominated, f"no outcome within {timeout:.0f}s (nominated {nominated!r})"
-
-
-# ------------------------------------------------------------------------------- comparison
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    kind: str  # "agree", "tie" (documented tie-break), "real", "anomaly"
-    case: int
-    kube: dict  # {"node", "victims"} as kube-scheduler did it
-    ours: dict  # the same from kube_default.plan (random offset seed 0)
-    detail: dict = field(default_factory=dict)
-
-    def as_json(self) -> dict:
-        return asdict(self)
-
-
-def _outcome(plan) -> tuple[str, tuple[str, ...]]:
-    if not plan.feasible:
-        return "", ()
-    return plan.placements[0].node, tuple(sorted(v.name for v in plan.victims))
-
-
-def predict(snap: Snapshot, preemptor: Pod, seed: int = 0) -> tuple[str, tuple[str, ...]]:
-    """(node, sorted victim names) by kube_default; ("", ()) when it finds no plan."""
-    cfg = replace(kube_default.KubeDefaultConfig(), seed=seed)
-    return _outcome(kube_default.plan(snap, [preemptor], cfg))
-
-
-def _with_label_guard(b):
-    """The PDB as kube-scheduler applies it to unlabeled pods: it never charges them."""
-    guard = LabelRequirement(key="app", operator="Exists")  # every labeled pod carries app
-    return replace(b, match_all=False, match_expressions=(*b.match_expressions, guard))
-
-
-# Rules of kube-scheduler v1.37.2 (the testbin's; FilterVictimsWithPDBViolation in
-# pkg/scheduler/framework/preemption/util.go) that kube_default lacks, as snapshot rewrites: a
-# real disagreement that a rewrite reproduces is explained by that rule. A third rule has no
-# rewrite: that function stops charging a pod's PDBs at the first one it breaks (in the PDB
-# lister's order, a map's), where kube_default charges every PDB covering it.
-RULES: dict[str, Callable[[Snapshot], Snapshot]] = {
-    # "A PDB with a nil or empty selector matches nothing."
-    "empty-selector-pdb-ignored": lambda s: replace(
-        s, pdbs=tuple(b for b in s.pdbs if not b.match_all)),
-    # a pod without labels breaks no PDB (returns before looking at the PDBs)
-    "unlabeled-pod-breaks-no-pdb": lambda s: replace(
-        s, pdbs=tuple(_with_label_guard(b) for b in s.pdbs)),
-}
-
-
-def _orders(snap: Snapshot) -> list[Snapshot]:
-    """The snapshot with its pods in several orders (list order, reversed, shuffled): for
-    victims equal under MoreImportantVictim (same priority and start time), kube-scheduler's
-    order is its cache's, which every pod update reshuffles (NodeInfo.RemovePod swaps the last
-    pod into the gap; an update is a remove and an add), and Go's sort.Slice keeps it for
-    short lists; kube_default's is the snapshot's."""
-    rng = random.Random(0)
-    out = [snap, replace(snap, pods=snap.pods[::-1])]
-    for _ in range(ORDER_SHUFFLES):
-        pods = list(snap.pods)
-        rng.shuffle(pods)
-        out.append(replace(snap, pods=tuple(pods)))
-    return out
-
-
-def _reachable(snap: Snapshot, pre: Pod, *, reorder: bool) -> dict[tuple[str, ...], str]:
-    """Victim sets kube_default reaches under TIE_SEEDS random offsets (and, with `reorder`,
-    other orders of equally important victims) -> the node."""
-    out: dict[tuple[str, ...], str] = {}
-    for s in _orders(snap) if reorder else [snap]:
-        for seed in range(TIE_SEEDS):
-            node, victims = predict(s, pre, seed)
-            out.setdefault(victims, node)
-    return out
-
-
-def criteria(snap: Snapshot, names: tuple[str, ...]) -> dict:
-    """pickOneNodeForPreemption's criteria for this victim set (PDB breaks counted in
-    importance order, as the reprieve meets them)."""
-    by_name = {p.name: p for p in snap.pods}
-    pods = sorted((by_name[n] for n in names if n in by_name),
-                  key=lambda p: (-p.priority, p.start_time or snap.now, p.uid))
-    if not pods:
-        return {}
-    top = pods[0].priority
-    return {"pdb_violations": sum(breaks for breaks in breaks_budget(pods, snap.pdbs)),
-            "top_priority": top, "priority_sum": sum(p.priority for p in pods),
-            "victims": len(pods),
-            "earliest_top_start_age": round(snap.now - min(
-                p.start_time or snap.now for p in pods if p.priority == top))}
-
-
-def state(seen: Observation) -> dict:
-    """Everything needed to replay a case by hand."""
-    s = seen.snapshot
-    free = {n.name: s.free(n.name) for n in s.nodes}
-    return {
-        "now": s.now,
-        "nodes": [{"name": n.name, "allocatable": asdict(n.allocatable),
-                   "free": asdict(free[n.name]), "closed": str(n.closed or "")} for n in s.nodes],
-        "pods": [{"name": p.name, "uid": p.uid, "node": p.node, "priority": p.priority,
-                  "start_age": None if p.start_time is None else round(s.now - p.start_time),
-                  "requests": asdict(p.requests), "labels": dict(p.labels)}
-                 for p in s.pods],
-        "pdbs": [{"name": b.name, "match_labels": dict(b.match_labels),
-                  "match_expressions": [asdict(e) for e in b.match_expressions],
-                  "match_all": b.match_all, "disruptions_allowed": b.disruptions_allowed}
-                 for b in s.pdbs],
-        "preempted_events": list(seen.preempted_events), "nominated": seen.nominated,
-    }
-
-
-def _overlaps(snap: Snapshot) -> list[str]:
-    """Pods two PDBs cover: upstream stops charging budgets at the first one such a pod
-    breaks (in PDB list order, which is the informer's), kube_default charges them all."""
-    return [p.name for p in snap.pods
-            if p.node is not None and sum(b.covers(p) for b in snap.pdbs) > 1]
-
-
-def classify(seen: Observation) -> Verdict:
-    snap, pre = seen.snapshot, seen.preemptor
-    node, victims = predict(snap, pre)
-    base = {"case": seen.case.index,
-            "kube": {"node": seen.node, "victims": list(seen.victims)},
-            "ours": {"node": node, "victims": list(victims)}}
-    if not seen.anomaly and seen.node and not seen.victims:
-        anomaly = "kube-scheduler bound the preemptor without preempting"
-    else:
-        anomaly = seen.anomaly
-    if anomaly:
-        return Verdict(kind="anomaly", detail={"why": anomaly, "state": state(seen)}, **base)
-    if victims == seen.victims:
-        return Verdict(kind="agree", **base)
-    by_node = _reachable(snap, pre, reorder=False)
-    reachable = by_node if seen.victims in by_node else _reachable(snap, pre, reorder=True)
-    if seen.victims in reachable:
-        return Verdict(kind="tie", detail={
-            "tie": "node" if reachable is by_node else "victim-order",
-            "why": TIE_WHY["node" if reachable is by_node else "victim-order"],
-            "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
-            "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()]},
-            **base)
-    explained = []
-    names = list(RULES)
-    for mask in range(1, 2 ** len(names)):
-        chosen = [n for i, n in enumerate(names) if mask >> i & 1]
-        if any(set(e) <= set(chosen) for e in explained):
-            continue  # a smaller set of rules explains it already
-        rewritten = snap
-        for rule in chosen:
-            rewritten = RULES[rule](rewritten)
-        if seen.victims in _reachable(rewritten, pre, reorder=True):
-            explained.append(chosen)
-    return Verdict(kind="real", detail={
-        "explained_by": explained, "overlapping_pdb_pods": _overlaps(snap),
-        "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
-        "state": state(seen), "case": asdict(seen.case)}, **base)
-
-
-TIE_WHY = {
-    "node": "nodes equal on every pickOneNodeForPreemption criterion: kube-scheduler takes the "
-            "first in a Go map's iteration order, kube_default the first from its random offset",
-    "victim-order": "victims equal under MoreImportantVictim (priority, start time) are "
-                    "reprieved in the scheduler cache's pod order, which pod updates reshuffle",
-}

@@ -1,6 +1,7 @@
 """policies.kube_default against the real kube-scheduler on the same clusters.
 
-A short seeded run of e2e/differential.py's random clusters (bench/differential.py runs 200+),
+A short seeded run of e2e/differential.py's random clusters, classified by
+bench/differential.py (which runs 200+),
 and the differences already known, each on a hand-made cluster, so that the classifier is seen
 to find and explain them (and so that a fix in kube_default shows up here as a failure that
 says to move the case)."""
@@ -12,6 +13,7 @@ import uuid
 
 import pytest
 
+from bench.differential import RULES, classify
 from e2e import differential
 from e2e.differential import Case, NodeSpec, PdbSpec, PodSpec
 
@@ -33,7 +35,7 @@ def test_kube_default_picks_the_victims_kube_scheduler_picks(differential_cluste
     verdicts = []
     for i in range(CASES):
         case = differential.generate(SEED, i, pdb_edges=False)
-        verdicts.append(differential.classify(differential.run_case(differential_cluster, case,
+        verdicts.append(classify(differential.run_case(differential_cluster, case,
                                                                     run=run)))
     shown = "\n".join(json.dumps(v.as_json()) for v in verdicts if v.kind != "agree")
     kinds = [v.kind for v in verdicts]
@@ -82,11 +84,12 @@ KNOWN = {
 
 @pytest.mark.parametrize("rule", sorted(KNOWN))
 def test_known_difference_is_found_and_explained(differential_cluster, rule):
+    assert rule in RULES
     seen = differential.run_case(differential_cluster, KNOWN[rule], run=uuid.uuid4().hex[:5])
-    v = differential.classify(seen)
+    v = classify(seen)
     assert seen.victims == ("a",), json.dumps(v.as_json())  # kube-scheduler's choice
     assert v.kind == "real" and v.ours["victims"] == ["b"], (
         f"kube_default now agrees with kube-scheduler on {rule!r}: if it was fixed, drop the "
-        f"rule from differential.RULES, this case from KNOWN, and let generate() keep such "
-        f"cases with pdb_edges=False\n{json.dumps(v.as_json())}")
+        f"rule from bench.differential.RULES, this case from KNOWN, and let generate() keep "
+        f"such cases with pdb_edges=False\n{json.dumps(v.as_json())}")
     assert [rule] in v.detail["explained_by"], json.dumps(v.as_json())
