@@ -111,7 +111,8 @@ def _selector(rng: random.Random, teams: list[str] | None) -> dict:
     ])
 
 
-def _matches(selector: Mapping, labels: Mapping[str, str]) -> bool:
+def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
+    """Whether a policy/v1 label selector (as a dict; {} = everything) selects `labels`."""
     if not selector:
         return True
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
@@ -152,7 +153,7 @@ def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
         sel = _selector(rng, teams)
         if not (sel or pdb_edges):
             break
-        covered = sum(_matches(sel, p.labels) for p in pods)
+        covered = sum(selects(sel, p.labels) for p in pods)
         if rng.random() < 0.6:
             pdbs.append(PdbSpec(name=f"pdb{b}", selector=sel,
                                 min_available=rng.randint(max(0, covered - 2), covered)))

@@ -12,10 +12,13 @@ import json
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bench.differential import RULES, classify
+from bench.differential import RULES, classify, predict
 from e2e import differential
-from e2e.differential import Case, NodeSpec, PdbSpec, PodSpec
+from e2e.differential import Case, NodeSpec, Observation, PdbSpec, PodSpec
+from policies.model import Node, Pod, Resources, Snapshot
 
 pytestmark = pytest.mark.e2e
 SEED, CASES = 20261203, 15
@@ -93,3 +96,73 @@ def test_known_difference_is_found_and_explained(differential_cluster, rule):
         f"rule from bench.differential.RULES, this case from KNOWN, and let generate() keep "
         f"such cases with pdb_edges=False\n{json.dumps(v.as_json())}")
     assert [rule] in v.detail["explained_by"], json.dumps(v.as_json())
+
+
+# ------------------------------------------------------------------ without a cluster
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**31), index=st.integers(0, 10_000), edges=st.booleans())
+def test_generated_cases_are_valid_and_need_preemption(seed, index, edges):
+    case = differential.generate(seed, index, pdb_edges=edges)
+    assert case == differential.generate(seed, index, pdb_edges=edges)
+    assert 2 <= len(case.nodes) <= 12
+    assert len({p.name for p in case.pods}) == len(case.pods)
+    fits_somewhere = False
+    for n in case.nodes:
+        mine = [p for p in case.pods if p.node == n.name]
+        assert 1 <= len(mine) <= 6 and 1 <= n.gpus <= 8
+        free = (n.gpus - sum(p.gpus for p in mine), n.cpu * 1000 - sum(p.cpu_milli for p in mine),
+                n.memory_gi * 1024 - sum(p.memory_mi for p in mine))
+        assert min(free) >= 0, (n, mine)  # bound pods fit, as a kubelet would insist
+        pre = case.preemptor
+        fits_somewhere |= (pre.gpus <= free[0] and pre.cpu_milli <= free[1]
+                           and pre.memory_mi <= free[2])
+    assert not fits_somewhere  # kube-scheduler must preempt (or give up)
+    if not edges:
+        assert all(p.labels for p in case.pods) and all(b.selector for b in case.pdbs)
+        assert all(sum(differential.selects(b.selector, p.labels) for b in case.pdbs) <= 1
+                   for p in case.pods)
+
+
+def _seen(pods: list[Pod], victims: tuple[str, ...], node: str,
+          gpus: tuple[int, ...] = (1, 1)) -> Observation:
+    """kube-scheduler "did" `victims` on `node`; nodes n0, n1... with `gpus` GPUs each."""
+    nodes = tuple(Node(name=f"n{i}", allocatable=Resources(cpu_milli=8000, memory_mib=8192,
+                                                          gpus=g)) for i, g in enumerate(gpus))
+    pre = Pod(uid="u-pre", name="pre", priority=1000, requests=Resources(gpus=1))
+    snap = Snapshot(now=10_000.0, nodes=nodes, pods=(*pods, pre))
+    return Observation(case=differential.generate(0, 0), namespace="ns", snapshot=snap,
+                       preemptor=pre, victims=victims, preempted_events=victims, node=node,
+                       nominated=node)
+
+
+def _low(name: str, node: str, start: float, labels=None) -> Pod:
+    return Pod(uid=f"u-{name}", name=name, priority=10, requests=Resources(gpus=1), node=node,
+               start_time=start, labels=labels or {})
+
+
+def test_classify_tells_a_node_tie_from_a_real_difference():
+    twins = [_low("a", "n0", 5000.0), _low("b", "n1", 5000.0)]
+    node, ours = predict(_seen(twins, (), "").snapshot, _seen(twins, (), "").preemptor)
+    other = ("b",) if ours == ("a",) else ("a",)
+    assert classify(_seen(twins, ours, node)).kind == "agree"
+    tie = classify(_seen(twins, other, "n1" if other == ("b",) else "n0"))
+    assert tie.kind == "tie" and tie.detail["tie"] == "node", tie
+    # "b" started later, so every criterion prefers evicting it: taking "a" is no tie
+    apart = [_low("a", "n0", 4000.0), _low("b", "n1", 5000.0)]
+    real = classify(_seen(apart, ("a",), "n0"))
+    assert real.kind == "real" and real.detail["explained_by"] == [], real
+    assert classify(_seen(apart, (), "n0")).kind == "anomaly"  # bound, nobody evicted
+
+
+def test_classify_tells_a_victim_order_tie_from_a_real_difference():
+    # one 2-GPU node, two 1-GPU pods equal under MoreImportantVictim: either may be reprieved
+    equal = [_low("a", "n0", 5000.0), _low("b", "n0", 5000.0)]
+    _, ours = predict(_seen(equal, (), "", (2,)).snapshot, _seen(equal, (), "", (2,)).preemptor)
+    other = ("b",) if ours == ("a",) else ("a",)
+    tie = classify(_seen(equal, other, "n0", (2,)))
+    assert tie.kind == "tie" and tie.detail["tie"] == "victim-order", tie
+    apart = [_low("a", "n0", 4000.0), _low("b", "n0", 5000.0)]  # "a" is more important
+    assert classify(_seen(apart, ("a",), "n0", (2,))).kind == "real"
+    assert classify(_seen(apart, ("a", "b"), "n0", (2,))).kind == "real"  # one is enough
