@@ -26,7 +26,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
+from controller import trace_files
 from policies.sim import experiment, planners, report, stats
+from policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 UTILISATIONS = (0.8, 1.0, 1.2, 1.4)  # steady protocol sweep
 EVIDENCE_SCALE = 0.1  # share of the openb cluster: the full run fits ~25 min on 2 cores
@@ -35,10 +37,6 @@ ABLATED_CELL = ("openb", "replay")
 OURS = ("checkpoint-aware", "checkpoint-aware-drain")
 HEADLINE = "checkpoint-aware-drain"
 RESULTS = Path(__file__).resolve().parent / "results"
-try:
-    from policies.sim.protocols import PROTOCOLS, WORKLOADS
-except ImportError:  # until the protocols module lands
-    PROTOCOLS, WORKLOADS = ("stress",), ("openb",)
 
 
 def cells(scale: float, quick: bool) -> list[experiment.Cell]:
@@ -49,25 +47,12 @@ def cells(scale: float, quick: bool) -> list[experiment.Cell]:
             out.extend(experiment.Cell(workload=w, protocol=p, utilisation=u, scale=scale)
                        for u in points)
     base = experiment.Cell(workload=ABLATED_CELL[0], protocol=ABLATED_CELL[1], scale=scale)
-    if ABLATED_CELL[1] in PROTOCOLS:
-        out.extend(experiment.ablate(base, name) for name in experiment.ABLATIONS)
+    out.extend(experiment.ablate(base, name) for name in experiment.ABLATIONS)
     return out
 
 
 @functools.cache
 def _trace(workload: str):
-    try:
-        from controller import trace_files
-    except ImportError:  # until the trace loader lands: the bundled openb trace
-        from importlib import resources
-
-        from policies.sim import trace
-
-        data = resources.files("policies").joinpath("data")
-        return (trace.parse_pods(data.joinpath("openb_pod_list_default.csv").read_text()
-                                 .splitlines()),
-                trace.parse_nodes(data.joinpath("openb_node_list_gpu_node.csv").read_text()
-                                  .splitlines()))
     return trace_files.load(workload)
 
 

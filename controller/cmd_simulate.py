@@ -17,19 +17,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
-from policies.sim import engine, experiment, planners, report, trace, workload
+from controller import trace_files
+from policies.sim import engine, experiment, planners, report, workload
+from policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 NAME = "simulate"
 HELP = "what-if replay of a GPU trace under each preemption policy"
-BUNDLED_PODS = "openb_pod_list_default.csv"
-BUNDLED_NODES = "openb_node_list_gpu_node.csv"
-try:
-    from policies.sim.protocols import PROTOCOLS, WORKLOADS
-except ImportError:  # until the protocols module lands
-    PROTOCOLS, WORKLOADS = ("stress", "replay", "steady"), ("openb",)
 
 # (flag, SimConfig field, help): the costs an eviction carries beyond unsaved work
 COST_FLAGS = (
@@ -92,21 +87,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="lost work over time per policy (the first seed)")
     p.add_argument("--no-progress", action="store_true")
-
-
-def _read(path: Path | None, bundled: str) -> list[str]:
-    if path is None:
-        return resources.files("policies").joinpath("data", bundled).read_text().splitlines()
-    return path.read_text().splitlines()
-
-
-def _load(args: argparse.Namespace) -> tuple[list | None, list]:
-    try:
-        from controller import trace_files
-    except ImportError:  # until the trace loader lands: openb only
-        return (trace.parse_pods(_read(args.pods, BUNDLED_PODS)),
-                trace.parse_nodes(_read(args.nodes, BUNDLED_NODES)))
-    return trace_files.load(args.workload, args.pods, args.nodes)
 
 
 def _params(args: argparse.Namespace) -> workload.WorkloadParams:
@@ -189,7 +169,7 @@ def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list
 def run(args: argparse.Namespace) -> int:
     try:
         policies, cell, seeds = validate(args)
-        pods, nodes = _load(args)
+        pods, nodes = trace_files.load(args.workload, args.pods, args.nodes)
     except (OSError, ValueError) as e:
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2

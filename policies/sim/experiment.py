@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from policies.sim import stats
+from policies.sim import protocols, stats
 from policies.sim.engine import PolicyResult, SimConfig, Simulation
 from policies.sim.planners import BASELINES
 from policies.sim.trace import TraceNode, TracePod
-from policies.sim.workload import Workload, WorkloadParams, generate, scale_down
+from policies.sim.workload import Workload, WorkloadParams
 
 KUBE_DEFAULT = "kube-default"
 DEFAULT_SCALE = 0.25  # share of the openb cluster and trace simulated
@@ -102,25 +102,16 @@ def workload_facts(w: Workload, nodes: int) -> dict:
     }
 
 
-def build(cell: Cell, seed: int, pods: list[TracePod], nodes: list[TraceNode]
+def build(cell: Cell, seed: int, pods: list[TracePod] | None, nodes: list[TraceNode]
           ) -> tuple[Workload, list[TraceNode]]:
     """The seed's workload for ``cell`` and the nodes it runs on."""
-    base = cell.params or WorkloadParams(scale=cell.scale)
-    params = replace(base, seed=seed, scale=cell.scale)
-    try:
-        from policies.sim import protocols
-    except ImportError:  # the protocols module is not there yet: stress on openb only
-        if cell.protocol != "stress":
-            raise ValueError(f"protocol {cell.protocol!r} is not available") from None
-        pods, nodes = scale_down(pods, nodes, params)
-        return generate(pods, nodes, params), nodes
     return protocols.build(workload=cell.workload, protocol=cell.protocol, seed=seed, pods=pods,
                            nodes=nodes, scale=cell.scale, utilisation=cell.utilisation,
-                           params=params)
+                           params=cell.params)
 
 
 def run_seed(
-    cell: Cell, seed: int, policies: Sequence[str], pods: list[TracePod],
+    cell: Cell, seed: int, policies: Sequence[str], pods: list[TracePod] | None,
     nodes: list[TraceNode], clock: Callable[[], float] | None = None,
     progress: Callable[[str, float], None] | None = None,
 ) -> list[Run]:
@@ -250,7 +241,7 @@ def summarise(cell: Cell, runs: Sequence[Run], *, baselines: Sequence[str] | Non
 
 
 def run_cell(
-    cell: Cell, seeds: Sequence[int], policies: Sequence[str], pods: list[TracePod],
+    cell: Cell, seeds: Sequence[int], policies: Sequence[str], pods: list[TracePod] | None,
     nodes: list[TraceNode], *, clock: Callable[[], float] | None = None,
     progress: Callable[[int, str, float], None] | None = None,
     resamples: int = stats.RESAMPLES,

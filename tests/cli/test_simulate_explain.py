@@ -90,7 +90,7 @@ def test_plot_problems_are_found_before_any_simulation(tmp_path, monkeypatch, ca
         raise AssertionError("simulated before validating --plot")
 
     monkeypatch.setattr(cmd_simulate.experiment, "run_cell", never)
-    monkeypatch.setattr(cmd_simulate, "_load", never)
+    monkeypatch.setattr(cmd_simulate.trace_files, "load", never)
     missing = tmp_path / "missing" / "x.png"
     assert cmd_simulate.run(_args("--plot", str(missing))) == 2
     assert "does not exist" in capsys.readouterr().err
