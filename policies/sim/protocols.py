@@ -21,11 +21,16 @@
     The first ``warmup_share`` (default 25 %) of the window is not measured.
 
 (c) steady: Poisson arrivals of items drawn from the trace with replacement, durations from the
-    trace, on the ``scale`` share of nodes. The rate is set so the offered utilisation
-    (rate × mean of GPUs × duration ÷ cluster GPUs) equals ``utilisation`` (swept over
-    ``UTILISATIONS``). The run starts in the equilibrium of that arrival process (an M/G/inf
-    system): Poisson(rate × mean duration) jobs already running, each drawn with probability
-    proportional to its duration and with a uniform share of it already done. So the offered
+    trace, on the ``scale`` share of nodes. High- and low-priority items arrive as two streams
+    whose rates make the offered utilisation (rate × mean of GPUs × duration ÷ cluster GPUs)
+    ``steady_high_share`` × ``utilisation`` and the rest of ``utilisation`` (swept over
+    ``UTILISATIONS``). The share is fixed (default 20 %, the training scenario's cited
+    high-priority share) rather than the trace's own: openb's high-priority pods hold 83 % of
+    its GPU time (measured on the default trace), which alone exceeds the cluster above
+    utilisation 1.2 and leaves preemption nothing to decide. Each stream starts in the
+    equilibrium of its arrival process (an M/G/inf system): Poisson(rate × mean duration) of its
+    jobs already running, each drawn with probability proportional to its duration and with a
+    uniform share of it already done. So the offered
     load is stationary from t = 0, heavy-tailed durations included; the first
     ``steady_warmup_hours`` (default 6 h, for queues and placement to settle) are not
     measured, then ``steady_hours`` (default 24 h) are.
@@ -42,6 +47,7 @@ from dataclasses import replace
 from policies.sim import scenarios
 from policies.sim.trace import TraceNode, TracePod
 from policies.sim.workload import (
+    HIGH_QOS,
     Arrival,
     Job,
     Workload,
@@ -172,32 +178,51 @@ def _poisson(mean: float, rng: random.Random) -> int:
     return n
 
 
+def _pool_arrivals(pool: list, rate: float, end: float, params: WorkloadParams,
+                   rng: random.Random) -> list[Arrival]:
+    """Equilibrium start plus Poisson arrivals at ``rate`` of items drawn from ``pool``."""
+    if rate == 0:
+        return []
+    durations = [_duration(p, params) for p in pool]
+    running = _poisson(rate * sum(durations) / len(durations), rng)
+    out = []
+    for k in rng.choices(range(len(pool)), weights=durations, k=running):
+        done = rng.uniform(0.0, durations[k])
+        out.append(Arrival(pod=pool[k], at=0.0, duration=max(1.0, durations[k] - done),
+                           done_before=done))
+    t = rng.expovariate(rate)
+    while t < end:
+        k = rng.randrange(len(pool))
+        out.append(Arrival(pod=pool[k], at=t, duration=durations[k]))
+        t += rng.expovariate(rate)
+    return out
+
+
 def _steady(items, nodes, params: WorkloadParams, utilisation: float,
             make: JobBuilder) -> tuple[Workload, list]:
     if utilisation <= 0:
         raise ValueError(f"utilisation must be positive, got {utilisation}")
     if params.steady_hours <= 0 or params.steady_warmup_hours < 0:
         raise ValueError("steady_hours must be positive and steady_warmup_hours not negative")
+    if not 0 <= params.steady_high_share <= 1:
+        raise ValueError(f"steady_high_share must be in [0, 1], got {params.steady_high_share}")
     _, kept = scale_down([], list(nodes), params)
     capacity = sum(n.gpus for n in kept)
     usable = _usable(items, kept)
-    durations = [_duration(p, params) for p in usable]
-    mean_gpu_seconds = sum(p.gpus * d for p, d in zip(usable, durations, strict=True)) / len(usable)
-    rate = utilisation * capacity / mean_gpu_seconds
     warmup = params.steady_warmup_hours * HOUR
     end = warmup + params.steady_hours * HOUR
     rng = random.Random(f"steady-{params.seed}")
-    running = _poisson(rate * sum(durations) / len(durations), rng)
     arrivals = []
-    for k in rng.choices(range(len(usable)), weights=durations, k=running):
-        done = rng.uniform(0.0, durations[k])
-        arrivals.append(Arrival(pod=usable[k], at=0.0, duration=max(1.0, durations[k] - done),
-                                done_before=done))
-    t = rng.expovariate(rate)
-    while t < end:
-        k = rng.randrange(len(usable))
-        arrivals.append(Arrival(pod=usable[k], at=t, duration=durations[k]))
-        t += rng.expovariate(rate)
+    for high, share in ((True, params.steady_high_share), (False, 1 - params.steady_high_share)):
+        pool = [p for p in usable if (p.qos in HIGH_QOS) == high]
+        if share > 0 and not pool:
+            kind = "high" if high else "low"
+            raise ValueError(f"steady: the trace has no {kind}-priority items to draw")
+        if share > 0:
+            mean_gpu_seconds = sum(p.gpus * _duration(p, params) for p in pool) / len(pool)
+            rate = share * utilisation * capacity / mean_gpu_seconds
+            arrivals += _pool_arrivals(pool, rate, end, params, rng)
+    arrivals.sort(key=lambda a: (a.at, a.pod.name))
     jobs = make(arrivals, rng)
     return Workload(
         jobs=tuple(jobs), compress=1.0, offered_load=offered_load(jobs, capacity, warmup, end),

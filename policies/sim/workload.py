@@ -49,6 +49,7 @@ class WorkloadParams:
     # steady protocol: Poisson arrivals from a stationary start
     steady_hours: float = 24.0  # measured span after the warm-up
     steady_warmup_hours: float = 6.0  # unmeasured span at the start (replay: warmup_share)
+    steady_high_share: float = 0.2  # of the offered utilisation, from high-priority items
     warmup_share: float = 0.25  # of the replay window, at its start, not measured
 
     def describe(self) -> dict:

@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller import trace_files
@@ -114,16 +114,17 @@ def _jobs_of_gpus(gpus):
 @pytest.mark.parametrize("utilisation", [0.8, 1.4])
 def test_steady_offers_the_target_utilisation(loaded, workload, utilisation):
     loads = []
-    for seed in range(1, 7):
+    for seed in range(1, 13):
         w, kept = _build(loaded, workload, "steady", seed=seed, utilisation=utilisation)
         assert (w.protocol, w.warmup) == ("steady", 6 * 3600.0)
         assert w.capacity_gpus == sum(n.gpus for n in kept)
         loads.append(w.offered_load)
     assert statistics.mean(loads) == pytest.approx(utilisation, rel=0.05)
-    assert all(x == pytest.approx(utilisation, rel=0.2) for x in loads)
+    assert all(x == pytest.approx(utilisation, rel=0.3) for x in loads)
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(1, 10**6))
 def test_steady_starts_in_equilibrium(loaded, seed):
     w, _ = _build(loaded, "openb", "steady", seed=seed)
