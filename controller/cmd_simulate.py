@@ -230,8 +230,8 @@ def _plot(result: experiment.CellResult, path: Path) -> None:
             ys.append(ys[-1])
         ax.step(xs, ys, where="post", label=policy, linestyle=style, marker=marker,
                 markevery=max(1, len(xs) // 12), markersize=5, linewidth=1.4)
-    if span:
-        ax.set_xlim(span[0] / 3600, span[1] / 3600)
+    if span:  # a 2 % margin before the first loss, so its step shows
+        ax.set_xlim((span[0] - 0.02 * (span[1] - span[0])) / 3600, span[1] / 3600)
     ax.set_xlabel("simulated time (h)")
     ax.set_ylabel("cumulative GPU-hours lost to preemption")
     ax.set_title(f"{result.cell.label}, seed {first}")
