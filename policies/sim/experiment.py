@@ -8,8 +8,9 @@ in the cell) and gives every policy's lost work ÷ that baseline's and ÷ kube-d
 median of per-seed ratios with a 95 % bootstrap interval over seeds. The strongest baseline is
 picked on the same seeds it is compared on, which favours the baseline, never our policies.
 
-Pure: the caller injects the trace (pods and nodes), a clock for plan latency, a progress
-callback and, to run seeds in parallel, a ``map`` over ``run_seed`` tasks.
+Pure: the caller injects the trace (pods and nodes), a clock for plan latency and a progress
+callback. To run seeds in parallel, call ``run_seed`` per seed in workers and ``summarise`` the
+runs (bench/evidence.py does).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from policies.sim.trace import TraceNode, TracePod
 from policies.sim.workload import Workload, WorkloadParams
 
 KUBE_DEFAULT = "kube-default"
-DEFAULT_SCALE = 0.25  # share of the openb cluster and trace simulated
+DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace simulated
 
-# One cost removed at a time (and all of them), to show which one limits the ratio.
+# One cost removed at a time (and all of them), to show which one limits the ratio. The restore
+# ablation zeroes SimConfig's default only: jobs with their own restore time (the training
+# scenario's) keep it, so ablate openb cells.
 ABLATIONS: Mapping[str, Mapping[str, float]] = {
     "restore cost off": {"restore_seconds": 0.0},
     "report lag/jitter off": {"report_lag_seconds": 0.0, "report_jitter_seconds": 0.0},
