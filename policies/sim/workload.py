@@ -44,7 +44,7 @@ class WorkloadParams:
     gang_sizes: tuple[int, ...] = (2, 4, 8)
     min_duration_s: float = 60.0  # shorter pods are lengthened: they are not training jobs
     # replay protocol (policies.sim.protocols): a real-time window of the trace
-    replay_window_hours: float = 72.0  # trace time replayed, uncompressed
+    replay_window_hours: float = 168.0  # trace time replayed, uncompressed (7 days)
     contention: float = 1.2  # window's mean GPU demand ÷ capacity the cluster is shrunk to
     # steady protocol: Poisson arrivals from a stationary start
     steady_hours: float = 24.0  # measured span after the warm-up
