@@ -7,8 +7,8 @@ gpu_spec (default "" = any GPU model), qos, creation_time and deletion_time are 
 others are ignored. Node columns: sn, cpu_milli, memory_mib, gpu, model.
 
 Traces without times. The multi-GPU variants (``openb_pod_list_multigpu*.csv``) have only
-name, cpu_milli, memory_mib, num_gpu, gpu_milli: the FGD simulator submits their pods in file
-order and never deletes them, which leaves no durations to lose work over. Here such a pod takes
+name, cpu_milli, memory_mib, num_gpu, gpu_milli: no arrival or deletion times, so no durations
+to lose work over. Here such a pod takes
 the creation time, lifetime (deletion - creation) and qos of a pod drawn, seeded, with
 replacement, from a *timed reference trace* (the bundled default trace) among the reference
 pods with the same ``num_gpu`` (the nearest count when none has it, ties to the smaller). So
