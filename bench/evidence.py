@@ -95,8 +95,8 @@ def run_all(cell_list: list[experiment.Cell], seeds: list[int], policies: tuple[
     return results, {c.label: round(spent[i] / 60, 2) for i, c in enumerate(cell_list)}
 
 
-def _ratio(e: stats.Estimate | None) -> str:
-    return "-" if e is None else f"{e.median:.2f} [{e.low:.2f}, {e.high:.2f}]"
+def _text(e: stats.Estimate | None, seeds: int) -> str:
+    return report.estimate_text(e, "{:.2f}", seeds)
 
 
 def _headline_table(results: list[experiment.CellResult]) -> list[str]:
@@ -104,10 +104,11 @@ def _headline_table(results: list[experiment.CellResult]) -> list[str]:
     lines = ["| cell | strongest baseline | " + " | ".join(f"{p} ÷ strongest" for p in shown)
              + f" | {HEADLINE} ÷ kube-default |", "|" + "---|" * (len(shown) + 3)]
     for r in results:
+        n = len(r.seeds)
         row = [r.cell.label, r.strongest_baseline or "-"]
-        row += [_ratio(s.vs_strongest) if (s := r.summary_of(p)) else "-" for p in shown]
+        row += [_text(s.vs_strongest, n) if (s := r.summary_of(p)) else "-" for p in shown]
         ours = r.summary_of(HEADLINE)
-        row.append(_ratio(ours.vs_kube_default) if ours else "-")
+        row.append(_text(ours.vs_kube_default, n) if ours else "-")
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -116,12 +117,13 @@ def _ablation_table(results: list[experiment.CellResult]) -> list[str]:
     lines = ["| costs | strongest baseline | its lost GPU-h | "
              f"{HEADLINE} lost GPU-h | {HEADLINE} ÷ strongest |", "|---|---|---|---|---|"]
     for r in results:
+        n = len(r.seeds)
         base = r.summary_of(r.strongest_baseline) if r.strongest_baseline else None
         ours = r.summary_of(HEADLINE)
         lines.append("| " + " | ".join([
             r.cell.ablation or "all costs on", r.strongest_baseline or "-",
-            _ratio(base.lost) if base else "-", _ratio(ours.lost) if ours else "-",
-            _ratio(ours.vs_strongest) if ours else "-"]) + " |")
+            _text(base.lost, n) if base else "-", _text(ours.lost, n) if ours else "-",
+            _text(ours.vs_strongest, n) if ours else "-"]) + " |")
     return lines
 
 

@@ -77,39 +77,42 @@ def compare(
     return Comparison(workload=workload, nodes=len(nodes), config=config, results=tuple(results))
 
 
-def _estimate(e: stats.Estimate | None, fmt: str, intervals: bool) -> str:
+def estimate_text(e: stats.Estimate | None, fmt: str, seeds: int) -> str:
+    """``median [low, high]`` with several seeds; ``(n=k)`` when only k of them had a value
+    (a ratio needs the baseline to have lost something on that seed)."""
     if e is None:
         return "-"
-    if not intervals or e.n < 2:
-        return fmt.format(e.median)
-    return f"{fmt.format(e.median)} [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+    text = fmt.format(e.median)
+    if seeds > 1 and e.n > 1:
+        text += f" [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+    return text + (f" (n={e.n})" if e.n < seeds else "")
 
 
-def _rows(base: str | None) -> tuple[tuple[str, Callable[[PolicySummary, bool], str]], ...]:
+def _rows(base: str | None) -> tuple[tuple[str, Callable[[PolicySummary, int], str]], ...]:
     return (
-        ("lost GPU-h", lambda p, ci: _estimate(p.lost, "{:.1f}", ci)),
+        ("lost GPU-h", lambda p, seeds: estimate_text(p.lost, "{:.1f}", seeds)),
         (f"÷ strongest baseline ({base or 'none'})",
-         lambda p, ci: _estimate(p.vs_strongest, "{:.2f}", ci)),
-        ("÷ kube-default", lambda p, ci: _estimate(p.vs_kube_default, "{:.2f}", ci)),
-        ("  lost work GPU-h", lambda p, ci: f"{p.lost_work:.1f}"),
-        ("  restart GPU-h", lambda p, ci: f"{p.restart:.1f}"),
-        ("preemptor delay GPU-h", lambda p, ci: f"{p.delay:.1f}"),
-        ("preemptions", lambda p, ci: f"{p.preemptions:g}"),
-        ("pods evicted", lambda p, ci: f"{p.evictions:g}"),
-        ("loss per eviction p50/p99/max", lambda p, ci: (
+         lambda p, seeds: estimate_text(p.vs_strongest, "{:.2f}", seeds)),
+        ("÷ kube-default", lambda p, seeds: estimate_text(p.vs_kube_default, "{:.2f}", seeds)),
+        ("  lost work GPU-h", lambda p, seeds: f"{p.lost_work:.1f}"),
+        ("  restart GPU-h", lambda p, seeds: f"{p.restart:.1f}"),
+        ("preemptor delay GPU-h", lambda p, seeds: f"{p.delay:.1f}"),
+        ("preemptions", lambda p, seeds: f"{p.preemptions:g}"),
+        ("pods evicted", lambda p, seeds: f"{p.evictions:g}"),
+        ("loss per eviction p50/p99/max", lambda p, seeds: (
             f"{p.eviction_loss_p50:.2f}/{p.eviction_loss_p99:.1f}/{p.eviction_loss_max:.1f}")),
-        ("max preemptions of one job", lambda p, ci: str(p.max_preemptions_per_workload)),
-        ("gangs broken", lambda p, ci: f"{p.gangs_broken:g}"),
-        ("drains failed/overran", lambda p, ci: f"{p.drains_failed}/{p.drains_overrun}"),
-        ("invalid plans", lambda p, ci: str(p.plans_invalid)),
+        ("max preemptions of one job", lambda p, seeds: str(p.max_preemptions_per_workload)),
+        ("gangs broken", lambda p, seeds: f"{p.gangs_broken:g}"),
+        ("drains failed/overran", lambda p, seeds: f"{p.drains_failed}/{p.drains_overrun}"),
+        ("invalid plans", lambda p, seeds: str(p.plans_invalid)),
     )
 
 
 def cell_table(result: CellResult) -> tuple[list[str], list[list[str]]]:
     """Header (policies) and rows (a label, then one value per policy)."""
-    intervals = len(result.seeds) > 1
+    seeds = len(result.seeds)
     header = ["", *(p.policy for p in result.policies)]
-    rows = [[label, *(cell(p, intervals) for p in result.policies)]
+    rows = [[label, *(cell(p, seeds) for p in result.policies)]
             for label, cell in _rows(result.strongest_baseline)]
     return header, rows
 

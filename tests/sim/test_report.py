@@ -86,3 +86,14 @@ def test_evidence_report_puts_the_ratio_vs_the_strongest_baseline_in_the_headlin
            "0.20 [0.20, 0.20] |" in md
     assert "| all costs off | cost-aware | 16.00 [8.00, 24.00] |" in md
     assert md.count("### openb/replay") == 2
+
+
+def test_a_ratio_from_fewer_seeds_than_the_cell_says_how_many():
+    rs = [experiment.Run(seed=1, result=result("kube-default", 0.0)),
+          experiment.Run(seed=1, result=result("checkpoint-aware", 0.0)),
+          experiment.Run(seed=2, result=result("kube-default", 10.0)),
+          experiment.Run(seed=2, result=result("checkpoint-aware", 4.0))]
+    _, rows = report.cell_table(summarised(rs))
+    by = {row[0]: row[1:] for row in rows}
+    assert by["÷ strongest baseline (kube-default)"] == ["1.00 (n=1)", "0.40 (n=1)"]
+    assert by["lost GPU-h"][1] == "2.0 [0.0, 4.0]"
