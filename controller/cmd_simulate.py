@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -110,8 +111,8 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
 def _config(args: argparse.Namespace) -> engine.SimConfig:
     costs = {name: getattr(args, name) for _, name, _ in COST_FLAGS}
     for flag, name, _ in COST_FLAGS:
-        if costs[name] < 0:
-            raise ValueError(f"{flag} must be >= 0, got {costs[name]}")
+        if not (math.isfinite(costs[name]) and costs[name] >= 0):
+            raise ValueError(f"{flag} must be a finite number >= 0, got {costs[name]}")
         if name.endswith("_share") and costs[name] > 1:
             raise ValueError(f"{flag} must be a share between 0 and 1, got {costs[name]}")
     if costs["drain_overrun_factor"] < 1:
@@ -127,6 +128,8 @@ def _policies(args: argparse.Namespace) -> list[str]:
         raise ValueError("--policies is empty; choose from " + ", ".join(planners.POLICIES))
     for name in names:
         planners.planner_for(name, 1.0)  # unknown names raise ValueError
+    if len(set(names)) < len(names):
+        raise ValueError(f"--policies names a policy twice: {args.policies}")
     return names
 
 
@@ -156,7 +159,7 @@ def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list
         raise ValueError(f"unknown protocol {args.protocol!r}; choose from {', '.join(PROTOCOLS)}")
     if args.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {args.workload!r}; choose from {', '.join(WORKLOADS)}")
-    if args.utilisation <= 0:
+    if not (math.isfinite(args.utilisation) and args.utilisation > 0):
         raise ValueError(f"--utilisation must be positive, got {args.utilisation}")
     if args.plot and (problem := plot_problem(args.plot)):
         raise ValueError(problem)
