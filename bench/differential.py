@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import random
 import sys
@@ -53,7 +54,16 @@ from e2e import differential, kube  # noqa: E402
 from e2e.differential import Observation  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
 from policies import kube_default  # noqa: E402
-from policies.model import LabelRequirement, Pod, Snapshot, breaks_budget  # noqa: E402
+from policies.model import (  # noqa: E402
+    LabelRequirement,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    RejectReason,
+    Resources,
+    Snapshot,
+    breaks_budget,
+)
 
 DEFAULT_OUT = REPO / "bench" / "results" / "differential.json"
 TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach
@@ -94,8 +104,8 @@ def _with_label_guard(b):
 # Rules of kube-scheduler v1.37.2 (the testbin's; FilterVictimsWithPDBViolation in
 # pkg/scheduler/framework/preemption/util.go) that kube_default lacks, as snapshot rewrites: a
 # real disagreement that a rewrite reproduces is explained by that rule. A third rule has no
-# rewrite: that function stops charging a pod's PDBs at the first one it breaks (in the PDB
-# lister's order, a map's), where kube_default charges every PDB covering it.
+# rewrite (EARLY_STOP): that function stops charging a pod's PDBs at the first one it breaks
+# (in the PDB lister's order, a map's), where kube_default charges every PDB covering it.
 RULES: dict[str, Callable[[Snapshot], Snapshot]] = {
     # "A PDB with a nil or empty selector matches nothing."
     "empty-selector-pdb-ignored": lambda s: replace(
@@ -121,11 +131,20 @@ def _orders(snap: Snapshot) -> list[Snapshot]:
     return out
 
 
-def _reachable(snap: Snapshot, pre: Pod, *, reorder: bool) -> dict[tuple[str, ...], str]:
-    """Victim sets kube_default reaches under TIE_SEEDS random offsets (and, with `reorder`,
-    other orders of equally important victims) -> the node."""
+def _reachable(snap: Snapshot, pre: Pod, tie: str) -> dict[tuple[str, ...], str]:
+    """Victim sets kube_default reaches when only what upstream leaves to chance changes ->
+    the node: its random offset (tie "node", TIE_SEEDS of them), plus the order of equally
+    important victims ("victim-order") or of the PDBs ("pdb-order": upstream charges a pod to
+    its PDBs in the lister's order, a map's, and stops at the first it breaks)."""
+    if tie == "node":
+        variants = [snap]
+    elif tie == "victim-order":
+        variants = _orders(snap)
+    else:
+        variants = [replace(snap, pdbs=tuple(o))
+                    for o in itertools.permutations(snap.pdbs, min(len(snap.pdbs), 5))]
     out: dict[tuple[str, ...], str] = {}
-    for s in _orders(snap) if reorder else [snap]:
+    for s in variants:
         for seed in range(TIE_SEEDS):
             node, victims = predict(s, pre, seed)
             out.setdefault(victims, node)
@@ -149,14 +168,15 @@ def criteria(snap: Snapshot, names: tuple[str, ...]) -> dict:
 
 
 def state(seen: Observation) -> dict:
-    """Everything needed to replay a case by hand."""
+    """Everything needed to replay a case (``replay``) or follow it by hand."""
     s = seen.snapshot
     free = {n.name: s.free(n.name) for n in s.nodes}
     return {
-        "now": s.now,
+        "now": s.now, "namespace": seen.namespace, "preemptor_uid": seen.preemptor.uid,
         "nodes": [{"name": n.name, "allocatable": asdict(n.allocatable),
                    "free": asdict(free[n.name]), "closed": str(n.closed or "")} for n in s.nodes],
         "pods": [{"name": p.name, "uid": p.uid, "node": p.node, "priority": p.priority,
+                  "start_time": p.start_time,
                   "start_age": None if p.start_time is None else round(s.now - p.start_time),
                   "requests": asdict(p.requests), "labels": dict(p.labels)}
                  for p in s.pods],
@@ -168,11 +188,74 @@ def state(seen: Observation) -> dict:
     }
 
 
-def _overlaps(snap: Snapshot) -> list[str]:
-    """Pods two PDBs cover: upstream stops charging budgets at the first one such a pod
-    breaks (in PDB list order, which is the informer's), kube_default charges them all."""
-    return [p.name for p in snap.pods
-            if p.node is not None and sum(b.covers(p) for b in snap.pdbs) > 1]
+def observation(verdict: dict) -> Observation:
+    """The Observation a stored verdict (``Verdict.as_json``, tie or real) was made from."""
+    st, c = verdict["detail"]["state"], verdict["detail"]["case"]
+    ns = st["namespace"]
+    snap = Snapshot(
+        now=st["now"],
+        nodes=tuple(Node(name=n["name"], allocatable=Resources(**n["allocatable"]),
+                         excluded=RejectReason(n["closed"]) if n["closed"] else None)
+                    for n in st["nodes"]),
+        pods=tuple(Pod(uid=p["uid"], name=p["name"], namespace=ns, priority=p["priority"],
+                       requests=Resources(**p["requests"]), node=p["node"],
+                       start_time=p["start_time"], labels=p["labels"]) for p in st["pods"]),
+        pdbs=tuple(PodDisruptionBudget(
+            name=b["name"], namespace=ns, match_labels=b["match_labels"],
+            match_expressions=tuple(LabelRequirement(key=e["key"], operator=e["operator"],
+                                                     values=tuple(e["values"]))
+                                    for e in b["match_expressions"]),
+            match_all=b["match_all"], disruptions_allowed=b["disruptions_allowed"])
+            for b in st["pdbs"]))
+    case = differential.Case(
+        seed=c["seed"], index=c["index"], tie_prone=c["tie_prone"],
+        nodes=tuple(differential.NodeSpec(**n) for n in c["nodes"]),
+        pods=tuple(differential.PodSpec(**p) for p in c["pods"]),
+        pdbs=tuple(differential.PdbSpec(**b) for b in c["pdbs"]),
+        preemptor=differential.PodSpec(**c["preemptor"]))
+    return Observation(case=case, namespace=ns, snapshot=snap,
+                       preemptor=snap.pod_by_uid[st["preemptor_uid"]],
+                       victims=tuple(verdict["kube"]["victims"]),
+                       preempted_events=tuple(st["preempted_events"]), node=verdict["kube"]["node"],
+                       nominated=st["nominated"])
+
+
+EARLY_STOP = "pdb-charge-stops-at-first-break"
+
+
+def _charges_stop_early(pods: list[Pod], pdbs: list, order: tuple[int, ...]) -> list[bool]:
+    """FilterVictimsWithPDBViolation's charge in v1.37.2 with only its early return (the
+    other two rules left out): each pod is charged to the PDBs covering it, in `order`, until
+    one goes negative."""
+    allowed = [b.disruptions_allowed for b in pdbs]
+    out = []
+    for p in pods:
+        broken = False
+        for i in order:
+            if pdbs[i].covers(p):
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    broken = True
+                    break
+        out.append(broken)
+    return out
+
+
+def early_stop_nodes(snap: Snapshot, pre: Pod, nodes: set[str]) -> list[str]:
+    """Nodes among `nodes` where stopping at a pod's first broken PDB, in some PDB list order
+    (upstream's is a map's), changes which of the potential victims break a PDB; kube_default
+    charges every PDB covering a pod. No rewrite of the snapshot can mimic that, so these are
+    only suspects."""
+    out = []
+    for name in sorted(n for n in nodes if n):
+        potential = sorted(
+            (p for p in snap.pods_on_node.get(name, ()) if p.priority < pre.priority),
+            key=lambda p: (-p.priority, p.start_time or snap.now))
+        ours = breaks_budget(potential, snap.pdbs)
+        if any(_charges_stop_early(potential, list(snap.pdbs), order) != ours
+               for order in itertools.permutations(range(len(snap.pdbs)))):
+            out.append(name)
+    return out
 
 
 def classify(seen: Observation) -> Verdict:
@@ -190,15 +273,14 @@ def classify(seen: Observation) -> Verdict:
         return Verdict(kind="anomaly", detail={"why": anomaly, "state": state(seen)}, **base)
     if victims == seen.victims:
         return Verdict(kind="agree", **base)
-    by_node = _reachable(snap, pre, reorder=False)
-    reachable = by_node if seen.victims in by_node else _reachable(snap, pre, reorder=True)
-    if seen.victims in reachable:
-        return Verdict(kind="tie", detail={
-            "tie": "node" if reachable is by_node else "victim-order",
-            "why": TIE_WHY["node" if reachable is by_node else "victim-order"],
-            "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
-            "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()]},
-            **base)
+    for tie in TIE_WHY:
+        reachable = _reachable(snap, pre, tie)
+        if seen.victims in reachable:
+            return Verdict(kind="tie", detail={
+                "tie": tie, "why": TIE_WHY[tie], "kube_criteria": criteria(snap, seen.victims),
+                "ours_criteria": criteria(snap, victims),
+                "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()],
+                "state": state(seen), "case": asdict(seen.case)}, **base)
     explained = []
     names = list(RULES)
     for mask in range(1, 2 ** len(names)):
@@ -208,19 +290,23 @@ def classify(seen: Observation) -> Verdict:
         rewritten = snap
         for rule in chosen:
             rewritten = RULES[rule](rewritten)
-        if seen.victims in _reachable(rewritten, pre, reorder=True):
+        if any(seen.victims in _reachable(rewritten, pre, tie) for tie in TIE_WHY):
             explained.append(chosen)
+    suspects = [] if explained else early_stop_nodes(snap, pre, {seen.node, node})
     return Verdict(kind="real", detail={
-        "explained_by": explained, "overlapping_pdb_pods": _overlaps(snap),
+        "explained_by": explained, "suspected": [EARLY_STOP] if suspects else [],
+        "suspected_on_nodes": suspects,
         "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
         "state": state(seen), "case": asdict(seen.case)}, **base)
 
 
-TIE_WHY = {
+TIE_WHY = {  # in the order they are tried
     "node": "nodes equal on every pickOneNodeForPreemption criterion: kube-scheduler takes the "
             "first in a Go map's iteration order, kube_default the first from its random offset",
     "victim-order": "victims equal under MoreImportantVictim (priority, start time) are "
                     "reprieved in the scheduler cache's pod order, which pod updates reshuffle",
+    "pdb-order": "FilterVictimsWithPDBViolation charges a pod to its PDBs in the PDB lister's "
+                 "order (a map's) and stops at the first one it breaks",
 }
 
 
@@ -228,15 +314,16 @@ def summary(verdicts: list[Verdict], seconds: float) -> dict:
     kinds = Counter(v.kind for v in verdicts)
     clean = len(verdicts) - kinds["anomaly"]
     rules = Counter("+".join(sorted(e)) for v in verdicts if v.kind == "real"
-                    for e in v.detail["explained_by"][:1])
+                    for e in (v.detail["explained_by"] or [
+                        [f"{x} (suspected)" for x in v.detail["suspected"]]])[:1] if e)
     return {"cases": len(verdicts), "agreements": kinds["agree"],
             "documented_ties": kinds["tie"], "real_disagreements": kinds["real"],
             "anomalies": kinds["anomaly"],
             "agreement_rate": round((kinds["agree"] + kinds["tie"]) / clean, 4) if clean else None,
             "ties_by_kind": dict(Counter(v.detail["tie"] for v in verdicts if v.kind == "tie")),
             "real_explained_by": dict(rules),
-            "real_unexplained": sum(not v.detail["explained_by"] for v in verdicts
-                                    if v.kind == "real"),
+            "real_unexplained": sum(not (v.detail["explained_by"] or v.detail["suspected"])
+                                    for v in verdicts if v.kind == "real"),
             "kube_preempted": sum(bool(v.kube["victims"]) for v in verdicts),
             "event_mismatches": sum(v.events_differ for v in verdicts),
             "wall_seconds": round(seconds, 1)}
@@ -271,7 +358,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="leave out unlabeled pods, empty PDB selectors and overlapping PDBs "
                         "(what kube_default is known to get wrong), as the e2e test does")
     p.add_argument("--workdir", help="keep the control plane's logs here")
+    p.add_argument("--replay", type=Path, metavar="RESULTS",
+                   help="no cluster: classify again the ties and real disagreements stored in "
+                        "RESULTS (an --out file) with the current kube_default")
     args = p.parse_args(argv)
+    if args.replay:
+        return replay(args.replay)
     if args.cases < 1:
         print("differential: --cases must be at least 1", file=sys.stderr)
         return 2
@@ -297,6 +389,22 @@ def main(argv: list[str] | None = None) -> int:
         "not_agreeing": [v.as_json() for v in verdicts if v.kind != "agree"]}, indent=1) + "\n")
     print(json.dumps(figures))
     return 0 if figures["real_disagreements"] == 0 else 1
+
+
+def replay(path: Path) -> int:
+    try:
+        stored = json.loads(path.read_text())["not_agreeing"]
+        seen = [observation(v) for v in stored if v["kind"] in ("tie", "real")]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"differential: cannot replay {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    now = [classify(s) for s in seen]
+    for before, after in zip((v for v in stored if v["kind"] in ("tie", "real")), now,
+                             strict=True):
+        if before["kind"] != after.kind:
+            print(f"case {after.case}: {before['kind']} -> {after.kind}", file=sys.stderr)
+    print(json.dumps({"replayed": len(now), **Counter(v.kind for v in now)}))
+    return 0 if all(v.kind != "real" for v in now) else 1
 
 
 if __name__ == "__main__":

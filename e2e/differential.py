@@ -40,6 +40,7 @@ CLONE_SHARE = 0.6  # ... where each node after the first copies the first one's 
 COARSE_START_AGES = (3600, 7200, 10800)  # seconds ago, tie-prone cases
 UNLABELED_SHARE = 0.1  # pods without any label (kube-scheduler: such a pod breaks no PDB)
 EMPTY_SELECTOR_SHARE = 0.08  # PDBs with selector {} among all PDBs
+MIN_AVAILABLE_SHARE = 0.6  # PDBs with minAvailable (the others have maxUnavailable)
 SETTLE_SECONDS = 1.0  # for kube-scheduler's informers to see the last status/PDB writes
 NO_PREEMPTION_QUIET_SECONDS = 2.5  # Unschedulable, nothing nominated, nothing deleted
 
@@ -124,8 +125,8 @@ def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
 
 def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
     """Case `index` of run `seed`: the same arguments always give the same case.
-    `pdb_edges=False` leaves out what kube_default is known to get wrong (see RULES):
-    unlabeled pods, empty PDB selectors and pods covered by two PDBs."""
+    `pdb_edges=False` leaves out what kube_default is known to get wrong (RULES in
+    bench/differential.py): unlabeled pods, empty PDB selectors and pods two PDBs cover."""
     rng = random.Random(f"differential:{seed}:{index}")
     tie_prone = rng.random() < TIE_PRONE_SHARE
     shape = (rng.randint(1, 8), rng.choice((8, 16, 32, 64)), rng.choice((32, 64, 128, 256)))
@@ -154,7 +155,7 @@ def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
         if not (sel or pdb_edges):
             break
         covered = sum(selects(sel, p.labels) for p in pods)
-        if rng.random() < 0.6:
+        if rng.random() < MIN_AVAILABLE_SHARE:
             pdbs.append(PdbSpec(name=f"pdb{b}", selector=sel,
                                 min_available=rng.randint(max(0, covered - 2), covered)))
         else:  # bare pods: the disruption controller finds no scale, so 0 disruptions allowed
