@@ -188,8 +188,14 @@ def state(seen: Observation) -> dict:
     }
 
 
-def observation(verdict: dict) -> Observation:
-    """The Observation a stored verdict (``Verdict.as_json``, tie or real) was made from."""
+def _case_ref(seen: Observation) -> dict:
+    """What regenerates the case: ``differential.generate(seed, index, pdb_edges=...)``."""
+    return {"seed": seen.case.seed, "index": seen.case.index, "tie_prone": seen.case.tie_prone}
+
+
+def observation(verdict: dict, *, pdb_edges: bool = True) -> Observation:
+    """The Observation a stored verdict (``Verdict.as_json``, tie or real) was made from; the
+    case is generated again (`pdb_edges` as in the run), the snapshot is the stored state."""
     st, c = verdict["detail"]["state"], verdict["detail"]["case"]
     ns = st["namespace"]
     snap = Snapshot(
@@ -207,12 +213,7 @@ def observation(verdict: dict) -> Observation:
                                     for e in b["match_expressions"]),
             match_all=b["match_all"], disruptions_allowed=b["disruptions_allowed"])
             for b in st["pdbs"]))
-    case = differential.Case(
-        seed=c["seed"], index=c["index"], tie_prone=c["tie_prone"],
-        nodes=tuple(differential.NodeSpec(**n) for n in c["nodes"]),
-        pods=tuple(differential.PodSpec(**p) for p in c["pods"]),
-        pdbs=tuple(differential.PdbSpec(**b) for b in c["pdbs"]),
-        preemptor=differential.PodSpec(**c["preemptor"]))
+    case = differential.generate(c["seed"], c["index"], pdb_edges=pdb_edges)
     return Observation(case=case, namespace=ns, snapshot=snap,
                        preemptor=snap.pod_by_uid[st["preemptor_uid"]],
                        victims=tuple(verdict["kube"]["victims"]),
@@ -280,7 +281,7 @@ def classify(seen: Observation) -> Verdict:
                 "tie": tie, "why": TIE_WHY[tie], "kube_criteria": criteria(snap, seen.victims),
                 "ours_criteria": criteria(snap, victims),
                 "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()],
-                "state": state(seen), "case": asdict(seen.case)}, **base)
+                "state": state(seen), "case": _case_ref(seen)}, **base)
     explained = []
     names = list(RULES)
     for mask in range(1, 2 ** len(names)):
@@ -297,7 +298,7 @@ def classify(seen: Observation) -> Verdict:
         "explained_by": explained, "suspected": [EARLY_STOP] if suspects else [],
         "suspected_on_nodes": suspects,
         "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
-        "state": state(seen), "case": asdict(seen.case)}, **base)
+        "state": state(seen), "case": _case_ref(seen)}, **base)
 
 
 TIE_WHY = {  # in the order they are tried
@@ -384,17 +385,18 @@ def main(argv: list[str] | None = None) -> int:
     figures = {**summary(verdicts, time.monotonic() - t0), "seed": args.seed,
                "pdb_edges": not args.no_pdb_edges, "kubernetes": version}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "summary": figures,
-        "not_agreeing": [v.as_json() for v in verdicts if v.kind != "agree"]}, indent=1) + "\n")
+    rows = [json.dumps(v.as_json()) for v in verdicts if v.kind != "agree"]  # a line each
+    head = json.dumps(figures)
+    args.out.write_text(f'{{"summary": {head},\n"not_agreeing": [\n' + ",\n".join(rows) + "]}\n")
     print(json.dumps(figures))
     return 0 if figures["real_disagreements"] == 0 else 1
 
 
 def replay(path: Path) -> int:
     try:
-        stored = json.loads(path.read_text())["not_agreeing"]
-        seen = [observation(v) for v in stored if v["kind"] in ("tie", "real")]
+        data = json.loads(path.read_text())
+        stored, edges = data["not_agreeing"], data["summary"]["pdb_edges"]
+        seen = [observation(v, pdb_edges=edges) for v in stored if v["kind"] in ("tie", "real")]
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"differential: cannot replay {path}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -1,10 +1,10 @@
 """policies.kube_default against the real kube-scheduler on the same clusters.
 
 A short seeded run of e2e/differential.py's random clusters, classified by
-bench/differential.py (which runs 200+),
-and the differences already known, each on a hand-made cluster, so that the classifier is seen
-to find and explain them (and so that a fix in kube_default shows up here as a failure that
-says to move the case)."""
+bench/differential.py (which runs 200+); the differences already known, each on a hand-made
+cluster, so that the classifier is seen to find and explain them (a fix in kube_default shows
+up here as a failure that says to move the case); and, without a cluster, the generator's
+invariants and the classifier on hand-made snapshots."""
 
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ def test_kube_default_picks_the_victims_kube_scheduler_picks(differential_cluste
     verdicts = []
     for i in range(CASES):
         case = differential.generate(SEED, i, pdb_edges=False)
-        verdicts.append(classify(differential.run_case(differential_cluster, case,
-                                                                    run=run)))
+        verdicts.append(classify(differential.run_case(differential_cluster, case, run=run)))
     shown = "\n".join(json.dumps(v.as_json()) for v in verdicts if v.kind != "agree")
     kinds = [v.kind for v in verdicts]
     assert "anomaly" not in kinds, shown
+    assert not any(v.events_differ for v in verdicts), shown  # victims = "Preempted" events
     assert kinds.count("real") == 0, shown  # every disagreement is a documented tie-break
     counted = [k for k in kinds if k != "tie"]
     assert counted.count("agree") >= MIN_AGREEMENT * len(counted), shown
