@@ -121,7 +121,8 @@ def _orders(snap: Snapshot) -> list[Snapshot]:
     victims equal under MoreImportantVictim (same priority and start time), kube-scheduler's
     order is its cache's, which every pod update reshuffles (NodeInfo.RemovePod swaps the last
     pod into the gap; an update is a remove and an add), and Go's sort.Slice keeps it for
-    short lists; kube_default's is the snapshot's."""
+    short lists (insertion sort up to 12 elements: Go's sort/zsortfunc.go, maxInsertion);
+    kube_default's is the snapshot's."""
     rng = random.Random(0)
     out = [snap, replace(snap, pods=snap.pods[::-1])]
     for _ in range(ORDER_SHUFFLES):
