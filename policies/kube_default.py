@@ -15,13 +15,14 @@ offset comes from the caller, "first node" ties resolve in evaluation order rath
 map order, and pods already terminating are not counted as potential victims (deleting them
 again frees nothing sooner). Only resource fit is simulated; nodes the preemptor may not use
 (``Node.closed``: cordoned, or excluded by its selector, affinity, taints or another plan) and
-pods another plan holds (``Pod.held``) are left out, as the planner leaves them out.
+pods another plan holds (``Pod.held``) are left out, as the planner leaves them out. PDBs are
+matched as the scheduler matches them (``scheduler_matches``), not as the Eviction API does.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from policies import candidates, cost
@@ -37,7 +38,6 @@ from policies.model import (
     Snapshot,
     Victim,
     VictimGroup,
-    breaks_budget,
 )
 
 POLICY = "kube-default"
@@ -61,12 +61,46 @@ def importance_key(p: Pod, now: float) -> tuple[int, float]:
     return (-p.priority, started(p, now))
 
 
+def scheduler_matches(pdb: PodDisruptionBudget, pod: Pod) -> bool:
+    """Does kube-scheduler's preemption count ``pod`` against ``pdb``?
+
+    Narrower than the Eviction API's ``PodDisruptionBudget.covers``: in v1.37.2's
+    ``FilterVictimsWithPDBViolation`` (``pkg/scheduler/framework/preemption/util.go``) a pod
+    without labels matches no PDB, and a PDB whose selector is empty (``{}``) or null matches
+    nothing. Found by the differential test against the real scheduler (bench/differential.py).
+    """
+    return bool(pod.labels) and bool(pdb.match_labels or pdb.match_expressions) and pdb.covers(pod)
+
+
+def scheduler_breaks_budget(
+    pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]
+) -> list[bool]:
+    """For each pod in order: does evicting it (after the ones before) break a PDB, as the
+    scheduler counts it? Each matching budget is charged one disruption, in the PDBs' order,
+    and the charging stops at the first budget that goes negative (upstream returns there, so
+    later budgets covering the same pod keep their disruption). ``status.disruptedPods`` is
+    not modelled: a pod the API server is already evicting is not a potential victim here.
+    """
+    allowed = [b.disruptions_allowed for b in pdbs]
+    out = []
+    for p in pods:
+        broken = False
+        for i, b in enumerate(pdbs):
+            if scheduler_matches(b, p):
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    broken = True
+                    break
+        out.append(broken)
+    return out
+
+
 def filter_pods_with_pdb_violation(
     pods: Sequence[Pod], pdbs: Sequence[PodDisruptionBudget]
 ) -> tuple[list[Pod], list[Pod]]:
     """Split (in order) into pods whose eviction would break a PDB and those that would not."""
     violating, ok = [], []
-    for p, broken in zip(pods, breaks_budget(pods, pdbs), strict=True):
+    for p, broken in zip(pods, scheduler_breaks_budget(pods, pdbs), strict=True):
         (violating if broken else ok).append(p)
     return violating, ok
 

@@ -52,7 +52,6 @@ from policies.model import (
     Resources,
     Snapshot,
     VictimGroup,
-    breaks_budget,
 )
 
 POLICY = "kube-workload"
@@ -84,7 +83,7 @@ def importance_key(pods: Sequence[Pod], now: float) -> tuple[int, int, float]:
 def _by_pdb(units: list[tuple[Pod, ...]], pdbs: Sequence[PodDisruptionBudget]) -> list[int]:
     """For each unit in order: how many of its pods' evictions break a PDB (budgets charged
     in that order, as ``filterPodsWithPDBViolation`` does)."""
-    broken = iter(breaks_budget((p for u in units for p in u), pdbs))
+    broken = iter(kube_default.scheduler_breaks_budget((p for u in units for p in u), pdbs))
     return [sum(next(broken) for _ in u) for u in units]
 
 

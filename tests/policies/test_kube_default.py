@@ -13,7 +13,7 @@ from policies.kube_default import (
     num_candidates,
     select_victims_on_node,
 )
-from policies.model import ZERO, RejectReason, Resources
+from policies.model import ZERO, LabelRequirement, PodDisruptionBudget, RejectReason, Resources
 from tests.policies.builders import NOW, gang, gpu_node, make_pod, pdb, pending, snapshot
 
 INT32_MIN = -(2**31)
@@ -189,6 +189,20 @@ FILTER = [
                  id="unmatched labels are never violating"),
     pytest.param([pdb("b", {"app": "a"}, 1)], [{"app": "a"}, {}, {"app": "a"}, {"app": "a"}],
                  ["p2", "p3"], id="order is kept and the budget is charged in order"),
+    # The three rules below came from disagreements with kube-scheduler v1.37.2 in
+    # bench/differential.py; upstream: FilterVictimsWithPDBViolation, preemption/util.go.
+    pytest.param([PodDisruptionBudget(name="b", namespace="default", match_labels={},
+                                      match_all=True, disruptions_allowed=0)],
+                 [{"app": "a"}], [],
+                 id="the selector {} covers nothing for the scheduler (the Eviction API: all)"),
+    pytest.param([PodDisruptionBudget(name="b", namespace="default", match_labels={},
+                                      match_expressions=(LabelRequirement(
+                                          key="app", operator="DoesNotExist"),),
+                                      disruptions_allowed=0)],
+                 [{}], [], id="a pod without labels matches no budget, even one it satisfies"),
+    pytest.param([pdb("b", {"app": "a"}, 0), pdb("c", {"tier": "x"}, 1)],
+                 [{"app": "a", "tier": "x"}, {"tier": "x"}], ["p0"],
+                 id="charging stops at the first broken budget: c keeps its disruption"),
 ]
 
 
