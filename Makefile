@@ -41,10 +41,13 @@ unit: $(STAMP)
 	@$(BIN)/python -m pytest tests $(PYTEST_ARGS); rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
 
 bench: $(STAMP)
+	$(BIN)/python bench/evidence.py --out bench/results
 	$(BIN)/python bench/lost_work.py
+	$(BIN)/python bench/fairness.py
 	$(BIN)/python bench/optimality.py
 	$(BIN)/python bench/plan_latency.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/differential.py --cases 220 --out bench/results/differential.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -97,3 +97,19 @@ def test_a_ratio_from_fewer_seeds_than_the_cell_says_how_many():
     by = {row[0]: row[1:] for row in rows}
     assert by["÷ strongest baseline (kube-default)"] == ["1.00 (n=1)", "0.40 (n=1)"]
     assert by["lost GPU-h"][1] == "2.0 [0.0, 4.0]"
+
+
+def test_evidence_plots_write_both_figures(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from bench import evidence
+
+    rs = [experiment.Run(seed=s, result=result(p, lost * s, losses=(lost, 2 * lost)))
+          for s in (1, 2, 3) for p, lost in (("kube-default", 10.0), ("checkpoint-aware", 2.0))]
+    r = experiment.summarise(experiment.Cell(workload="openb", protocol="replay"), rs,
+                             baselines=BASELINES, resamples=200)
+    names = evidence.plots([r], tmp_path)
+    assert names == ["lost_work.png", "eviction_loss_cdf.png"]
+    for name in names:
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
