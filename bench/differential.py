@@ -101,11 +101,12 @@ def _with_label_guard(b):
     return replace(b, match_all=False, match_expressions=(*b.match_expressions, guard))
 
 
-# Rules of kube-scheduler v1.37.2 (the testbin's; FilterVictimsWithPDBViolation in
-# pkg/scheduler/framework/preemption/util.go) that kube_default lacks, as snapshot rewrites: a
-# real disagreement that a rewrite reproduces is explained by that rule. A third rule has no
-# rewrite (EARLY_STOP): that function stops charging a pod's PDBs at the first one it breaks
-# (in the PDB lister's order, a map's), where kube_default charges every PDB covering it.
+# PDB rules of kube-scheduler v1.37.2 (the testbin's; FilterVictimsWithPDBViolation in
+# pkg/scheduler/framework/preemption/util.go) that differ from policy/v1 eviction, as snapshot
+# rewrites: a real disagreement that a rewrite reproduces is explained by kube_default missing
+# that rule (it follows them; these name a regression). A third rule has no rewrite
+# (EARLY_STOP): that function stops charging a pod's PDBs at the first one it breaks (in the
+# PDB lister's order, a map's).
 RULES: dict[str, Callable[[Snapshot], Snapshot]] = {
     # "A PDB with a nil or empty selector matches nothing."
     "empty-selector-pdb-ignored": lambda s: replace(
@@ -245,9 +246,9 @@ def _charges_stop_early(pods: list[Pod], pdbs: list, order: tuple[int, ...]) -> 
 
 def early_stop_nodes(snap: Snapshot, pre: Pod, nodes: set[str]) -> list[str]:
     """Nodes among `nodes` where stopping at a pod's first broken PDB, in some PDB list order
-    (upstream's is a map's), changes which of the potential victims break a PDB; kube_default
-    charges every PDB covering a pod. No rewrite of the snapshot can mimic that, so these are
-    only suspects."""
+    (upstream's is a map's), changes which of the potential victims break a PDB, against
+    charging every PDB covering a pod (policies.model.breaks_budget). No rewrite of the
+    snapshot can mimic that, so these are only suspects."""
     out = []
     for name in sorted(n for n in nodes if n):
         potential = sorted(
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-pdb-edges", action="store_true",
                    help="leave out unlabeled pods, empty PDB selectors and overlapping PDBs "
-                        "(what kube_default is known to get wrong), as the e2e test does")
+                        "(where kube-scheduler's PDB rules differ from policy/v1 eviction)")
     p.add_argument("--workdir", help="keep the control plane's logs here")
     p.add_argument("--replay", type=Path, metavar="RESULTS",
                    help="no cluster: classify again the ties and real disagreements stored in "

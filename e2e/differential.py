@@ -125,8 +125,9 @@ def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
 
 def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
     """Case `index` of run `seed`: the same arguments always give the same case.
-    `pdb_edges=False` leaves out what kube_default is known to get wrong (RULES in
-    bench/differential.py): unlabeled pods, empty PDB selectors and pods two PDBs cover."""
+    `pdb_edges=False` leaves out where kube-scheduler's PDB rules differ from policy/v1
+    eviction (RULES in bench/differential.py): unlabeled pods, empty PDB selectors and pods
+    two PDBs cover."""
     rng = random.Random(f"differential:{seed}:{index}")
     tie_prone = rng.random() < TIE_PRONE_SHARE
     shape = (rng.randint(1, 8), rng.choice((8, 16, 32, 64)), rng.choice((32, 64, 128, 256)))

@@ -1,10 +1,9 @@
 """policies.kube_default against the real kube-scheduler on the same clusters.
 
 A short seeded run of e2e/differential.py's random clusters, classified by
-bench/differential.py (which runs 200+); the differences already known, each on a hand-made
-cluster, so that the classifier is seen to find and explain them (a fix in kube_default shows
-up here as a failure that says to move the case); and, without a cluster, the generator's
-invariants and the classifier on hand-made snapshots."""
+bench/differential.py (which runs 200+); kube-scheduler v1.37.2's PDB rules that differ from
+policy/v1 eviction, each on a hand-made cluster where they decide the victim; and, without a
+cluster, the generator's invariants and the classifier on hand-made snapshots."""
 
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ def test_kube_default_picks_the_victims_kube_scheduler_picks(differential_cluste
     run = uuid.uuid4().hex[:5]
     verdicts = []
     for i in range(CASES):
-        case = differential.generate(SEED, i, pdb_edges=False)
+        case = differential.generate(SEED, i)
         verdicts.append(classify(differential.run_case(differential_cluster, case, run=run)))
     shown = "\n".join(json.dumps(v.as_json()) for v in verdicts if v.kind != "agree")
     kinds = [v.kind for v in verdicts]
@@ -72,13 +71,13 @@ def _known(index: int, a_labels: dict, pdbs: tuple[PdbSpec, ...]) -> Case:
 
 KNOWN = {
     # "a" has no labels; the NotIn PDB covers both (0 allowed). kube-scheduler never charges
-    # a pod without labels, so evicting "a" breaks nothing and n0 wins; kube_default charges
-    # both, ties on PDBs and takes "b" (started later).
+    # a pod without labels, so evicting "a" breaks nothing and n0 wins; charging both would
+    # tie them on PDBs and take "b" (started later).
     "unlabeled-pod-breaks-no-pdb": _known(1000, {}, (PdbSpec(name="not-y", selector={
         "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["y"]}]},
         min_available=2),)),
     # Selector {} (0 allowed) plus one on team b (0 allowed). kube-scheduler ignores {}, so
-    # only "b" breaks a PDB and "a" goes; kube_default counts {} against both and takes "b".
+    # only "b" breaks a PDB and "a" goes; counting {} against both would take "b".
     "empty-selector-pdb-ignored": _known(1001, {"app": "diff", "team": "a", "tier": "x"}, (
         PdbSpec(name="everyone", selector={}, min_available=2),
         PdbSpec(name="team-b", selector={"matchLabels": {"team": "b"}}, min_available=1))),
@@ -86,16 +85,12 @@ KNOWN = {
 
 
 @pytest.mark.parametrize("rule", sorted(KNOWN))
-def test_known_difference_is_found_and_explained(differential_cluster, rule):
-    assert rule in RULES
+def test_kube_default_follows_kube_schedulers_pdb_rules(differential_cluster, rule):
+    assert rule in RULES  # the classifier can name the rule if kube_default loses it again
     seen = differential.run_case(differential_cluster, KNOWN[rule], run=uuid.uuid4().hex[:5])
     v = classify(seen)
     assert seen.victims == ("a",), json.dumps(v.as_json())  # kube-scheduler's choice
-    assert v.kind == "real" and v.ours["victims"] == ["b"], (
-        f"kube_default now agrees with kube-scheduler on {rule!r}: if it was fixed, drop the "
-        f"rule from bench.differential.RULES, this case from KNOWN, and let generate() keep "
-        f"such cases with pdb_edges=False\n{json.dumps(v.as_json())}")
-    assert [rule] in v.detail["explained_by"], json.dumps(v.as_json())
+    assert v.kind == "agree", json.dumps(v.as_json())
 
 
 # ------------------------------------------------------------------ without a cluster
