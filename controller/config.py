@@ -25,6 +25,7 @@
     unknownCheckpoint: start-time    # start-time | cluster-median | assume:30m
     fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
     fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
+    restartCostSeconds: 0            # per evicted GPU: your jobs' restart/restore time (0: off)
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Config:
     unknown_checkpoint: str = str(ann.UNKNOWN_CHECKPOINT)
     fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
+    restart_cost_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -87,7 +89,8 @@ class Config:
                               "exceed leaseDurationSeconds")
 
 
-_ZERO_ALLOWED = {"fairness_penalty_seconds"}  # 0 turns the fairness guard off
+# 0 turns the fairness guard off, and leaves restarts out of a victim's cost
+_ZERO_ALLOWED = {"fairness_penalty_seconds", "restart_cost_seconds"}
 
 
 def _camel(name: str) -> str:

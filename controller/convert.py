@@ -241,6 +241,7 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
     return preemption.PlannerConfig(
         drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds,
         fairness_penalty_seconds=cfg.fairness_penalty_seconds,
+        restart_seconds=cfg.restart_cost_seconds,
     )
 
 

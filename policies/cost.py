@@ -5,8 +5,12 @@ as the snapshot's ``UnknownCheckpoint`` policy says (``unknown_age``: at most th
 old; None: since its start); a pod whose checkpoint annotations are malformed is charged from
 its start whatever the policy. An ``on-request`` pod that will be drained loses only its
 checkpoint time, provided that time fits under the operator's drain cap (a checkpoint the
-deadline would cut short saves nothing). Eligibility: strictly lower priority, not opted out,
-past min-runtime, not already terminating, not held by another plan or blocked.
+deadline would cut short saves nothing). ``restart_seconds`` (the operator's estimate of how long
+an evicted job takes to be rescheduled, reload its checkpoint and warm up; 0 by default) adds
+``gpus × restart_seconds`` to every victim, drained or not: without it a fresh checkpoint looks
+free, and the same cheap job is chosen again and again although each restart idles its GPUs.
+Eligibility: strictly lower priority, not opted out, past min-runtime, not already
+terminating, not held by another plan or blocked.
 """
 
 from __future__ import annotations
@@ -46,15 +50,16 @@ def drain_seconds(pod: Pod, max_checkpoint_seconds: float) -> float | None:
 
 def lost_gpu_seconds(
     pod: Pod, now: float, *, drain: bool, max_checkpoint_seconds: float,
-    unknown_age: float | None = None,
+    unknown_age: float | None = None, restart_seconds: float = 0.0,
 ) -> tuple[float, bool]:
-    """(lost GPU-seconds, whether the pod is drained first)."""
+    """(lost GPU-seconds, whether the pod is drained first); a restart is charged either way."""
+    restart = pod.gpus * restart_seconds
     full = pod.gpus * work_since_checkpoint(pod, now, unknown_age)
     if drain:
         secs = drain_seconds(pod, max_checkpoint_seconds)
         if secs is not None and pod.gpus * secs < full:
-            return pod.gpus * secs, True
-    return full, False
+            return pod.gpus * secs + restart, True
+    return full + restart, False
 
 
 def ineligibility(pod: Pod, preemptor_priority: int, now: float) -> Ineligible | None:

@@ -83,6 +83,7 @@ def solve(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
         penalty_seconds=config.fairness_penalty_seconds,
+        restart_seconds=config.restart_seconds,
     )
     order = sorted(builder.all_units(), key=lambda u: (u.cost, u.id))
     base = {n.name: snapshot.free(n.name) for n in snapshot.nodes}

@@ -59,6 +59,7 @@ class PlannerConfig:
     gang_first_member_alternatives: int = 1  # a gang's first member: also its 2nd node
     record_rejections: bool = True
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
+    restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
 
 
 def num_candidates(nodes: int, cfg: PlannerConfig) -> int:
@@ -408,6 +409,7 @@ def plan(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
         penalty_seconds=config.fairness_penalty_seconds,
+        restart_seconds=config.restart_seconds,
     )
     memo: dict = {}
     search, placements, stuck = _place_members(snapshot, members, config, builder, memo)

@@ -109,8 +109,10 @@ class UnitBuilder:
     def __init__(
         self, snapshot: Snapshot, preemptor_priority: int, *, drain: bool,
         max_checkpoint_seconds: float, penalty_seconds: float = 0.0,
+        restart_seconds: float = 0.0,
     ) -> None:
         self.s = snapshot
+        self.restart_seconds = restart_seconds
         self.priority = preemptor_priority
         self.drain = drain
         self.max_checkpoint_seconds = max_checkpoint_seconds
@@ -171,6 +173,7 @@ class UnitBuilder:
             got = cost.lost_gpu_seconds(
                 pod, self.s.now, drain=self.drain,
                 max_checkpoint_seconds=self.max_checkpoint_seconds, unknown_age=self.unknown_age,
+                restart_seconds=self.restart_seconds,
             )
             self._loss[pod.uid] = got
         return got

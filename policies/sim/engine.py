@@ -68,6 +68,15 @@ class SimConfig:
     drain_failure_share: float = 0.02  # of drain requests: end with no checkpoint
     drain_overrun_share: float = 0.05  # of drain requests: checkpoint takes longer than estimated
     drain_overrun_factor: float = 2.0  # an overrun checkpoint takes this many times its estimate
+    # what our search charges per evicted GPU for a restart (the controller's
+    # restartCostSeconds): None = the operator set it to restore_seconds; 0 = blind to restarts
+    planner_restart_seconds: float | None = None
+
+    @property
+    def planner_restart(self) -> float:
+        if self.planner_restart_seconds is None:
+            return self.restore_seconds
+        return self.planner_restart_seconds
 
     def without_costs(self) -> SimConfig:
         """The same knobs with every cost beyond unsaved work off (no restore time, exact and
@@ -151,7 +160,7 @@ class Simulation:
         self.cfg = config
         self.policy = policy
         self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
-                                   config.fairness_penalty_seconds)
+                                   config.fairness_penalty_seconds, config.planner_restart)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress
@@ -351,7 +360,7 @@ class Simulation:
         self.high.remove(js)
         self._waited(js, release)
         # a plain kill would have freed the node after the grace period
-        self.ledger.delayed(t, js.job.gpus * (release - t - cfg.grace_seconds))
+        self.ledger.delayed(t, js.job.gpus * max(0.0, release - t - cfg.grace_seconds))
         self._start(js, placed, release)
 
     def _waited(self, js: _JobState, started: float) -> None:

@@ -32,6 +32,7 @@ DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace s
 # scenario's) keep it, so ablate openb cells.
 ABLATIONS: Mapping[str, Mapping[str, float]] = {
     "restore cost off": {"restore_seconds": 0.0},
+    "planner blind to restarts": {"planner_restart_seconds": 0.0},
     "report lag/jitter off": {"report_lag_seconds": 0.0, "report_jitter_seconds": 0.0},
     "drain failures off": {"drain_failure_share": 0.0, "drain_overrun_share": 0.0},
     "all costs off": {

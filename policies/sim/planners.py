@@ -24,20 +24,21 @@ def _kube_workload(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
     return kube_workload.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
 
 
-def _config(drain: bool, max_ckpt: float, penalty: float) -> preemption.PlannerConfig:
+def _config(drain: bool, max_ckpt: float, penalty: float,
+            restart: float) -> preemption.PlannerConfig:
     return preemption.PlannerConfig(
         drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
-        fairness_penalty_seconds=penalty,
+        fairness_penalty_seconds=penalty, restart_seconds=restart,
     )
 
 
-def _aware(drain: bool, max_ckpt: float, penalty: float) -> Planner:
-    cfg = _config(drain, max_ckpt, penalty)
+def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float) -> Planner:
+    cfg = _config(drain, max_ckpt, penalty, restart)
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
-def _cost_aware(max_ckpt: float, penalty: float) -> Planner:
-    cfg = _config(False, max_ckpt, penalty)
+def _cost_aware(max_ckpt: float, penalty: float, restart: float) -> Planner:
+    cfg = _config(False, max_ckpt, penalty, restart)
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
@@ -47,15 +48,19 @@ BASELINES = ("kube-default", "kube-workload", "cost-aware")
 
 
 def planner_for(name: str, max_checkpoint_seconds: float,
-                fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS) -> Planner:
+                fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
+                restart_seconds: float = 0.0) -> Planner:
+    """The named policy. ``restart_seconds`` is what our search (cost-aware and both
+    checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
+    ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it."""
     if name == "kube-default":
         return _kube
     if name == "kube-workload":
         return _kube_workload
     if name == "cost-aware":
-        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds)
+        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
     if name == "checkpoint-aware":
-        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds)
+        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
     if name == "checkpoint-aware-drain":
-        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds)
+        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -155,14 +155,17 @@ def test_limits_and_planner_config_from_the_config():
     cfg = config.parse({"maxCheckpointSeconds": 30, "maxMinRuntimeSeconds": 90,
                         "optOutNamespaces": ["a"], "optOutPriorityClasses": ["b"],
                         "unknownCheckpoint": "assume:30m", "fairnessPenaltySeconds": 0,
-                        "drain": False})
+                        "restartCostSeconds": 240, "drain": False})
     lim = convert.limits(cfg)
     assert (lim.max_checkpoint_seconds, lim.max_min_runtime) == (30.0, 90.0)
     assert (lim.opt_out_namespaces, lim.opt_out_priority_classes) == ({"a"}, {"b"})
     assert lim.unknown_checkpoint == UnknownCheckpoint(kind="assume", seconds=1800.0)
     pc = convert.planner_config(cfg)
-    assert (pc.drain, pc.max_checkpoint_seconds, pc.fairness_penalty_seconds) == (
-        False, 30.0, 0.0)
+    assert (pc.drain, pc.max_checkpoint_seconds, pc.fairness_penalty_seconds,
+            pc.restart_seconds) == (False, 30.0, 0.0, 240.0)
+    assert convert.planner_config(config.parse({"restartCostSeconds": 0})).restart_seconds == 0
+    with pytest.raises(config.ConfigError, match="restartCostSeconds"):
+        config.parse({"restartCostSeconds": -1})
     default = config.Config()
     assert convert.limits(default).unknown_checkpoint == ann.UNKNOWN_CHECKPOINT
     assert convert.planner_config(default).fairness_penalty_seconds == (

@@ -55,6 +55,28 @@ def test_freshest_checkpoint_is_preempted_where_kube_default_picks_the_youngest(
     assert theirs.lost_gpu_seconds == pytest.approx(2 * HOUR)
 
 
+def test_restart_cost_is_charged_per_evicted_gpu_drained_or_not():
+    # 8 GPUs that checkpointed 1 min ago against 1 GPU 20 min unsaved: without restarts the
+    # big fresh pod is cheaper (480 < 1200 GPU-s); a 5-minute restart per GPU turns it round
+    # (480 + 2400 > 1200 + 300).
+    snap = snapshot(
+        [gpu_node("node-a", 8), gpu_node("node-b", 8)],
+        [
+            make_pod("big-fresh", node="node-a", priority=1, gpus=8, checkpoint_age=60.0),
+            make_pod("small-stale", node="node-b", priority=1, gpus=1, checkpoint_age=1200.0),
+            make_pod("filler", node="node-b", priority=500, gpus=7),
+        ],
+    )
+    assert _victim_names(_plan(snap, pending("hi", gpus=1))) == ["big-fresh"]
+    plan = _plan(snap, pending("hi", gpus=1), restart_seconds=300.0)
+    assert _victim_names(plan) == ["small-stale"]
+    assert plan.lost_gpu_seconds == pytest.approx(1200.0 + 300.0)
+    drained = replace(snap.pods[0], checkpoint=CheckpointMode.ON_REQUEST, checkpoint_seconds=30.0)
+    one = snapshot([gpu_node("node-a", 8)], [drained])
+    got = _plan(one, pending("hi", gpus=1), restart_seconds=300.0)
+    assert got.victims[0].drain and got.lost_gpu_seconds == pytest.approx(8 * (30.0 + 300.0))
+
+
 @pytest.mark.parametrize(
     ("single_age", "want", "cost"),
     [
