@@ -162,7 +162,7 @@ def criteria(snap: Snapshot, names: tuple[str, ...]) -> dict:
     if not pods:
         return {}
     top = pods[0].priority
-    return {"pdb_violations": sum(breaks for breaks in breaks_budget(pods, snap.pdbs)),
+    return {"pdb_violations": sum(kube_default.scheduler_breaks_budget(pods, snap.pdbs)),
             "top_priority": top, "priority_sum": sum(p.priority for p in pods),
             "victims": len(pods),
             "earliest_top_start_age": round(snap.now - min(
@@ -226,37 +226,21 @@ def observation(verdict: dict, *, pdb_edges: bool = True) -> Observation:
 EARLY_STOP = "pdb-charge-stops-at-first-break"
 
 
-def _charges_stop_early(pods: list[Pod], pdbs: list, order: tuple[int, ...]) -> list[bool]:
-    """FilterVictimsWithPDBViolation's charge in v1.37.2 with only its early return (the
-    other two rules left out): each pod is charged to the PDBs covering it, in `order`, until
-    one goes negative."""
-    allowed = [b.disruptions_allowed for b in pdbs]
-    out = []
-    for p in pods:
-        broken = False
-        for i in order:
-            if pdbs[i].covers(p):
-                allowed[i] -= 1
-                if allowed[i] < 0:
-                    broken = True
-                    break
-        out.append(broken)
-    return out
-
-
 def early_stop_nodes(snap: Snapshot, pre: Pod, nodes: set[str]) -> list[str]:
     """Nodes among `nodes` where stopping at a pod's first broken PDB, in some PDB list order
     (upstream's is a map's), changes which of the potential victims break a PDB, against
-    charging every PDB covering a pod (policies.model.breaks_budget). No rewrite of the
-    snapshot can mimic that, so these are only suspects."""
+    charging every PDB covering a pod (policies.model.breaks_budget). The scheduler's charge is
+    kube_default.scheduler_breaks_budget (its two matching rules included, which RULES did not
+    explain when this is asked). No rewrite of the snapshot can mimic the order, so these are
+    only suspects."""
     out = []
     for name in sorted(n for n in nodes if n):
         potential = sorted(
             (p for p in snap.pods_on_node.get(name, ()) if p.priority < pre.priority),
             key=lambda p: (-p.priority, p.start_time or snap.now))
         ours = breaks_budget(potential, snap.pdbs)
-        if any(_charges_stop_early(potential, list(snap.pdbs), order) != ours
-               for order in itertools.permutations(range(len(snap.pdbs)))):
+        if any(kube_default.scheduler_breaks_budget(potential, order) != ours
+               for order in itertools.permutations(snap.pdbs)):
             out.append(name)
     return out
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from policies import kube_default
 from policies.sim import protocols, stats
 from policies.sim.engine import PolicyResult, SimConfig, Simulation
 from policies.sim.planners import BASELINES
 from policies.sim.trace import TraceNode, TracePod
 from policies.sim.workload import Workload, WorkloadParams
 
-KUBE_DEFAULT = "kube-default"
 DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace simulated
 
 # One cost removed at a time (and all of them), to show which one limits the ratio. The restore
@@ -226,7 +226,7 @@ def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamp
         plans_invalid=sum(r.plans_invalid for r in mine),
         high_jobs_waiting=sum(r.high_jobs_waiting for r in mine),
         vs_strongest=_ratio(runs, policy, base, resamples, seed),
-        vs_kube_default=_ratio(runs, policy, KUBE_DEFAULT, resamples, seed),
+        vs_kube_default=_ratio(runs, policy, kube_default.POLICY, resamples, seed),
     )
 
 

@@ -42,9 +42,9 @@ def _cost_aware(max_ckpt: float, penalty: float, restart: float) -> Planner:
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
-POLICIES = ("kube-default", "kube-workload", "cost-aware", "checkpoint-aware",
-            "checkpoint-aware-drain")
-BASELINES = ("kube-default", "kube-workload", "cost-aware")
+DRAIN_POLICY = f"{preemption.POLICY}-drain"
+BASELINES = (kube_default.POLICY, kube_workload.POLICY, cost_aware.POLICY)
+POLICIES = (*BASELINES, preemption.POLICY, DRAIN_POLICY)
 
 
 def planner_for(name: str, max_checkpoint_seconds: float,
@@ -53,14 +53,14 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     """The named policy. ``restart_seconds`` is what our search (cost-aware and both
     checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
     ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it."""
-    if name == "kube-default":
+    if name == kube_default.POLICY:
         return _kube
-    if name == "kube-workload":
+    if name == kube_workload.POLICY:
         return _kube_workload
-    if name == "cost-aware":
+    if name == cost_aware.POLICY:
         return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
-    if name == "checkpoint-aware":
+    if name == preemption.POLICY:
         return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
-    if name == "checkpoint-aware-drain":
+    if name == DRAIN_POLICY:
         return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from policies import kube_default
 from policies.sim import stats
 from policies.sim.engine import PolicyResult, SimConfig, Simulation
 from policies.sim.experiment import CellResult, PolicySummary
 from policies.sim.trace import TraceNode, TracePod
 from policies.sim.workload import Workload, WorkloadParams, generate, scale_down
 
-BASELINE = "kube-default"
+BASELINE = kube_default.POLICY  # the ratio one seed's comparison reports
 
 
 @dataclass(frozen=True, kw_only=True)
