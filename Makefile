@@ -4,14 +4,14 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-STAMP   = $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP   = $(VENV)/.installed-$(shell cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: run test unit e2e lint testbin bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,plot]'
+	$(BIN)/python -m pip install --quiet -e ./sdk -e '.[test,dev,plot]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -61,8 +61,10 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from controller.actions import RESERVED_TAINT  # noqa: E402
-from controller.convert import ADMISSION_GATE  # noqa: E402
+from ckpt_preempt.controller.actions import RESERVED_TAINT  # noqa: E402
+from ckpt_preempt.controller.convert import ADMISSION_GATE  # noqa: E402
+from ckpt_preempt.policies import lifecycle  # noqa: E402
+from ckpt_preempt.policies.lifecycle import PlanRecord, State  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.faultproxy import FaultProxy, Faults  # noqa: E402
 from e2e.localcluster import (  # noqa: E402
@@ -83,8 +85,6 @@ from e2e.test_controller_support import (  # noqa: E402
     rfc3339,
     start_controller_process,
 )
-from policies import lifecycle  # noqa: E402
-from policies.lifecycle import PlanRecord, State  # noqa: E402
 
 GPUS_PER_NODE = 8
 PRIORITY = {HIGH_NEVER: 1000, HIGH_KUBE: 1000, LOW: 100, LOWER: 50}

@@ -50,11 +50,8 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from e2e import differential, kube  # noqa: E402
-from e2e.differential import Observation  # noqa: E402
-from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
-from policies import kube_default  # noqa: E402
-from policies.model import (  # noqa: E402
+from ckpt_preempt.policies import kube_default  # noqa: E402
+from ckpt_preempt.policies.model import (  # noqa: E402
     LabelRequirement,
     Node,
     Pod,
@@ -64,6 +61,9 @@ from policies.model import (  # noqa: E402
     Snapshot,
     breaks_budget,
 )
+from e2e import differential, kube  # noqa: E402
+from e2e.differential import Observation  # noqa: E402
+from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "differential.json"
 TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach

@@ -26,9 +26,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
-from controller import trace_files
-from policies.sim import experiment, planners, report, stats
-from policies.sim.protocols import PROTOCOLS, WORKLOADS
+from ckpt_preempt.controller import trace_files
+from ckpt_preempt.policies.sim import experiment, planners, report, stats
+from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 UTILISATIONS = (0.8, 1.0, 1.2, 1.4)  # steady protocol sweep
 EVIDENCE_SCALE = 0.1  # share of the openb cluster: the full run fits ~25 min on 2 cores

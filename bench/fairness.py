@@ -24,14 +24,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 
-from policies.sim import engine, trace, workload
+from ckpt_preempt.policies.sim import engine, trace, workload
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
          9: 2.262, 10: 2.228}  # Student's t, two-sided 95 %, by degrees of freedom
 
 
 def _inputs(scale: float, seed: int, silent: float):
-    data = resources.files("policies").joinpath("data")
+    data = resources.files("ckpt_preempt.policies").joinpath("data")
     pods = trace.parse_pods(data.joinpath("openb_pod_list_default.csv").read_text().splitlines())
     nodes = trace.parse_nodes(
         data.joinpath("openb_node_list_gpu_node.csv").read_text().splitlines())

@@ -38,7 +38,7 @@ def main() -> int:
     # The mock reads these at load time, so they are set before pynvml loads anything.
     os.environ["MOCK_NVML_CONFIG"] = str(PROFILES / f"{args.profile}.yaml")
     os.environ["HWPROBE_NVML_LIBRARY"] = str(library)
-    from hwprobe.nvml import probe
+    from ckpt_preempt.hwprobe.nvml import probe
 
     first = time.perf_counter()
     topo = probe()  # includes loading the library

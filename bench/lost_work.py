@@ -15,7 +15,7 @@ import sys
 import time
 from importlib import resources
 
-from policies.sim import experiment, planners, trace
+from ckpt_preempt.policies.sim import experiment, planners, trace
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
         print(f"lost_work: --seeds expects integers like 1,2,3, got {args.seeds!r}",
               file=sys.stderr)
         return 2
-    data = resources.files("policies").joinpath("data")
+    data = resources.files("ckpt_preempt.policies").joinpath("data")
     pods = trace.parse_pods(data.joinpath("openb_pod_list_default.csv").read_text().splitlines())
     nodes = trace.parse_nodes(
         data.joinpath("openb_node_list_gpu_node.csv").read_text().splitlines())

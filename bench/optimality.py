@@ -17,8 +17,8 @@ import random
 import statistics
 import time
 
-from policies import oracle, preemption
-from policies.model import CheckpointMode, Node, Pod, Resources, Snapshot
+from ckpt_preempt.policies import oracle, preemption
+from ckpt_preempt.policies.model import CheckpointMode, Node, Pod, Resources, Snapshot
 
 NOW = 1_000_000.0
 

@@ -23,15 +23,24 @@ import resource
 import time
 from importlib import resources
 
-from controller.reconcile import cycle_objects_frozen
-from policies import preemption
-from policies.model import CheckpointMode, Node, Pod, PodHold, RejectReason, Resources, Snapshot
+from ckpt_preempt.controller.reconcile import cycle_objects_frozen
+from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies.model import (
+    CheckpointMode,
+    Node,
+    Pod,
+    PodHold,
+    RejectReason,
+    Resources,
+    Snapshot,
+)
 
 NOW = 2_000_000_000.0
 
 
 def cluster(target_pods: int, rng: random.Random) -> tuple[list[Node], list[Pod]]:
-    text = resources.files("policies").joinpath("data", "spot_gpu_node_info_df.csv").read_text()
+    data = resources.files("ckpt_preempt.policies").joinpath("data")
+    text = data.joinpath("spot_gpu_node_info_df.csv").read_text()
     nodes = [
         Node(name=f"spot-{row['node_name']}", allocatable=Resources(
             cpu_milli=int(row["cpu_num"]) * 1000, memory_mib=int(row["cpu_num"]) * 8192,

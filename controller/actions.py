@@ -44,9 +44,9 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from controller.convert import ADMISSION_GATE, PodInfo
-from policies import annotations as ann
-from policies import lifecycle
+from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import lifecycle
 
 log = logging.getLogger("ckpt_preempt.actions")
 audit = logging.getLogger("ckpt_preempt.audit")

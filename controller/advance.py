@@ -20,20 +20,20 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from controller import convert
-from controller.actions import (
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.actions import (
     Actions,
     Blocked,
     has_reservation_toleration,
     node_reserved_for,
 )
-from controller.config import Config
-from controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
-from controller.metrics import Metrics
-from controller.plans import PlanBook
-from policies import annotations as ann
-from policies import lifecycle, preemption
-from policies.lifecycle import Mode, PlanRecord, State, StepKind
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.controller.metrics import Metrics
+from ckpt_preempt.controller.plans import PlanBook
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import lifecycle, preemption
+from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State, StepKind
 
 log = logging.getLogger("ckpt_preempt.advance")
 MAX_STEPS_PER_PASS = 8  # transitions chain within a pass; an action that needs the world to

@@ -5,7 +5,7 @@ It watches only its own pod (RBAC: get/watch/patch on that one pod) and writes o
 
 - **Request**: the controller writes ``ckpt-preempt.io/drain`` naming a plan. The agent runs the
   workload's hook (``Hook.checkpoint``) once per plan; when the checkpoint is saved (the hook says
-  so, or the workload calls ``POST /done`` through ``controller.sdk``) it acknowledges.
+  so, or the workload calls ``POST /done`` through the ``ckpt_preempt_sdk`` module) it acknowledges.
 - **Cancel**: when a plan aborts, the controller removes the annotation, or replaces it with
   another plan's. The agent then reports the old plan as cancelled (SDK state ``cancelled``) and
   calls ``Hook.cancel`` if that plan's checkpoint hook had started. A cancelled plan is never
@@ -23,7 +23,7 @@ in order, on the agent's hook thread.
 Local endpoint for the SDK (loopback): ``GET /status``; ``GET /events?after=SEQ&wait=SECONDS``
 (long poll; ``{"status", "events"}``, ``events`` null when the caller must start from the status);
 ``POST /done`` ``{"plan"}`` (200 acked, 409 not: no such standing request); ``POST /checkpointed``
-(refreshes last-checkpoint). Shapes: ``controller.sdk.Status`` / ``Event``.
+(refreshes last-checkpoint). Shapes: ``ckpt_preempt_sdk.Status`` / ``Event``.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from controller import backoff
-from controller.sdk import MAX_WAIT_SECONDS, Event, State, Status
-from policies import lifecycle
-from policies.annotations import LAST_CHECKPOINT
+from ckpt_preempt.controller import backoff
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import LAST_CHECKPOINT
+from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
 
 log = logging.getLogger("ckpt_preempt.agent")
 MERGE = "application/merge-patch+json"

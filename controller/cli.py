@@ -12,7 +12,7 @@ from types import ModuleType
 
 
 def _commands() -> list[ModuleType]:
-    from controller import cmd_agent, cmd_explain, cmd_run, cmd_simulate
+    from ckpt_preempt.controller import cmd_agent, cmd_explain, cmd_run, cmd_simulate
 
     return [cmd_simulate, cmd_explain, cmd_run, cmd_agent]
 

@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 
-from controller.sdk import AGENT_HOST, AGENT_PORT
+from ckpt_preempt_sdk import AGENT_HOST, AGENT_PORT
 
 NAME = "agent"
 HELP = "checkpoint agent: run the workload's checkpoint hook when a drain is requested"
@@ -77,7 +77,7 @@ def _listen(value: str) -> tuple[str, int]:
 
 
 def build_hook(args: argparse.Namespace):
-    from controller import agent
+    from ckpt_preempt.controller import agent
 
     if args.cancel_exec and not args.exec_:
         raise UsageError("--cancel-exec needs --exec")
@@ -98,8 +98,8 @@ def build_hook(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from controller import agent, logs
-    from controller.cmd_run import api_client
+    from ckpt_preempt.controller import agent, logs
+    from ckpt_preempt.controller.cmd_run import api_client
 
     try:
         if not args.pod or not args.namespace:

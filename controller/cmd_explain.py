@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from policies import kube_default, preemption, snapshot_io
-from policies.model import Plan
+from ckpt_preempt.policies import kube_default, preemption, snapshot_io
+from ckpt_preempt.policies.model import Plan
 
 NAME = "explain"
 HELP = "explain the preemption plan for a snapshot file"
@@ -94,9 +94,9 @@ def _run_live(args: argparse.Namespace) -> int:
     """`explain POD` on a live cluster: see controller/explain_live.py."""
     import dataclasses
 
-    from controller import config as config_file
-    from controller import explain_live
-    from controller.cmd_run import api_client
+    from ckpt_preempt.controller import config as config_file
+    from ckpt_preempt.controller import explain_live
+    from ckpt_preempt.controller.cmd_run import api_client
 
     namespace, _, name = args.pod.rpartition("/")
     try:

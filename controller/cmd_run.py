@@ -38,9 +38,9 @@ def api_client(kubeconfig: str | None, in_cluster: bool):
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from controller import config as cfgmod
-    from controller import logs
-    from controller.runner import Controller
+    from ckpt_preempt.controller import config as cfgmod
+    from ckpt_preempt.controller import logs
+    from ckpt_preempt.controller.runner import Controller
 
     logs.setup(args.log_level)
     try:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from controller import trace_files
-from policies.sim import engine, experiment, planners, report, workload
-from policies.sim.protocols import PROTOCOLS, WORKLOADS
+from ckpt_preempt.controller import trace_files
+from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
+from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 NAME = "simulate"
 HELP = "what-if replay of a GPU trace under each preemption policy"

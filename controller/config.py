@@ -36,8 +36,8 @@ from pathlib import Path
 
 import yaml
 
-from policies import annotations as ann
-from policies import preemption
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import preemption
 
 
 class ConfigError(ValueError):

@@ -15,10 +15,10 @@ from datetime import datetime
 
 from kubernetes.utils import parse_quantity
 
-from controller.config import Config
-from policies import annotations as ann
-from policies import preemption
-from policies.model import (
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies.model import (
     LabelRequirement,
     Node,
     Pod,
@@ -28,8 +28,8 @@ from policies.model import (
     Resources,
     Snapshot,
 )
-from policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
-from policies.topology import TopologyError, parse_node_topology
+from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
+from ckpt_preempt.policies.topology import TopologyError, parse_node_topology
 
 GPU = "nvidia.com/gpu"
 ADMISSION_GATE = ann.PREFIX + "admission"

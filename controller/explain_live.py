@@ -6,7 +6,7 @@ the controller, plus kube-scheduler's DefaultPreemption on the same snapshot for
 Nothing is written.
 For the CLI (controller/cmd_explain.py)::
 
-    from controller import explain_live
+    from ckpt_preempt.controller import explain_live
     result = explain_live.explain(api, "team-a", "big-job")   # or "team-a/big-job"
     print(explain_live.render(result))
 """
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from controller import convert
-from controller.actions import MANAGED_BY
-from controller.config import Config
-from controller.plans import load_all, recent_preemptions, restriction
-from controller.watch import stored_plan
-from policies import kube_default, lifecycle, preemption
-from policies.model import Plan
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.actions import MANAGED_BY
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
+from ckpt_preempt.controller.watch import stored_plan
+from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies.model import Plan
 
 
 class PodNotFound(LookupError):

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller.backoff import retrying
+from ckpt_preempt.controller.backoff import retrying
 
 log = logging.getLogger("ckpt_preempt.leader")
 

@@ -18,10 +18,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.actions import plan_object_name
-from controller.watch import StoredPlan
-from policies import lifecycle
-from policies.lifecycle import PlanRecord, State
+from ckpt_preempt.controller.actions import plan_object_name
+from ckpt_preempt.controller.watch import StoredPlan
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.lifecycle import PlanRecord, State
 
 log = logging.getLogger("ckpt_preempt.plans")
 

@@ -30,23 +30,23 @@ from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
-from controller import convert
-from controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
-from controller.advance import Memory, PlanStepper, World
-from controller.config import Config
-from controller.convert import ADMISSION_GATE, PodInfo
-from controller.metrics import Metrics
-from controller.plans import (
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
+from ckpt_preempt.controller.advance import Memory, PlanStepper, World
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
+from ckpt_preempt.controller.metrics import Metrics
+from ckpt_preempt.controller.plans import (
     PlanBook,
     Stored,
     recent_preemptions,
     restriction,
     waiting_for_victims,
 )
-from controller.watch import ClusterCache
-from policies import kube_default, lifecycle, preemption
-from policies.lifecycle import Mode, PlanRecord, State
-from policies.model import Plan
+from ckpt_preempt.controller.watch import ClusterCache
+from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
+from ckpt_preempt.policies.model import Plan
 
 log = logging.getLogger("ckpt_preempt.reconcile")
 RESERVATION_GRACE_SECONDS = 60.0  # after bindBy, a reservation is lifted whatever happened

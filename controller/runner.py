@@ -17,13 +17,13 @@ import uuid
 
 from kubernetes import client
 
-from controller.actions import Actions, NotLeader, WriteGuard
-from controller.config import Config
-from controller.leader import LeaseElector
-from controller.metrics import Metrics
-from controller.reconcile import Reconciler
-from controller.server import serve
-from controller.watch import ClusterCache
+from ckpt_preempt.controller.actions import Actions, NotLeader, WriteGuard
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.leader import LeaseElector
+from ckpt_preempt.controller.metrics import Metrics
+from ckpt_preempt.controller.reconcile import Reconciler
+from ckpt_preempt.controller.server import serve
+from ckpt_preempt.controller.watch import ClusterCache
 
 log = logging.getLogger("ckpt_preempt.controller")
 TICK_SECONDS = 1.0  # a pass at least this often (deadlines), or sooner on any watch event

@@ -11,8 +11,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from policies.sim.protocols import WORKLOADS
-from policies.sim.trace import TraceError, TraceNode, TracePod, parse_nodes, parse_pods
+from ckpt_preempt.policies.sim.protocols import WORKLOADS
+from ckpt_preempt.policies.sim.trace import TraceError, TraceNode, TracePod, parse_nodes, parse_pods
 
 BUNDLED_PODS = {
     "openb": "openb_pod_list_default.csv",
@@ -25,7 +25,8 @@ TIMES_SEED = 1  # fixed, so a trace file always gets the same times
 
 def _bundled(name: str) -> list[str]:
     try:
-        return resources.files("policies").joinpath("data", name).read_text().splitlines()
+        data = resources.files("ckpt_preempt.policies").joinpath("data")
+        return data.joinpath(name).read_text().splitlines()
     except OSError as e:
         raise TraceError(f"bundled trace {name} is missing ({e.strerror or e})") from None
 

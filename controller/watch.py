@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from controller.backoff import keep_running
+from ckpt_preempt.controller.backoff import keep_running
 
 log = logging.getLogger("ckpt_preempt.watch")
 PAGE = 500
@@ -146,7 +146,7 @@ class StoredPlan:
 
 
 def stored_plan(d: dict) -> StoredPlan:
-    from policies import lifecycle
+    from ckpt_preempt.policies import lifecycle
 
     meta = d["metadata"]
     return StoredPlan(name=meta["name"], resource_version=meta.get("resourceVersion", ""),
@@ -158,8 +158,8 @@ class ClusterCache:
     managed-by label), each watched by its own Informer. ``changed`` wakes the loop."""
 
     def __init__(self, api: client.ApiClient, *, plan_namespace: str) -> None:
-        from controller import convert
-        from controller.actions import MANAGED_BY
+        from ckpt_preempt.controller import convert
+        from ckpt_preempt.controller.actions import MANAGED_BY
 
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()

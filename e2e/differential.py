@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from controller import convert
-from controller.config import Config
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.policies.model import LabelRequirement, Pod, Snapshot
 from e2e import kube
-from policies.model import LabelRequirement, Pod, Snapshot
 
 PREEMPTOR = "preemptor"
 PREEMPTOR_CLASS, PREEMPTOR_PRIORITY = "diff-high", 1000

@@ -26,6 +26,7 @@ from bench.chaos import (
     check_gangs,
     plan_versions,
 )
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.faultproxy import CODES, NO_FAULTS, WRITE, FaultProxy, Faults
 from e2e.localcluster import ADMIN_TOKEN, read_audit
@@ -37,7 +38,6 @@ from e2e.test_controller_support import (
     priority_classes,
     start_controller_process,
 )
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 HOLD = "e2e.ckpt-preempt.io/hold"  # a finalizer: the pod stays Terminating until it is removed

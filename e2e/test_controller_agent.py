@@ -18,8 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import config
 
-from controller import agent as agentmod
-from controller import sdk
+import ckpt_preempt_sdk as sdk
+from ckpt_preempt.controller import agent as agentmod
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     free_port,
@@ -27,7 +28,6 @@ from e2e.test_controller_support import (
     start_agent,
     user_kubeconfig,
 )
-from policies import lifecycle
 from tests.controller.test_example import start_loop
 
 pytestmark = pytest.mark.e2e

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from controller import explain_live
-from controller.config import Config
+from ckpt_preempt.controller import explain_live
+from ckpt_preempt.controller.config import Config
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_KUBE,
@@ -28,6 +28,7 @@ from e2e.test_controller_support import (
     running_controller,
 )
 
+CLI = "ckpt_preempt.controller.cli"
 pytestmark = pytest.mark.e2e
 HOUR = 3600.0
 
@@ -117,12 +118,12 @@ def test_explain_pod_cli_on_the_live_cluster(cluster, namespace, pool, gpu_nodes
     kube.wait_pod_running(cluster, namespace, "low")
     kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
     kube.wait_pod_unschedulable(cluster, namespace, "big")
-    r = subprocess.run([sys.executable, "-m", "controller.cli", "explain", f"{namespace}/big",
+    r = subprocess.run([sys.executable, "-m", CLI, "explain", f"{namespace}/big",
                         "--kubeconfig", str(cluster.kubeconfig)],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert f"{namespace}/low on {node}" in r.stdout and "kube-default:" in r.stdout, r.stdout
-    missing = subprocess.run([sys.executable, "-m", "controller.cli", "explain",
+    missing = subprocess.run([sys.executable, "-m", CLI, "explain",
                               f"{namespace}/nope", "--kubeconfig", str(cluster.kubeconfig)],
                              capture_output=True, text=True, timeout=60, cwd=REPO)
     assert missing.returncode == 2 and "not found" in missing.stderr

@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -29,7 +30,6 @@ from e2e.test_controller_support import (
     start_controller_process,
     user_kubeconfig,
 )
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -31,7 +32,6 @@ from e2e.test_controller_support import (
     running_controller,
     start_controller_process,
 )
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 RUNS = int(os.environ.get("CKPT_E2E_ACK_RUNS", "20"))

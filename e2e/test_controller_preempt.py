@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from controller.convert import TOPOLOGY_ANNOTATION as TOPOLOGY
+from ckpt_preempt.controller.convert import TOPOLOGY_ANNOTATION as TOPOLOGY
+from ckpt_preempt.policies.topology import SCHEMA
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_KUBE,
@@ -23,7 +24,6 @@ from e2e.test_controller_support import (
     rfc3339,
     running_controller,
 )
-from policies.topology import SCHEMA
 
 pytestmark = pytest.mark.e2e
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -20,7 +21,6 @@ from e2e.test_controller_support import (
     running_controller,
 )
 from e2e.test_trust_support import admission_policies, controller_rbac, reserved
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from controller.config import Config
-from controller.runner import Controller
+from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.runner import Controller
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
-from policies import lifecycle
 
 REPO = Path(__file__).resolve().parents[1]
 HIGH_NEVER, HIGH_KUBE = "e2e-ckpt-high-never", "e2e-ckpt-high-kube"
@@ -73,7 +73,7 @@ def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identit
     path.write_text(yaml.safe_dump(data))
     log = open(tmp / log_name, "wb")  # noqa: SIM115 (lives as long as the process)
     return subprocess.Popen(
-        [sys.executable, "-m", "controller.cmd_run", "--kubeconfig", str(c.kubeconfig),
+        [sys.executable, "-m", "ckpt_preempt.controller.cmd_run", "--kubeconfig", str(c.kubeconfig),
          "--config", str(path), "--identity", identity, "--listen", listen],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -129,7 +129,7 @@ def start_agent(c: kube.Cluster, kubeconfig: Path, namespace: str, pod: str, tmp
                 *hook: str, port: int) -> subprocess.Popen:
     log = open(tmp / f"agent-{pod}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, "-m", "controller.cmd_agent", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "ckpt_preempt.controller.cmd_agent", "--kubeconfig", str(kubeconfig),
          "--pod", pod, "--namespace", namespace, "--listen", f"127.0.0.1:{port}", *hook],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
 

@@ -94,7 +94,7 @@ def test_publish_to_a_missing_node_is_one_line_exit_2(cluster, nvml):
 
 
 def test_planner_reads_the_published_value(cluster, gpu_nodes, nvml):
-    topology = pytest.importorskip("policies.topology", reason="planner topology not merged yet")
+    from ckpt_preempt.policies import topology
     (node,) = gpu_nodes(1)
     publish(cluster, nvml, node, "h100-nvl", "--expect", "h100-nvl")
     raw = cluster.core.read_node(node).metadata.annotations[ANNOTATION]

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.differential import RULES, classify, predict
+from ckpt_preempt.policies.model import Node, Pod, Resources, Snapshot
 from e2e import differential
 from e2e.differential import Case, NodeSpec, Observation, PdbSpec, PodSpec
-from policies.model import Node, Pod, Resources, Snapshot
 
 pytestmark = pytest.mark.e2e
 SEED, CASES = 20261203, 15

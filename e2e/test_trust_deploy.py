@@ -9,7 +9,7 @@ from dataclasses import fields
 
 import yaml
 
-from controller import config
+from ckpt_preempt.controller import config
 from e2e.test_trust_support import ADMISSION, CONTROLLER_RBAC, DEPLOY
 
 CHART = DEPLOY / "helm/ckpt-preempt"

@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -21,7 +22,6 @@ from e2e.test_controller_support import (
     running_controller,
 )
 from e2e.test_trust_support import reserved, store_plan
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 CHECKPOINT_SECONDS = 3.0

@@ -12,6 +12,7 @@ import time
 import pytest
 from kubernetes import client
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -31,7 +32,6 @@ from e2e.test_trust_support import (
     status_of,
     tenant,
 )
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 TEN_YEARS = 10 * 365 * 86400.0

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.localcluster import read_audit
 from e2e.test_controller_support import (
@@ -24,7 +25,6 @@ from e2e.test_controller_support import (
     user_kubeconfig,
 )
 from e2e.test_trust_support import CONTROLLER_USER, controller_rbac
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 CHECKPOINT_SECONDS = 3

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -18,7 +19,6 @@ from e2e.test_controller_support import (
     running_controller,
 )
 from e2e.test_trust_support import extra_namespace
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 RUNS = 5

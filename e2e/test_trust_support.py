@@ -18,8 +18,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
-from policies import lifecycle
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 CONTROLLER_RBAC = DEPLOY / "rbac/controller.yaml"

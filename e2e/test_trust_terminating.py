@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -21,7 +22,6 @@ from e2e.test_controller_support import (
     rfc3339,
     running_controller,
 )
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 HOLD = "e2e.ckpt-preempt.io/hold"

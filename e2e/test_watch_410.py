@@ -15,12 +15,12 @@ import json
 import pytest
 from kubernetes import config
 
-from controller.actions import MANAGED_BY
-from controller.watch import ClusterCache
+from ckpt_preempt.controller.actions import MANAGED_BY
+from ckpt_preempt.controller.watch import ClusterCache
+from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.faultproxy import FaultProxy
 from e2e.localcluster import ADMIN_TOKEN
-from policies import lifecycle
 
 pytestmark = pytest.mark.e2e
 

@@ -23,6 +23,6 @@ A field NVML cannot answer (NotSupported, a lost GPU, a VM hiding the NVSwitches
 exception: the report carries ``None`` for it and a reason in ``unavailable``.
 """
 
-from hwprobe.errors import HwprobeError, NvmlUnavailable, PublishError, SpecError
+from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable, PublishError, SpecError
 
 __all__ = ["HwprobeError", "NvmlUnavailable", "PublishError", "SpecError"]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwprobe.model import Topology
+from ckpt_preempt.hwprobe.model import Topology
 
 _MIB = 1 << 20
 

@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hwprobe.errors import HwprobeError, NvmlUnavailable
-from hwprobe.verify import reference_names
+from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable
+from ckpt_preempt.hwprobe.verify import reference_names
 
 EXIT_OK, EXIT_DIFF, EXIT_ERROR = 0, 1, 2
 
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _probe():
-    from hwprobe.nvml import probe
+    from ckpt_preempt.hwprobe.nvml import probe
 
     return probe()
 
@@ -60,7 +60,7 @@ def _probe():
 def _verdict(topo, spec_name, samples=1, interval=0.0):
     import time
 
-    from hwprobe.verify import load_spec, verify
+    from ckpt_preempt.hwprobe.verify import load_spec, verify
 
     spec = load_spec(spec_name)
     earlier = None
@@ -90,10 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from hwprobe import render, report
+    from ckpt_preempt.hwprobe import render, report
 
     if args.command == "bench":
-        from hwprobe import bench
+        from ckpt_preempt.hwprobe import bench
 
         result = bench.run(_probe(), size_mib=args.size_mib, repeats=args.repeats)
         print(json.dumps(result.as_dict(), indent=2))
@@ -122,7 +122,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(render.verdict_text(verdict))
         return EXIT_OK if verdict.ok else EXIT_DIFF
     if args.command == "publish":
-        from hwprobe.publish import api_client, publish
+        from ckpt_preempt.hwprobe.publish import api_client, publish
 
         if not args.node:
             raise HwprobeError("publish needs --node NAME (or NODE_NAME)")
@@ -136,13 +136,13 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from prometheus_client import REGISTRY, start_http_server
 
-    from hwprobe import serve
-    from hwprobe.verify import load_spec
+    from ckpt_preempt.hwprobe import serve
+    from ckpt_preempt.hwprobe.verify import load_spec
 
     spec = load_spec(args.expect) if args.expect else None
     publisher = None
     if not args.no_publish:
-        from hwprobe.publish import api_client, publish
+        from ckpt_preempt.hwprobe.publish import api_client, publish
 
         if not args.node:
             raise HwprobeError("serve needs --node NAME (or NODE_NAME), or --no-publish")

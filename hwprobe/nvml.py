@@ -23,9 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hwprobe.errors import NvmlUnavailable
-from hwprobe.model import Fabric, Gpu, NvLink, Pair, PcieLevel, RemoteType, Topology, cpu_list
-from hwprobe.model import with_nvlink_counts as _with_counts
+from ckpt_preempt.hwprobe.errors import NvmlUnavailable
+from ckpt_preempt.hwprobe.model import (
+    Fabric,
+    Gpu,
+    NvLink,
+    Pair,
+    PcieLevel,
+    RemoteType,
+    Topology,
+    cpu_list,
+)
+from ckpt_preempt.hwprobe.model import with_nvlink_counts as _with_counts
 
 LIBRARY_ENV = "HWPROBE_NVML_LIBRARY"  # a libnvidia-ml.so path to load instead of the system's
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hwprobe.errors import PublishError
-from hwprobe.model import Topology
-from hwprobe.report import ANNOTATION, LABEL_PREFIX, annotation, labels
+from ckpt_preempt.hwprobe.errors import PublishError
+from ckpt_preempt.hwprobe.model import Topology
+from ckpt_preempt.hwprobe.report import ANNOTATION, LABEL_PREFIX, annotation, labels
 
 
 def api_client(kubeconfig: str | None = None) -> Any:

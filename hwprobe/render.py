@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hwprobe.model import Topology
-from hwprobe.verify import Verdict
+from ckpt_preempt.hwprobe.model import Topology
+from ckpt_preempt.hwprobe.verify import Verdict
 
 LEGEND = """Legend:
   X    = Self

@@ -14,15 +14,15 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
-from hwprobe.model import Topology
-from policies.topology import ANNOTATION  # noqa: F401 - re-exported: the planner owns the key
+from ckpt_preempt.hwprobe.model import Topology
+from ckpt_preempt.policies.topology import ANNOTATION  # noqa: F401 - re-exported: the planner owns the key
 
 SCHEMA = "hwprobe/v1"
 LABEL_PREFIX = "hwprobe.ckpt-preempt.io/"
 
 
 def json_schema() -> dict:
-    text = resources.files("hwprobe").joinpath("schema/hwprobe-v1.json").read_text()
+    text = resources.files("ckpt_preempt.hwprobe").joinpath("schema/hwprobe-v1.json").read_text()
     return json.loads(text)
 
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hwprobe.errors import HwprobeError
-from hwprobe.model import Topology
-from hwprobe.report import annotation
-from hwprobe.verify import Spec, verify
+from ckpt_preempt.hwprobe.errors import HwprobeError
+from ckpt_preempt.hwprobe.model import Topology
+from ckpt_preempt.hwprobe.report import annotation
+from ckpt_preempt.hwprobe.verify import Spec, verify
 
-log = logging.getLogger("hwprobe.serve")
+log = logging.getLogger("ckpt_preempt.hwprobe.serve")
 
 
 @dataclass(frozen=True, kw_only=True)

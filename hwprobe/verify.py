@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from hwprobe.errors import SpecError
-from hwprobe.model import Topology
+from ckpt_preempt.hwprobe.errors import SpecError
+from ckpt_preempt.hwprobe.model import Topology
 
 _KEYS = {"name", "description", "gpu_count", "gpu_name", "nvswitch", "nvlink", "pcie", "fabric",
          "max_link_errors"}
@@ -120,7 +120,7 @@ class Verdict:
 
 
 def reference_names() -> list[str]:
-    folder = resources.files("hwprobe").joinpath("specs")
+    folder = resources.files("ckpt_preempt.hwprobe").joinpath("specs")
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir()
                   if p.name.endswith(".yaml"))
 
@@ -135,7 +135,7 @@ def load_spec(name_or_path: str) -> Spec:
             raise SpecError(f"cannot read spec {name_or_path}: {err.strerror}") from err
         default_name = path.stem
     else:
-        ref = resources.files("hwprobe").joinpath(f"specs/{name_or_path}.yaml")
+        ref = resources.files("ckpt_preempt.hwprobe").joinpath(f"specs/{name_or_path}.yaml")
         if not ref.is_file():
             raise SpecError(f"unknown spec {name_or_path!r}; named references: "
                             + ", ".join(reference_names()))

@@ -26,8 +26,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from policies import gangs
-from policies.model import ZERO, CheckpointMode, NvlinkNeed, Pod, Resources, UnknownCheckpoint
+from ckpt_preempt.policies import gangs
+from ckpt_preempt.policies.model import (
+    ZERO,
+    CheckpointMode,
+    NvlinkNeed,
+    Pod,
+    Resources,
+    UnknownCheckpoint,
+)
 
 PREFIX = "ckpt-preempt.io/"
 CHECKPOINT = PREFIX + "checkpoint"

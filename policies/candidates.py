@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from policies.model import Node
+from ckpt_preempt.policies.model import Node
 
 # kube-scheduler's DefaultPreemptionArgs defaults: minCandidateNodesPercentage and
 # minCandidateNodesAbsolute.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 
-from policies.model import CheckpointMode, Pod, PodHold
+from ckpt_preempt.policies.model import CheckpointMode, Pod, PodHold
 
 
 class Ineligible(enum.StrEnum):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from policies import preemption
-from policies.model import CheckpointMode, Plan, Pod, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies.model import CheckpointMode, Plan, Pod, Snapshot, UnknownCheckpoint
 
 POLICY = "cost-aware"
 

@@ -25,8 +25,8 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from policies import candidates, cost
-from policies.model import (
+from ckpt_preempt.policies import candidates, cost
+from ckpt_preempt.policies.model import (
     Node,
     NodeRejection,
     Placement,

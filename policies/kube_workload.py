@@ -40,9 +40,9 @@ import random
 from collections.abc import Sequence
 from functools import partial
 
-from policies import kube_default
-from policies.kube_default import KubeDefaultConfig
-from policies.model import (
+from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies.kube_default import KubeDefaultConfig
+from ckpt_preempt.policies.model import (
     NodeRejection,
     Placement,
     Plan,

@@ -43,7 +43,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 PLAN_ANNOTATION = "ckpt-preempt.io/plan"  # legacy: never read; a pod carrying it gets a Warning
 PLAN_DATA_KEY = "plan"  # the plan's JSON inside its ConfigMap in the controller's namespace
@@ -361,9 +361,14 @@ def check(record: PlanRecord, live: LiveState, caps: Caps, now: float) -> str | 
 # ---------------------------------------------------------------------------- serialisation
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _time(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    # Round to whole milliseconds in integer arithmetic: formatting through a float timestamp can
+    # land on either side of a millisecond far from 1970 and break text -> time -> text round trips.
+    instant = _EPOCH + timedelta(milliseconds=round(t * 1000))
+    return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _parse_time(value: object, what: str, err: type[ValueError]) -> float:

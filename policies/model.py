@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from policies.topology import NodeTopology
+from ckpt_preempt.policies.topology import NodeTopology
 
 
 class CheckpointMode(enum.StrEnum):

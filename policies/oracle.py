@@ -14,9 +14,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies import units
-from policies.model import Pod, Resources, Snapshot
-from policies.preemption import PlannerConfig, nvlink_gpus
+from ckpt_preempt.policies import units
+from ckpt_preempt.policies.model import Pod, Resources, Snapshot
+from ckpt_preempt.policies.preemption import PlannerConfig, nvlink_gpus
 
 
 class OracleLimit(RuntimeError):

@@ -28,8 +28,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from policies import candidates, cost, units
-from policies.model import (
+from ckpt_preempt.policies import candidates, cost, units
+from ckpt_preempt.policies.model import (
     NodeRejection,
     NvlinkNeed,
     Placement,

@@ -28,8 +28,8 @@ import enum
 from dataclasses import asdict
 from typing import Any
 
-from policies import annotations as ann
-from policies.model import (
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies.model import (
     LabelRequirement,
     Node,
     Plan,
@@ -38,8 +38,8 @@ from policies.model import (
     Resources,
     Snapshot,
 )
-from policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
-from policies.topology import TopologyError, parse_node_topology
+from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
+from ckpt_preempt.policies.topology import TopologyError, parse_node_topology
 
 
 class SnapshotError(ValueError):

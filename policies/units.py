@@ -16,8 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from policies import cost
-from policies.model import ZERO, Pod, PodDisruptionBudget, Resources, Snapshot, breaks_budget
+from ckpt_preempt.policies import cost
+from ckpt_preempt.policies.model import (
+    ZERO,
+    Pod,
+    PodDisruptionBudget,
+    Resources,
+    Snapshot,
+    breaks_budget,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,10 +31,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from hwprobe import bench, report  # noqa: E402
-from hwprobe.errors import HwprobeError, NvmlUnavailable  # noqa: E402
-from hwprobe.nvml import probe  # noqa: E402
-from hwprobe.verify import load_spec, verify  # noqa: E402
+from ckpt_preempt.hwprobe import bench, report  # noqa: E402
+from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable  # noqa: E402
+from ckpt_preempt.hwprobe.nvml import probe  # noqa: E402
+from ckpt_preempt.hwprobe.verify import load_spec, verify  # noqa: E402
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|N/A)$")

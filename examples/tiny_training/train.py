@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a source checkout
-from controller import sdk
+import ckpt_preempt_sdk as sdk
 
 EXIT_EVICTED = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 

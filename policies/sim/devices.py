@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from policies.model import Node, RejectReason, Resources
-from policies.sim.workload import Member
+from ckpt_preempt.policies.model import Node, RejectReason, Resources
+from ckpt_preempt.policies.sim.workload import Member
 
 SPEC_SEPARATOR = "|"
 

@@ -41,14 +41,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from policies import annotations as ann
-from policies import kube_default, preemption
-from policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
-from policies.sim.costs import Ledger, drain_outcome, report_error
-from policies.sim.devices import Capacity, requests
-from policies.sim.planners import planner_for
-from policies.sim.trace import TraceNode
-from policies.sim.workload import Job, Workload
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import kube_default, preemption
+from ckpt_preempt.policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome, report_error
+from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.planners import planner_for
+from ckpt_preempt.policies.sim.trace import TraceNode
+from ckpt_preempt.policies.sim.workload import Job, Workload
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from policies import kube_default
-from policies.sim import protocols, stats
-from policies.sim.engine import PolicyResult, SimConfig, Simulation
-from policies.sim.planners import BASELINES
-from policies.sim.trace import TraceNode, TracePod
-from policies.sim.workload import Workload, WorkloadParams
+from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies.sim import protocols, stats
+from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
+from ckpt_preempt.policies.sim.planners import BASELINES
+from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
+from ckpt_preempt.policies.sim.workload import Workload, WorkloadParams
 
 DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace simulated
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from policies import cost_aware, kube_default, kube_workload, preemption
-from policies.model import Plan, Pod, Snapshot
+from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption
+from ckpt_preempt.policies.model import Plan, Pod, Snapshot
 
 Planner = Callable[[Snapshot, list[Pod], int], Plan]
 

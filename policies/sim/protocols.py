@@ -48,9 +48,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from policies.sim import scenarios
-from policies.sim.trace import TraceNode, TracePod
-from policies.sim.workload import (
+from ckpt_preempt.policies.sim import scenarios
+from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
+from ckpt_preempt.policies.sim.workload import (
     HIGH_QOS,
     Arrival,
     Job,

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from policies import kube_default
-from policies.sim import stats
-from policies.sim.engine import PolicyResult, SimConfig, Simulation
-from policies.sim.experiment import CellResult, PolicySummary
-from policies.sim.trace import TraceNode, TracePod
-from policies.sim.workload import Workload, WorkloadParams, generate, scale_down
+from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies.sim import stats
+from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
+from ckpt_preempt.policies.sim.experiment import CellResult, PolicySummary
+from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
+from ckpt_preempt.policies.sim.workload import Workload, WorkloadParams, generate, scale_down
 
 BASELINE = kube_default.POLICY  # the ratio one seed's comparison reports
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from policies.model import CheckpointMode
-from policies.sim.workload import Arrival, Job, Member
+from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.sim.workload import Arrival, Job, Member
 
 JOB_GPUS = (1, 2, 4, 8)
 JOB_GPU_WEIGHTS = (0.70, 0.10, 0.15, 0.05)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from policies.model import CheckpointMode
-from policies.sim.trace import TraceNode, TracePod
+from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 
 HIGH_QOS = ("LS", "Guaranteed")
 PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 10, "BE": 0}

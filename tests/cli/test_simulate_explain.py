@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller import cmd_simulate
-from policies.sim import planners
+from ckpt_preempt.controller import cmd_simulate
+from ckpt_preempt.policies.sim import planners
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "snapshot-example.yaml"
@@ -18,7 +18,7 @@ EXAMPLE = ROOT / "docs" / "snapshot-example.yaml"
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", *args],
+        [sys.executable, "-m", "ckpt_preempt.controller.cli", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from controller import convert
-from controller.actions import (
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.actions import (
     RESERVED_TAINT,
     Blocked,
     Conflict,
@@ -28,10 +28,10 @@ from controller.actions import (
     has_reservation_toleration,
     plan_object_name,
 )
-from controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
-from controller.watch import StoredPlan
-from policies import lifecycle
-from policies.lifecycle import PlanRecord
+from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.controller.watch import StoredPlan
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.lifecycle import PlanRecord
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -457,9 +457,9 @@ class Rig:
     """A reconciler over a fake cache, with recording actions that apply their writes."""
 
     def __init__(self, cache: FakeCache, **cfg: Any) -> None:
-        from controller.config import Config
-        from controller.metrics import Metrics
-        from controller.reconcile import Reconciler
+        from ckpt_preempt.controller.config import Config
+        from ckpt_preempt.controller.metrics import Metrics
+        from ckpt_preempt.controller.reconcile import Reconciler
 
         self.cache = cache
         self.clock = Clock()

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller import agent, sdk
-from controller.sdk import State
-from policies import lifecycle
-from policies.annotations import LAST_CHECKPOINT
+import ckpt_preempt_sdk as sdk
+from ckpt_preempt.controller import agent
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import LAST_CHECKPOINT
+from ckpt_preempt_sdk import State
 
 NOW = 1_800_000_000.0
 DRAIN, DONE = lifecycle.DRAIN_ANNOTATION, lifecycle.DONE_ANNOTATION

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+CLI = "ckpt_preempt.controller.cli"
 REPO = Path(__file__).resolve().parents[2]
 POD = ["--pod", "p", "--namespace", "n"]
 
@@ -26,7 +27,7 @@ POD = ["--pod", "p", "--namespace", "n"]
     ([*POD, "--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes credentials"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, says):
-    r = subprocess.run([sys.executable, "-m", "controller.cli", "agent", *args], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", CLI, "agent", *args], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert says in r.stderr and "Traceback" not in r.stderr

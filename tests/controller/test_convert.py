@@ -6,10 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import config, convert
-from policies import annotations as ann
-from policies import gangs, preemption
-from policies.model import CheckpointMode, PodHold, RejectReason, Resources, UnknownCheckpoint
+from ckpt_preempt.controller import config, convert
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import gangs, preemption
+from ckpt_preempt.policies.model import (
+    CheckpointMode,
+    PodHold,
+    RejectReason,
+    Resources,
+    UnknownCheckpoint,
+)
 from tests.policies import test_fuzz as fuzz
 
 NOW = 1_800_000_000.0

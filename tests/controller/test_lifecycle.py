@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import lifecycle
-from policies.lifecycle import (
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.lifecycle import (
     Mode,
     Observed,
     PlannedPlacement,

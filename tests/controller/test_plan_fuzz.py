@@ -30,9 +30,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies import annotations as ann
-from policies import lifecycle
-from policies.lifecycle import (
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.lifecycle import (
     DrainFormatError,
     DrainRequest,
     Mode,
@@ -530,3 +530,12 @@ def test_a_trailing_newline_is_not_part_of_a_valid_name(key):
     else:
         body["victims"][0][key] += "\n"
     assert parse_plan(json.dumps(body)) is None
+
+
+@pytest.mark.parametrize("when", [
+    "1697-01-01T00:00:00.001001+00:00",  # found by CI's fuzzing: far from 1970, float ms rounding
+    "1697-01-01T00:00:00.000999+00:00", "2262-04-11T23:47:16.854999Z", "1970-01-01T00:00:00.0005Z",
+])
+def test_times_far_from_1970_round_trip_to_the_millisecond(when):
+    body = json.dumps({"plan": "a", "requested": when, "deadline": when})
+    assert_drain_round_trips(lifecycle.drain_from_annotation(body))

@@ -6,9 +6,9 @@ import gc
 
 import pytest
 
-from controller import convert
-from controller.reconcile import Candidate, cycle_objects_frozen
-from policies.lifecycle import Mode
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.reconcile import Candidate, cycle_objects_frozen
+from ckpt_preempt.policies.lifecycle import Mode
 from tests.controller.test_convert import pod_json
 
 

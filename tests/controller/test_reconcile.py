@@ -15,12 +15,12 @@ from dataclasses import replace
 
 import pytest
 
-from controller import reconcile
-from controller.actions import NotLeader
-from controller.watch import StoredPlan
-from policies import annotations as ann
-from policies import lifecycle
-from policies.lifecycle import Mode, State
+from ckpt_preempt.controller import reconcile
+from ckpt_preempt.controller.actions import NotLeader
+from ckpt_preempt.controller.watch import StoredPlan
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.lifecycle import Mode, State
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod, reservation, rfc3339
 from tests.controller.test_stepper import (
     CKPT,
@@ -71,7 +71,7 @@ def test_a_new_plan_is_stored_then_draining_and_the_drain_is_requested():
 
 
 def _world(rig: Rig):
-    from controller.advance import World
+    from ckpt_preempt.controller.advance import World
     pods = rig.cache.pods.items()
     return World(by_uid={p.uid: p for p in pods}, nodes={n.name: n for n in
                                                           rig.cache.nodes.items()},
@@ -319,7 +319,7 @@ def test_finished_plans_are_deleted_after_the_history_window(state):
 def test_the_fake_has_the_interface_of_the_real_actions():
     import inspect
 
-    from controller.actions import Actions
+    from ckpt_preempt.controller.actions import Actions
     from tests.controller.fakes import RecordingActions
 
     public = {n for n, f in vars(Actions).items() if callable(f) and not n.startswith("_")}
@@ -338,7 +338,7 @@ def test_in_dry_run_the_real_actions_and_the_fake_write_only_events():
 
     from kubernetes import client
 
-    from controller.actions import Actions, WriteGuard
+    from ckpt_preempt.controller.actions import Actions, WriteGuard
     from tests.controller.fakes import RecordingActions
 
     real = Actions(client.ApiClient(), plan_namespace="ckpt-preempt",

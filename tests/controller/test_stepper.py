@@ -17,10 +17,10 @@ from dataclasses import replace
 import pytest
 from kubernetes.client.rest import ApiException
 
-from controller.actions import Conflict
-from policies import annotations as ann
-from policies import lifecycle
-from policies.lifecycle import Mode, PlannedPlacement, PlannedVictim, PlanRecord, State
+from ckpt_preempt.controller.actions import Conflict
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.lifecycle import Mode, PlannedPlacement, PlannedVictim, PlanRecord, State
 from tests.controller.fakes import T0, FakeCache, Rig, node, pdb, pod, reservation, rfc3339
 
 CKPT = {ann.CHECKPOINT: "on-request", ann.CHECKPOINT_SECONDS: "60",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hwprobe.model import (
+from ckpt_preempt.hwprobe.model import (
     Fabric,
     Gpu,
     NvLink,

@@ -56,7 +56,7 @@ class MockNvml:
         return env
 
     def run(self, profile: str | Path, *args: str, faults: dict | None = None):
-        return subprocess.run([sys.executable, "-m", "hwprobe.cli", *args], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "ckpt_preempt.hwprobe.cli", *args], cwd=REPO,
                               env=self.env(profile, faults), capture_output=True, text=True,
                               timeout=60)
 

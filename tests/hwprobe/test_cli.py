@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hwprobe import cli
+from ckpt_preempt.hwprobe import cli
 
+CLI = "ckpt_preempt.hwprobe.cli"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -16,7 +17,7 @@ def run_cli(*args, **env):
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("HWPROBE_NVML_LIBRARY", "MOCK_NVML_CONFIG", "LD_LIBRARY_PATH")}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "hwprobe.cli", *args], cwd=REPO, env=full_env,
+    return subprocess.run([sys.executable, "-m", CLI, *args], cwd=REPO, env=full_env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -69,7 +70,7 @@ def test_verify_exit_codes(monkeypatch, capsys, spec, code):
 
 
 def test_bench_skips_cleanly_without_cuda(monkeypatch, capsys):
-    from hwprobe import bench
+    from ckpt_preempt.hwprobe import bench
     from tests.hwprobe import layouts
 
     monkeypatch.setattr(bench, "_torch", lambda: None)

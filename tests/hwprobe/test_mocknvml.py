@@ -11,6 +11,7 @@ import pytest
 
 from tests.hwprobe.mocklib import REPO
 
+CLI = "ckpt_preempt.hwprobe.cli"
 pytestmark = pytest.mark.mocknvml
 
 def nv_everywhere(n, level):
@@ -166,7 +167,7 @@ def test_serve_exports_metrics(mocknvml):
         port = s.getsockname()[1]
     env = mocknvml.env("h100", faults={"nvlink_down": [{"gpu": 3, "link": 7}]})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hwprobe.cli", "serve", "--no-publish", "--expect", "hgx-h100-8",
+        [sys.executable, "-m", CLI, "serve", "--no-publish", "--expect", "hgx-h100-8",
          "--interval", "0.2", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

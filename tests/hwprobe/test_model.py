@@ -2,7 +2,7 @@
 
 import pytest
 
-from hwprobe.model import Pair, PcieLevel, cpu_list, nvlink_domains
+from ckpt_preempt.hwprobe.model import Pair, PcieLevel, cpu_list, nvlink_domains
 from tests.hwprobe import layouts
 
 
@@ -93,7 +93,7 @@ def test_fabric_clique_needs_completed_state_and_a_uuid():
 
 def test_unreadable_remote_types_still_give_domains():
     """VMs and old drivers: no remote type. Bridges are told apart from switches by bus id."""
-    from hwprobe.model import NvLink, RemoteType
+    from ckpt_preempt.hwprobe.model import NvLink, RemoteType
 
     nvl = layouts.h100_nvl()
     blind = [layouts.make_gpu(g.index, name=g.name, cpus=g.cpu_affinity, links=tuple(

@@ -13,7 +13,7 @@ import re
 import jsonschema
 import pytest
 
-from hwprobe.report import json_schema
+from ckpt_preempt.hwprobe.report import json_schema
 from tests.hwprobe.mocklib import PROFILES
 
 pytestmark = pytest.mark.mocknvml
@@ -165,7 +165,7 @@ def test_annotation_on_nvidias_mock(mocknvml):
     value = json.loads(out)
     assert (value["gpu_count"], value["verified"], value["nvlink_domains"]) == (
         8, False, [[i] for i in range(8)])
-    topology = pytest.importorskip("policies.topology", reason="planner topology not merged yet")
+    from ckpt_preempt.policies import topology
     parsed = topology.parse_node_topology(out)
     assert parsed.gpu_count == 8 and parsed.verified is False
     assert sorted(map(sorted, parsed.domains)) == [[i] for i in range(8)]

@@ -5,7 +5,14 @@ import json
 import jsonschema
 import pytest
 
-from hwprobe.report import ANNOTATION, annotation, full_report, json_schema, labels, matrix
+from ckpt_preempt.hwprobe.report import (
+    ANNOTATION,
+    annotation,
+    full_report,
+    json_schema,
+    labels,
+    matrix,
+)
 from tests.hwprobe import layouts
 
 LAYOUTS = {
@@ -42,7 +49,7 @@ def test_planner_contract_keys(name):
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_the_planner_parses_every_annotation(name):
-    topology = pytest.importorskip("policies.topology", reason="planner topology not merged yet")
+    from ckpt_preempt.policies import topology
     topo = LAYOUTS[name]()
     parsed = topology.parse_node_topology(annotation(topo, verified=True, spec="s"))
     assert parsed.gpu_count == topo.gpu_count

@@ -4,11 +4,11 @@ import json
 
 from prometheus_client import CollectorRegistry
 
-from hwprobe import serve
-from hwprobe.errors import NvmlUnavailable, PublishError
-from hwprobe.publish import node_patch
-from hwprobe.report import ANNOTATION
-from hwprobe.verify import load_spec
+from ckpt_preempt.hwprobe import serve
+from ckpt_preempt.hwprobe.errors import NvmlUnavailable, PublishError
+from ckpt_preempt.hwprobe.publish import node_patch
+from ckpt_preempt.hwprobe.report import ANNOTATION
+from ckpt_preempt.hwprobe.verify import load_spec
 from tests.hwprobe import layouts
 
 

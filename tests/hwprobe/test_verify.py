@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from hwprobe.errors import SpecError
-from hwprobe.render import summary_text
-from hwprobe.verify import Spec, load_spec, reference_names, verify
+from ckpt_preempt.hwprobe.errors import SpecError
+from ckpt_preempt.hwprobe.render import summary_text
+from ckpt_preempt.hwprobe.verify import Spec, load_spec, reference_names, verify
 from tests.hwprobe import layouts
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from policies.model import (
+from ckpt_preempt.policies.model import (
     CheckpointMode,
     Node,
     NvlinkNeed,
@@ -13,7 +13,7 @@ from policies.model import (
     Resources,
     Snapshot,
 )
-from policies.topology import NodeTopology, single_domain
+from ckpt_preempt.policies.topology import NodeTopology, single_domain
 
 NOW = 1_000_000.0
 _ids = itertools.count()

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import candidates, kube_default, preemption
-from policies.candidates import Sampling, find_candidates, num_candidates, preempt
-from policies.model import Node, RejectReason, Resources
+from ckpt_preempt.policies import candidates, kube_default, preemption
+from ckpt_preempt.policies.candidates import Sampling, find_candidates, num_candidates, preempt
+from ckpt_preempt.policies.model import Node, RejectReason, Resources
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from policies import cost_aware, preemption
-from policies.model import CheckpointMode, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies import cost_aware, preemption
+from ckpt_preempt.policies.model import CheckpointMode, Snapshot, UnknownCheckpoint
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 from tests.policies.test_properties import cases
 

@@ -11,10 +11,10 @@ import contextlib
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from policies import annotations as ann
-from policies import cost, preemption, snapshot_io
-from policies.gangs import CONVENTIONS
-from policies.model import Node, Resources, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import cost, preemption, snapshot_io
+from ckpt_preempt.policies.gangs import CONVENTIONS
+from ckpt_preempt.policies.model import Node, Resources, Snapshot, UnknownCheckpoint
 
 NOW = 1_796_202_000.0
 NAMESPACE = "ns"

@@ -6,14 +6,20 @@ import random
 
 import pytest
 
-from policies import kube_default
-from policies.kube_default import (
+from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies.kube_default import (
     KubeDefaultConfig,
     filter_pods_with_pdb_violation,
     num_candidates,
     select_victims_on_node,
 )
-from policies.model import ZERO, LabelRequirement, PodDisruptionBudget, RejectReason, Resources
+from ckpt_preempt.policies.model import (
+    ZERO,
+    LabelRequirement,
+    PodDisruptionBudget,
+    RejectReason,
+    Resources,
+)
 from tests.policies.builders import NOW, gang, gpu_node, make_pod, pdb, pending, snapshot
 
 INT32_MIN = -(2**31)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies import oracle, preemption
-from policies.model import CheckpointMode, NvlinkNeed, RejectReason
-from policies.preemption import PlannerConfig
+from ckpt_preempt.policies import oracle, preemption
+from ckpt_preempt.policies.model import CheckpointMode, NvlinkNeed, RejectReason
+from ckpt_preempt.policies.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot, split_domains
 
 

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from policies import annotations as ann
-from policies import cost, kube_default, oracle, preemption
-from policies.annotations import Limits, parse_pod_fields
-from policies.gangs import CONVENTIONS
-from policies.model import (
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import cost, kube_default, oracle, preemption
+from ckpt_preempt.policies.annotations import Limits, parse_pod_fields
+from ckpt_preempt.policies.gangs import CONVENTIONS
+from ckpt_preempt.policies.model import (
     CheckpointMode,
     Node,
     NvlinkNeed,
@@ -30,7 +30,7 @@ from policies.model import (
     Snapshot,
     UnknownCheckpoint,
 )
-from policies.topology import NodeTopology
+from ckpt_preempt.policies.topology import NodeTopology
 
 NOW = 1_796_202_000.0
 EXAMPLES = settings(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import policies
+from ckpt_preempt import policies
 
 ROOT = Path(policies.__file__).parent
 FILES = sorted(ROOT.rglob("*.py"))
@@ -20,7 +20,7 @@ FILES = sorted(ROOT.rglob("*.py"))
 FORBIDDEN_MODULES = (
     "kubernetes", "kubernetes_asyncio", "lightkube", "kopf", "pynvml", "socket", "ssl",
     "subprocess", "requests", "httpx", "aiohttp", "urllib", "urllib3", "http", "tenacity",
-    "controller", "hwprobe",
+    "ckpt_preempt.controller", "ckpt_preempt.hwprobe",
 )
 FORBIDDEN_PREFIXES = ("prometheus_",)
 
@@ -35,7 +35,9 @@ HIDDEN_RANDOMNESS = {"os.urandom", "uuid.uuid1", "uuid.uuid4", "random.SystemRan
 
 def _forbidden_module(name: str) -> bool:
     top = name.split(".")[0]
-    return top in FORBIDDEN_MODULES or top.startswith(FORBIDDEN_PREFIXES)
+    inside = ".".join(name.split(".")[:2])  # our own packages live under ckpt_preempt
+    return top in FORBIDDEN_MODULES or inside in FORBIDDEN_MODULES or top.startswith(
+        FORBIDDEN_PREFIXES)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -100,7 +102,7 @@ def scan(source: str) -> list[str]:
         pytest.param("import http.client", id="http"),
         pytest.param("from prometheus_client import Counter", id="prometheus client"),
         pytest.param("import tenacity", id="tenacity"),
-        pytest.param("from controller import reconcile", id="the controller layer"),
+        pytest.param("from ckpt_preempt.controller import reconcile", id="the controller layer"),
         pytest.param("import time\ndef f():\n    return time.time()", id="time.time in a function"),
         pytest.param("import time\nT0 = time.monotonic()", id="time.monotonic at import"),
         pytest.param("import time as t\nt.perf_counter()", id="perf_counter under an alias"),

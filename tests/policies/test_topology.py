@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from policies.topology import (
+from ckpt_preempt.policies.topology import (
     SCHEMA,
     NodeTopology,
     TopologyError,

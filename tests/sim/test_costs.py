@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.model import CheckpointMode
-from policies.sim import costs, engine, workload
-from policies.sim.trace import TraceNode
+from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.sim import costs, engine, workload
+from ckpt_preempt.policies.sim.trace import TraceNode
 
 HOUR = 3600.0
 MIN = 60.0
@@ -273,8 +273,8 @@ def test_the_engine_places_a_pod_only_on_a_named_model():
 
 
 def test_gpu_spec_names_models_separated_by_bars():
-    from policies.model import RejectReason
-    from policies.sim.devices import Capacity
+    from ckpt_preempt.policies.model import RejectReason
+    from ckpt_preempt.policies.sim.devices import Capacity
 
     sim = engine.Simulation(wl(low(0)), two_models(), "checkpoint-aware", IDEAL)
     cap: Capacity = sim.cap

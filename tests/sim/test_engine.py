@@ -2,9 +2,9 @@
 
 import pytest
 
-from policies.model import CheckpointMode
-from policies.sim import engine, planners, report, workload
-from policies.sim.trace import TraceNode, TracePod
+from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.sim import engine, planners, report, workload
+from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 
 HOUR = 3600.0
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from policies.sim import engine, experiment, stats, workload
-from policies.sim.trace import TraceNode, TracePod
+from ckpt_preempt.policies.sim import engine, experiment, stats, workload
+from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 
 HOUR = 3600.0
 BASELINES = ("kube-default", "kube-workload", "cost-aware")

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller import trace_files
-from policies.model import CheckpointMode
-from policies.sim import protocols
-from policies.sim.protocols import build, contended_nodes
-from policies.sim.trace import TraceError, TraceNode
-from policies.sim.workload import (
+from ckpt_preempt.controller import trace_files
+from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.sim import protocols
+from ckpt_preempt.policies.sim.protocols import build, contended_nodes
+from ckpt_preempt.policies.sim.trace import TraceError, TraceNode
+from ckpt_preempt.policies.sim.workload import (
     Job,
     Member,
     WorkloadParams,

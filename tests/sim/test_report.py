@@ -1,6 +1,6 @@
 """The cell table: intervals only with several seeds, the strongest baseline named, markdown."""
 
-from policies.sim import experiment, report
+from ckpt_preempt.policies.sim import experiment, report
 from tests.sim.test_experiment import BASELINES, result, runs
 
 
@@ -53,7 +53,7 @@ def test_plot_range_starts_at_the_first_loss_and_ends_at_the_last():
 
 def test_evidence_covers_every_workload_and_protocol_and_ablates_replay():
     from bench import evidence
-    from policies.sim import protocols
+    from ckpt_preempt.policies.sim import protocols
 
     full = evidence.cells(0.1, quick=False)
     per_workload = 2 + len(evidence.UTILISATIONS)  # stress, replay, steady sweep

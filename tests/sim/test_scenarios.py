@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.model import CheckpointMode
-from policies.sim import scenarios
-from policies.sim.scenarios import TrainingParams, jobs_from, training_trace
-from policies.sim.workload import Arrival
+from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.sim import scenarios
+from ckpt_preempt.policies.sim.scenarios import TrainingParams, jobs_from, training_trace
+from ckpt_preempt.policies.sim.workload import Arrival
 
 N = 4000
 SHORT_MIN, SHORT_MAX = 60 * 10**1.5, 60 * 10**3  # seconds: 60·10^U(1.5, 3)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.sim.trace import TraceError, TracePod, parse_nodes, parse_pods
+from ckpt_preempt.policies.sim.trace import TraceError, TracePod, parse_nodes, parse_pods
 
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,deletion_time"
 UNTIMED = "name,cpu_milli,memory_mib,num_gpu,gpu_milli"

@@ -2,7 +2,7 @@
 
 Standard library only, so it drops into any training image next to the agent sidecar::
 
-    from controller import sdk
+    import ckpt_preempt_sdk as sdk
 
     ckpt = sdk.Checkpointer()              # talks to the agent on 127.0.0.1:8471
     ckpt.install_signal_handlers()         # with `ckpt-preempt agent --signal-pidfile ...`
