@@ -1,17 +1,22 @@
 """``hwprobe serve``: re-probe periodically, publish on change, export Prometheus metrics.
 
 The loop is injectable (probe, publish, sleep and the metrics registry are arguments) so it
-runs in tests without NVML, a cluster or waiting.
+runs in tests without NVML, a cluster or waiting. ``start_server`` serves, on one port,
+``/metrics``, ``/healthz`` (the process answers) and ``/readyz`` (the last probe succeeded and,
+when publishing, the last publish did too): the DaemonSet's liveness and readiness probes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Topology
@@ -68,10 +73,75 @@ class Metrics:
         self.findings.set(findings)
 
 
+class Health:
+    """What ``/readyz`` answers: written by the loop, read by the HTTP server's threads."""
+
+    def __init__(self, *, publishing: bool) -> None:
+        self._lock = threading.Lock()
+        self._publishing = publishing
+        self._probe: str | None = "no probe yet"  # None: the last one succeeded
+        self._publish: str | None = "not published yet" if publishing else None
+
+    def probed(self, error: str | None) -> None:
+        with self._lock:
+            self._probe = error
+
+    def published(self, error: str | None) -> None:
+        with self._lock:
+            self._publish = error
+
+    def not_ready(self) -> str | None:
+        """Why the pod is not ready (None: ready)."""
+        with self._lock:
+            if self._probe is not None:
+                return f"probe: {self._probe}"
+            if self._publishing and self._publish is not None:
+                return f"publish: {self._publish}"
+            return None
+
+
+HEALTH_PATHS = ("/healthz", "/readyz")
+
+
+def wsgi_app(registry: CollectorRegistry, health: Health) -> Callable:
+    """``/healthz``, ``/readyz``, and Prometheus metrics on every other path."""
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path not in HEALTH_PATHS:
+            return metrics_app(environ, start_response)
+        reason = health.not_ready() if path == "/readyz" else None
+        status = "200 OK" if reason is None else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        return [(reason or "ok").encode() + b"\n"]
+
+    return app
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Probes every few seconds would flood the log."""
+
+
+def start_server(port: int, addr: str, registry: CollectorRegistry, health: Health) -> WSGIServer:
+    """Serve ``wsgi_app`` on a daemon thread; returns the server (``server_port``,
+    ``shutdown()``). Raises OSError when the port cannot be bound."""
+    server = make_server(addr, port, wsgi_app(registry, health), _ThreadingServer,
+                         handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="hwprobe-http", daemon=True).start()
+    return server
+
+
 def run(*, probe: Callable[[], Topology], publish: Callable[[Topology, bool | None], None] | None,
         spec: Spec | None, metrics: Metrics, interval: float, iterations: int | None = None,
-        sleep: Callable[[float], None] = time.sleep) -> int:
+        sleep: Callable[[float], None] = time.sleep, health: Health | None = None) -> int:
     """The serve loop. Returns how many times it published (for tests; forever returns never)."""
+    health = health or Health(publishing=publish is not None)
     last_value, previous, published, done = None, None, 0, 0
     while iterations is None or done < iterations:
         done += 1
@@ -80,9 +150,11 @@ def run(*, probe: Callable[[], Topology], publish: Callable[[Topology, bool | No
             topo = probe()
         except HwprobeError as err:
             metrics.probe_failures.inc()
+            health.probed(str(err))
             log.warning("probe failed: %s", err)
             sleep(interval)
             continue
+        health.probed(None)
         metrics.probe_seconds.observe(time.perf_counter() - start)
         verdict = verify(topo, spec, earlier=previous) if spec is not None else None
         verified = verdict.ok if verdict is not None else None
@@ -95,8 +167,10 @@ def run(*, probe: Callable[[], Topology], publish: Callable[[Topology, bool | No
                 publish(topo, verified)
                 published += 1
                 metrics.publishes.inc()
+                health.published(None)
                 last_value = value
             except HwprobeError as err:
+                health.published(str(err))
                 log.warning("publish failed: %s", err)
         previous = topo
         if iterations is None or done < iterations:

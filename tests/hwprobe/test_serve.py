@@ -1,7 +1,10 @@
 """The serve loop and the Node patch, without NVML or a cluster."""
 
 import json
+import urllib.error
+import urllib.request
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from ckpt_preempt.hwprobe import serve
@@ -74,3 +77,71 @@ def test_node_patch_removes_stale_hwprobe_labels_only():
     assert "kubernetes.io/hostname" not in labels
     value = json.loads(patch["metadata"]["annotations"][ANNOTATION])
     assert value["nvlink_domains"] == [[0], [1], [2], [3]]
+
+
+def _get(server, path):
+    url = f"http://127.0.0.1:{server.server_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_health_endpoints_follow_the_last_probe_and_publish():
+    registry = CollectorRegistry()
+    metrics = serve.Metrics.create(registry)
+    health = serve.Health(publishing=True)
+    server = serve.start_server(0, "127.0.0.1", registry, health)
+    outcomes = iter([None, "API answered 403", None])
+
+    def publish(topo, verified):
+        err = next(outcomes)
+        if err:
+            raise PublishError(err)
+
+    def step(topo):
+        def probe():
+            if isinstance(topo, Exception):
+                raise topo
+            return topo
+
+        serve.run(probe=probe, publish=publish, spec=None, metrics=metrics, interval=0,
+                  iterations=1, sleep=lambda s: None, health=health)
+
+    try:
+        assert _get(server, "/healthz") == (200, "ok\n")
+        assert _get(server, "/readyz") == (503, "probe: no probe yet\n")
+        step(layouts.hgx_h100())
+        assert _get(server, "/readyz") == (200, "ok\n")
+        step(layouts.hgx_h100(down={3: (7,)}))  # changed: publishes, and the API refuses
+        assert _get(server, "/readyz") == (503, "publish: API answered 403\n")
+        assert _get(server, "/healthz") == (200, "ok\n")
+        step(NvmlUnavailable("driver gone"))
+        assert _get(server, "/readyz") == (503, "probe: driver gone\n")
+        step(layouts.hgx_h100())  # changed again, published
+        assert _get(server, "/readyz") == (200, "ok\n")
+        status, body = _get(server, "/metrics")
+        assert status == 200 and "hwprobe_publishes_total 2.0" in body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_publishing_ready_needs_only_a_probe():
+    health = serve.Health(publishing=False)
+    assert health.not_ready() == "probe: no probe yet"
+    health.probed(None)
+    assert health.not_ready() is None
+
+
+def test_port_in_use_raises_oserror():
+    registry = CollectorRegistry()
+    health = serve.Health(publishing=False)
+    first = serve.start_server(0, "127.0.0.1", registry, health)
+    try:
+        with pytest.raises(OSError):
+            serve.start_server(first.server_port, "127.0.0.1", registry, health)
+    finally:
+        first.shutdown()
+        first.server_close()
