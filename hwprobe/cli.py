@@ -134,7 +134,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from prometheus_client import REGISTRY, start_http_server
+    from prometheus_client import REGISTRY
 
     from ckpt_preempt.hwprobe import serve
     from ckpt_preempt.hwprobe.verify import load_spec
@@ -152,9 +152,10 @@ def _serve(args: argparse.Namespace) -> int:
             publish(api, args.node, topo, verified=verified, spec=spec.name if spec else None)
 
     _probe()  # fail fast (exit 2) when there is no NVML at all
-    start_http_server(args.metrics_port, addr=args.metrics_address)
+    health = serve.Health(publishing=publisher is not None)
+    serve.start_server(args.metrics_port, args.metrics_address, REGISTRY, health)
     serve.run(probe=_probe, publish=publisher, spec=spec,
-              metrics=serve.Metrics.create(REGISTRY), interval=args.interval)
+              metrics=serve.Metrics.create(REGISTRY), interval=args.interval, health=health)
     return EXIT_OK
 
 
