@@ -47,9 +47,21 @@ PCIE_EXPECTED_GBPS = {
     PcieLevel.SYS: 12.0,
 }
 
-# Per-link, per-direction GB/s by NVLink generation, used when NVML reports no link speed.
-NVLINK_GBPS_BY_VERSION = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25.0, "3.1": 25.0,
-                          "4.0": 25.0, "5.0": 50.0, "6.0": 100.0}
+# Nominal per-link, per-direction GB/s by NVLink version: NVIDIA's per-GPU NVLink figures are
+# bidirectional totals, so a GPU's per-direction figure is half, spread over its links.
+#   A100 SXM: 600 GB/s over 12 NVLink 3 links -> 300 per direction, 25 per link
+#     (https://www.nvidia.com/en-us/data-center/a100/, "NVLink: 600GB/s").
+#   H100 SXM: 900 GB/s over 18 NVLink 4 links -> 450 per direction, 25 per link;
+#   H100 NVL: 600 GB/s over the 12-link bridge -> 300 per direction
+#     (https://www.nvidia.com/en-us/data-center/h100/, specifications table, "NVIDIA NVLink").
+#   B200 and GB200: 1.8 TB/s over 18 NVLink 5 links -> 900 per direction, 50 per link
+#     (https://www.nvidia.com/en-us/data-center/hgx/ and
+#      https://www.nvidia.com/en-us/data-center/gb200-nvl72/, "NVLink bandwidth").
+#   NVLink 1 (P100, 160 GB/s over 4 links) and 2 (V100, 300 GB/s over 6 links) are 20 and 25.
+# NVML's speed field is the signalling rate (25.781, 26.562, 53.125 GB/s per link), 3-6 % above
+# these; it is used only when the version is unreadable, rounded down to the nominal figure.
+NVLINK_NOMINAL_GBPS_PER_LINK = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25.0, "3.1": 25.0,
+                                "4.0": 25.0, "5.0": 50.0}
 
 ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
@@ -63,7 +75,7 @@ class NvLink:
     remote_type: RemoteType | None = None
     remote_bus_id: str | None = None  # on NVSwitch systems: the switch, not the peer GPU
     version: str | None = None  # "4.0": the NVLink version, decoded from NVML's enum
-    speed_mbps: int | None = None  # per direction
+    speed_mbps: int | None = None  # per direction: NVML's signalling rate, not the data rate
     errors: dict[str, int] = field(default_factory=dict)  # ERROR_COUNTERS -> count
 
 
@@ -245,12 +257,21 @@ def expected_gbps(pair: Pair, a: Gpu, b: Gpu) -> float | None:
 
 
 def _link_gbps(gpu: Gpu) -> float | None:
+    """Nominal per-link GB/s: by NVLink version, else NVML's signalling rate rounded down."""
+    for link in gpu.active_links:
+        if link.version in NVLINK_NOMINAL_GBPS_PER_LINK:
+            return NVLINK_NOMINAL_GBPS_PER_LINK[link.version]
     for link in gpu.active_links:
         if link.speed_mbps:
-            return link.speed_mbps / 1000.0
-        if link.version in NVLINK_GBPS_BY_VERSION:
-            return NVLINK_GBPS_BY_VERSION[link.version]
+            return nominal_link_gbps(link.speed_mbps)
     return None
+
+
+def nominal_link_gbps(speed_mbps: int) -> float:
+    """The largest nominal per-link figure not above a signalling rate (26562 MB/s -> 25.0)."""
+    rate = speed_mbps / 1000.0
+    below = [g for g in set(NVLINK_NOMINAL_GBPS_PER_LINK.values()) if g <= rate]
+    return max(below) if below else rate
 
 
 def with_nvlink_counts(gpus: tuple[Gpu, ...], pairs: dict[tuple[int, int], Pair]) -> dict:

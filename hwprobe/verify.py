@@ -66,7 +66,9 @@ class Spec:
 
     @classmethod
     def from_mapping(cls, name: str, rules: dict[str, Any]) -> Spec:
-        """Build from parsed YAML; raises SpecError on unknown keys or wrong types."""
+        """Build from parsed YAML; raises SpecError (one line) on any key or value the spec
+        format does not allow: unknown keys, wrong types, zero or negative counts, link counts
+        above NVML's limit, domains naming a GPU twice or beyond ``gpu_count``."""
         nv, pcie, fabric = (rules.get(k) or {} for k in ("nvlink", "pcie", "fabric"))
         for key, value in (("nvlink", nv), ("pcie", pcie), ("fabric", fabric)):
             if not isinstance(value, dict):
@@ -75,38 +77,109 @@ class Spec:
             set(pcie) - {"same_numa", "cross_numa"}) | (set(fabric) - {"attached"})
         if unknown:
             raise SpecError(f"spec {name}: unknown keys {sorted(unknown)}")
-        counts = rules.get("gpu_count")
         try:
-            domains = nv.get("domains")
-            return cls(
-                name=str(rules.get("name", name)), description=str(rules.get("description", "")),
-                gpu_counts=tuple(int(n) for n in (
-                    counts if isinstance(counts, list) else [] if counts is None else [counts])),
-                gpu_name=_opt(str, rules.get("gpu_name")),
-                nvswitch=_opt(bool, rules.get("nvswitch")),
+            counts = rules.get("gpu_count")
+            counts = tuple(_count("gpu_count", n) for n in (
+                counts if isinstance(counts, list) else [] if counts is None else [counts]))
+            if "gpu_count" in rules and not counts:
+                raise ValueError("gpu_count must be a count or a non-empty list of counts")
+            spec = cls(
+                name=_text("name", rules.get("name", name)),
+                description=_text("description", rules.get("description", "")),
+                gpu_counts=counts, gpu_name=_opt(_text, "gpu_name", rules.get("gpu_name")),
+                nvswitch=_opt(_flag, "nvswitch", rules.get("nvswitch")),
                 nvlink=NvlinkRules(
-                    active_links_per_gpu=_opt(int, nv.get("active_links_per_gpu")),
-                    pair_links=_opt(int, nv.get("pair_links")),
-                    domains=None if domains is None else tuple(
-                        tuple(sorted(int(i) for i in d)) for d in sorted(domains)),
-                    domain_size=_opt(int, nv.get("domain_size")), p2p=bool(nv.get("p2p"))),
-                pcie_same_numa=_opt(_level, pcie.get("same_numa")),
-                pcie_cross_numa=_opt(_level, pcie.get("cross_numa")),
-                fabric_attached=bool(fabric.get("attached")),
-                max_link_errors=_opt(int, rules.get("max_link_errors")),
+                    active_links_per_gpu=_opt(_links, "nvlink.active_links_per_gpu",
+                                              nv.get("active_links_per_gpu")),
+                    pair_links=_opt(_links, "nvlink.pair_links", nv.get("pair_links")),
+                    domains=_domains(nv.get("domains"), max(counts, default=None)),
+                    domain_size=_opt(_count, "nvlink.domain_size", nv.get("domain_size")),
+                    p2p=_flag("nvlink.p2p", nv.get("p2p", False))),
+                pcie_same_numa=_opt(_level, "pcie.same_numa", pcie.get("same_numa")),
+                pcie_cross_numa=_opt(_level, "pcie.cross_numa", pcie.get("cross_numa")),
+                fabric_attached=_flag("fabric.attached", fabric.get("attached", False)),
+                max_link_errors=_opt(_count, "max_link_errors", rules.get("max_link_errors"), 0),
             )
-        except (TypeError, ValueError) as err:
+        except ValueError as err:
             raise SpecError(f"spec {name}: {err}") from err
+        _consistent(spec)
+        return spec
 
 
-def _opt(kind: Any, value: Any) -> Any:
-    return None if value is None else kind(value)
+# NVML_NVLINK_MAX_LINKS, the most NVLinks one GPU can have: 36 in nvml.h 13.x (pynvml 13).
+MAX_NVLINKS_PER_GPU = 36
 
 
-def _level(value: Any) -> str:
+def _opt(check: Any, key: str, value: Any, *args: Any) -> Any:
+    return None if value is None else check(key, value, *args)
+
+
+def _count(key: str, value: Any, least: int = 1, most: int | None = None) -> int:
+    """An integer in [least, most]. YAML's true/false, 2.5 and "8" are not counts."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if is_int and value >= least and (most is None or value <= most):
+        return value
+    if most is not None:
+        wanted = f"an integer from {least} to {most}"
+    else:
+        wanted = "a positive integer" if least == 1 else f"an integer >= {least}"
+    raise ValueError(f"{key} must be {wanted}, got {value!r}")
+
+
+def _links(key: str, value: Any) -> int:
+    return _count(key, value, 1, MAX_NVLINKS_PER_GPU)
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    if key == "gpu_name" and not value.strip():  # "" is a substring of every name
+        raise ValueError(f"{key} must not be empty")
+    return value
+
+
+def _level(key: str, value: Any) -> str:
     if value not in _PCIE_LEVELS:
-        raise ValueError(f"PCIe level {value!r} is not one of {', '.join(_PCIE_LEVELS)}")
+        raise ValueError(f"{key}: PCIe level {value!r} is not one of {', '.join(_PCIE_LEVELS)}")
     return str(value)
+
+
+def _domains(value: Any, gpu_count: int | None) -> tuple[tuple[int, ...], ...] | None:
+    """Lists of GPU indices: each GPU in at most one domain, each below ``gpu_count``."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(
+            isinstance(d, list) and d for d in value):
+        raise ValueError(f"nvlink.domains must be a list of non-empty lists of GPU indices, "
+                         f"got {value!r}")
+    most = None if gpu_count is None else gpu_count - 1
+    seen: set[int] = set()
+    for domain in value:
+        for i in domain:
+            _count("nvlink.domains GPU index", i, 0, most)
+            if i in seen:
+                raise ValueError(f"nvlink.domains names GPU {i} twice")
+            seen.add(i)
+    return tuple(tuple(sorted(d)) for d in sorted(value))
+
+
+def _consistent(spec: Spec) -> None:
+    """Rules that each parse but cannot hold together."""
+    nv, most = spec.nvlink, max(spec.gpu_counts, default=None)
+    why = None
+    if nv.pair_links and nv.active_links_per_gpu and nv.pair_links > nv.active_links_per_gpu:
+        why = (f"nvlink.pair_links {nv.pair_links} is more than nvlink.active_links_per_gpu "
+               f"{nv.active_links_per_gpu}")
+    elif most is not None and nv.domain_size is not None and nv.domain_size > most:
+        why = f"nvlink.domain_size {nv.domain_size} is more than gpu_count {most}"
+    if why:
+        raise SpecError(f"spec {spec.name}: {why}")
 
 
 @dataclass(frozen=True, kw_only=True)

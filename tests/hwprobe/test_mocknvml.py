@@ -18,11 +18,11 @@ def nv_everywhere(n, level):
     return [" ".join("X" if a == b else level for b in range(n)) for a in range(n)]
 
 
-L40S_ROWS = [  # bus order 17,31,B1,CA,18,32,B2,CB; sockets {0,1,4,5} and {2,3,6,7}
-    "X NODE SYS SYS NODE NODE SYS SYS", "NODE X SYS SYS NODE NODE SYS SYS",
-    "SYS SYS X NODE SYS SYS NODE NODE", "SYS SYS NODE X SYS SYS NODE NODE",
-    "NODE NODE SYS SYS X NODE SYS SYS", "NODE NODE SYS SYS NODE X SYS SYS",
-    "SYS SYS NODE NODE SYS SYS X NODE", "SYS SYS NODE NODE SYS SYS NODE X",
+L40S_ROWS = [  # NVML's PCI bus order 17,18,31,32 (socket 0), B1,B2,CA,CB (socket 1)
+    "X NODE NODE NODE SYS SYS SYS SYS", "NODE X NODE NODE SYS SYS SYS SYS",
+    "NODE NODE X NODE SYS SYS SYS SYS", "NODE NODE NODE X SYS SYS SYS SYS",
+    "SYS SYS SYS SYS X NODE NODE NODE", "SYS SYS SYS SYS NODE X NODE NODE",
+    "SYS SYS SYS SYS NODE NODE X NODE", "SYS SYS SYS SYS NODE NODE NODE X",
 ]
 
 PROFILES = [
@@ -68,7 +68,7 @@ def test_h100_show(mocknvml):
     out = mocknvml.run("h100", "show").stdout
     assert "GPU0  X     NV18  NV18  NV18  NV18  NV18  NV18  NV18  0-55" in out
     assert "NVLink: NVSwitch; 1 domain(s)" in out
-    assert "GPUs 0,1,2,3,4,5,6,7: NV18, ~478.1 GB/s per pair per direction" in out
+    assert "GPUs 0,1,2,3,4,5,6,7: NV18, ~450.0 GB/s per pair per direction" in out
 
 
 def test_l40s_show_has_no_nvlink(mocknvml):
@@ -95,7 +95,7 @@ def test_h100_details(mocknvml):
     pair = doc["pairs"][0]
     assert pair["p2p"] == {"read": "OK", "write": "OK", "nvlink": "OK", "atomics": "OK",
                            "pci": "OK"}
-    assert pair["expected_gbps"] == 478.1
+    assert pair["expected_gbps"] == 450.0
 
 
 def test_single_gpu_vm_degrades_without_errors(mocknvml):
@@ -158,7 +158,7 @@ def test_unsupported_fields_degrade_per_field(mocknvml):
     assert gpu["cpu_affinity"] is None and gpu["unavailable"]["cpu_affinity"] == "NotSupported"
     assert gpu["links"][0]["version"] is None
     assert doc["matrix"][0].startswith("X NV18")  # speed still gives the bandwidth
-    assert doc["pairs"][0]["expected_gbps"] == 478.1
+    assert doc["pairs"][0]["expected_gbps"] == 450.0
 
 
 def test_serve_exports_metrics(mocknvml):

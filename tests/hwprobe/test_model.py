@@ -59,8 +59,23 @@ def test_partial_link_loss_on_one_switch_plane():
 @pytest.mark.parametrize(
     ("topo", "a", "b", "want"),
     [
-        pytest.param(layouts.hgx_h100(), 0, 1, 478.1, id="NV18 x 26.562 GB/s"),
-        pytest.param(layouts.gb200_tray(), 0, 1, 956.2, id="NVLink5 x 18"),
+        # NVIDIA's nominal per-direction figures (model.NVLINK_NOMINAL_GBPS_PER_LINK cites them),
+        # not NVML's signalling rate (18 x 26.562 = 478.1, 18 x 53.125 = 956.2).
+        pytest.param(layouts.hgx_h100(), 0, 1, 450.0, id="H100 SXM: NV18 = 450"),
+        pytest.param(layouts.gb200_tray(), 0, 1, 900.0, id="GB200: NVLink5 x 18 = 900"),
+        pytest.param(layouts.hgx_h100(down={0: (0,)}), 0, 1, 425.0, id="NV17 = 17 x 25"),
+        pytest.param(layouts.h100_nvl(), 0, 1, 300.0, id="H100 NVL bridge: NV12 = 300"),
+        pytest.param(layouts.make_topology([layouts.make_gpu(
+            i, name="NVIDIA A100-SXM4-80GB", links=layouts.switch_links(
+                (2,) * 6, version="3.0", speed=25781)) for i in range(8)]),
+            0, 7, 300.0, id="A100 SXM: NV12 = 300"),
+        pytest.param(layouts.make_topology([layouts.make_gpu(
+            i, name="NVIDIA B200", links=layouts.switch_links(
+                (5, 5, 4, 4), version="5.0", speed=53125)) for i in range(8)]),
+            0, 7, 900.0, id="B200: NV18 = 900"),
+        pytest.param(layouts.make_topology([layouts.make_gpu(
+            i, links=layouts.switch_links(version=None)) for i in range(2)]),
+            0, 1, 450.0, id="version unreadable: signalling rate rounded down"),
         pytest.param(layouts.l40s(), 0, 1, 20.0, id="NODE nominal"),
         pytest.param(layouts.l40s(), 0, 3, 12.0, id="SYS nominal"),
     ],
@@ -104,3 +119,13 @@ def test_unreadable_remote_types_still_give_domains():
     assert topo.nvlink_domains == [[0, 1], [2, 3]]
     assert topo.level(0, 1) == "NV12"
     assert topo.nvswitch is False
+
+
+@pytest.mark.parametrize(
+    ("speed_mbps", "want"),
+    [(25781, 25.0), (26562, 25.0), (53125, 50.0), (19000, 19.0)],
+)
+def test_nominal_link_rate_from_signalling_rate(speed_mbps, want):
+    from ckpt_preempt.hwprobe.model import nominal_link_gbps
+
+    assert nominal_link_gbps(speed_mbps) == want

@@ -104,7 +104,6 @@ def test_yaml_file_spec(tmp_path):
                      id="typo nested"),
         pytest.param("[1, 2]\n", "must be a mapping", id="not a mapping"),
         pytest.param("a: [\n", "not valid YAML", id="broken YAML"),
-        pytest.param("gpu_count: eight\n", "invalid literal", id="count not a number"),
         pytest.param("pcie: {same_numa: NEAR}\n", "PCIe level 'NEAR'", id="unknown PCIe level"),
         pytest.param("nvlink: [1]\n", "nvlink must be a mapping", id="nvlink not a mapping"),
         pytest.param("fabric: {attach: true}\n", r"unknown keys \['attach'\]", id="fabric typo"),
@@ -154,3 +153,64 @@ def test_show_gives_the_reasons():
     assert "NVLink: no NVLink peers (link state NotSupported on GPU 0,1)" in text
     assert ("PCIe: common ancestor unreadable: NotSupported (1 of 1 pairs); N/A in the matrix"
             in text)
+
+
+# Every value a spec can hold, with nonsense: one SpecError whose one line names the key.
+NONSENSE = [
+    ("gpu_count: -3", "gpu_count must be a positive integer, got -3"),
+    ("gpu_count: 0", "gpu_count must be a positive integer, got 0"),
+    ("gpu_count: 2.5", "gpu_count must be a positive integer, got 2.5"),
+    ("gpu_count: eight", "gpu_count must be a positive integer, got 'eight'"),
+    ("gpu_count: '8'", "gpu_count must be a positive integer, got '8'"),
+    ("gpu_count: true", "gpu_count must be a positive integer, got True"),
+    ("gpu_count: [4, -8]", "gpu_count must be a positive integer, got -8"),
+    ("gpu_count: []", "gpu_count must be a count or a non-empty list of counts"),
+    ("gpu_count: {a: 1}", "gpu_count must be a positive integer, got {'a': 1}"),
+    ("gpu_name: 100", "gpu_name must be a string, got 100"),
+    ("gpu_name: ''", "gpu_name must not be empty"),
+    ("name: [x]", "name must be a string, got ['x']"),
+    ("description: 3", "description must be a string, got 3"),
+    ("nvswitch: 'no'", "nvswitch must be true or false, got 'no'"),
+    ("nvswitch: 1", "nvswitch must be true or false, got 1"),
+    ("nvlink: {active_links_per_gpu: -1}",
+     "nvlink.active_links_per_gpu must be an integer from 1 to 36, got -1"),
+    ("nvlink: {active_links_per_gpu: 99}",
+     "nvlink.active_links_per_gpu must be an integer from 1 to 36, got 99"),
+    ("nvlink: {pair_links: 0}", "nvlink.pair_links must be an integer from 1 to 36, got 0"),
+    ("nvlink: {pair_links: 18.5}",
+     "nvlink.pair_links must be an integer from 1 to 36, got 18.5"),
+    ("nvlink: {active_links_per_gpu: 12, pair_links: 18}",
+     "nvlink.pair_links 18 is more than nvlink.active_links_per_gpu 12"),
+    ("nvlink: {domain_size: -2}", "nvlink.domain_size must be a positive integer, got -2"),
+    ("{gpu_count: 4, nvlink: {domain_size: 8}}", "nvlink.domain_size 8 is more than gpu_count 4"),
+    ("nvlink: {domains: [[0, -1]]}",
+     "nvlink.domains GPU index must be an integer >= 0, got -1"),
+    ("nvlink: {domains: [[0, 1], [1, 2]]}", "nvlink.domains names GPU 1 twice"),
+    ("nvlink: {domains: []}", "nvlink.domains must be a list of non-empty lists"),
+    ("nvlink: {domains: [[]]}", "nvlink.domains must be a list of non-empty lists"),
+    ("nvlink: {domains: [0, 1]}", "nvlink.domains must be a list of non-empty lists"),
+    ("{gpu_count: 4, nvlink: {domains: [[0, 1, 2, 3, 4]]}}",
+     "nvlink.domains GPU index must be an integer from 0 to 3, got 4"),
+    ("nvlink: {p2p: maybe}", "nvlink.p2p must be true or false, got 'maybe'"),
+    ("pcie: {same_numa: NEAR}", "pcie.same_numa: PCIe level 'NEAR' is not one of"),
+    ("pcie: {cross_numa: 50}", "pcie.cross_numa: PCIe level 50 is not one of"),
+    ("fabric: {attached: 'yes'}", "fabric.attached must be true or false, got 'yes'"),
+    ("max_link_errors: -1", "max_link_errors must be an integer >= 0, got -1"),
+    ("max_link_errors: 0.5", "max_link_errors must be an integer >= 0, got 0.5"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), NONSENSE, ids=[t for t, _ in NONSENSE])
+def test_nonsense_values_are_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "nonsense.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(str(path))
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(f"spec nonsense: {message}"), line
+
+
+@pytest.mark.parametrize("name", reference_names())
+def test_every_named_reference_passes_validation(name):
+    assert load_spec(name).name == name
