@@ -20,6 +20,12 @@ run_mocknvml() {
   fi
 }
 
+run_prometheus() {
+  # The real Prometheus for the health tests: its own script and cache (Debian's package).
+  log "prometheus: running prometheus/build.sh"
+  "$here/prometheus/build.sh"
+}
+
 command -v go >/dev/null || { echo "go not found: install Go >= 1.26" >&2; exit 1; }
 gover=$(go env GOVERSION)
 case "$gover" in
@@ -34,6 +40,7 @@ dest="$root/$key"
 if [[ -f "$dest/.complete" ]]; then
   log "up to date: $dest"
   run_mocknvml
+  run_prometheus
   exit 0
 fi
 
@@ -101,3 +108,4 @@ rm -rf "$dest"; mv "$tmp" "$dest"
 trap - EXIT
 log "done in $(( $(date +%s) - start ))s: $dest ($(du -sh "$dest" | cut -f1))"
 run_mocknvml
+run_prometheus
