@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: run test unit e2e lint testbin bench clean
+.PHONY: run test unit e2e lint testbin chart bench clean
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,22 @@ testbin:
 	  echo "go not found: e2e tests will be skipped (install Go >= 1.26, or Docker + kind and set E2E_CLUSTER=kind)"; \
 	fi
 
-test: $(STAMP) lint testbin
+# The helm chart: `helm lint --strict`, and `helm template` with default values and with
+# deploy/helm/ci-values.yaml (namespaces set). helm comes from the testbin cache (built by
+# `make testbin`); without it this skips, unless CKPT_REQUIRE_TESTBIN=1 (CI), where it fails.
+CHART = deploy/helm/ckpt-preempt
+chart: testbin
+	@helm=$$(e2e/testbin/helm/build.sh --find) || { \
+	  [ "$$CKPT_REQUIRE_TESTBIN" != 1 ] || { echo "helm missing and CKPT_REQUIRE_TESTBIN=1"; exit 1; }; \
+	  echo "helm not built: chart checks skipped"; exit 0; }; \
+	set -e; \
+	$$helm lint --strict $(CHART); \
+	$$helm lint --strict $(CHART) -f deploy/helm/ci-values.yaml; \
+	$$helm template ckpt-preempt $(CHART) -n ckpt-preempt >/dev/null; \
+	$$helm template ci $(CHART) -n ci -f deploy/helm/ci-values.yaml >/dev/null; \
+	echo "chart: lint and template passed ($$($$helm version --short))"
+
+test: $(STAMP) lint testbin chart
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 

@@ -26,6 +26,14 @@ run_prometheus() {
   "$here/prometheus/build.sh"
 }
 
+run_helm() {
+  # helm for `make chart` and e2e/test_chart_*.py: its own module and cache, like mocknvml.
+  if [[ -x "$here/helm/build.sh" ]]; then
+    log "helm: running helm/build.sh"
+    "$here/helm/build.sh"
+  fi
+}
+
 command -v go >/dev/null || { echo "go not found: install Go >= 1.26" >&2; exit 1; }
 gover=$(go env GOVERSION)
 case "$gover" in
@@ -41,6 +49,7 @@ if [[ -f "$dest/.complete" ]]; then
   log "up to date: $dest"
   run_mocknvml
   run_prometheus
+  run_helm
   exit 0
 fi
 
@@ -109,3 +118,4 @@ trap - EXIT
 log "done in $(( $(date +%s) - start ))s: $dest ($(du -sh "$dest" | cut -f1))"
 run_mocknvml
 run_prometheus
+run_helm

@@ -3,7 +3,8 @@
 # $CKPT_HELM_ROOT/<key>/helm (default ~/.cache/ckpt-preempt/helm/<key>, honouring XDG_CACHE_HOME),
 # where <key> hashes go.mod, go.sum and RECIPE. A warm cache builds nothing. Used by `make chart`
 # and the e2e chart tests (e2e/chart.py computes the same key). Prints the binary on its last line.
-# Cold: about 2 min on 2 cores with the modules downloaded (measured 123 s), up to ~5 min with downloads.
+# `build.sh --find` builds nothing: prints the cached binary, or exits 1 when there is none.
+# Cold: about 2 min on 2 cores once the modules are downloaded (measured 123 s), ~5 min with them.
 set -euo pipefail
 export LC_ALL=C
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,6 +15,11 @@ root="${CKPT_HELM_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ckpt-preempt/helm}"
 cache="$root/$key"
 bin="$cache/helm"
 
+if [[ "${1:-}" == --find ]]; then
+  [[ -x "$bin" ]] || { echo "helm: not built ($bin): run e2e/testbin/helm/build.sh" >&2; exit 1; }
+  echo "$bin"
+  exit 0
+fi
 if [[ -x "$bin" ]]; then
   echo "helm: cached $bin"
   echo "$bin"
