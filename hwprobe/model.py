@@ -65,6 +65,14 @@ NVLINK_NOMINAL_GBPS_PER_LINK = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25
 
 ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
+# Per-GPU health counters the NVML edge reads (``Gpu.counters``) and ``dcgm_check`` compares
+# with dcgm-exporter: ECC double-bit errors (volatile since the driver loaded, aggregate over the
+# GPU's life), row remapping (counts, and 0/1 for a pending remap and a failed one) and PCIe
+# replays.
+GPU_COUNTERS = ("ecc_dbe_volatile", "ecc_dbe_aggregate", "remapped_rows_correctable",
+                "remapped_rows_uncorrectable", "row_remap_pending", "row_remap_failure",
+                "pcie_replay")
+
 
 @dataclass(frozen=True, kw_only=True)
 class NvLink:
@@ -110,10 +118,11 @@ class Gpu:
     mig_mode: str | None = None  # enabled | disabled | None (not supported)
     mig_devices: tuple[str, ...] = ()
     cpu_affinity: str | None = None  # "0-55,112-167"
-    numa_node: int | None = None  # CPU-side NUMA node of the slot
+    numa_node: int | None = None  # CPU-side NUMA node of the slot (NVML memory affinity, sysfs)
     gpu_numa_id: int | None = None  # the GPU's own memory NUMA node (Grace systems)
     links: tuple[NvLink, ...] = ()
     fabric: Fabric | None = None
+    counters: dict[str, int] = field(default_factory=dict)  # GPU_COUNTERS -> value, if readable
     lost: bool = False
     unavailable: dict[str, str] = field(default_factory=dict)  # field -> reason
 

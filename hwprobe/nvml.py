@@ -50,6 +50,9 @@ _P2P_STATUS = {0: "OK", 1: "CHIPSET_NOT_SUPPORTED", 2: "GPU_NOT_SUPPORTED",
 _COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
 _FI_LINK_COUNT = 91
 _CPU_WORDS = 16  # 1024 CPUs
+_NODE_WORDS = 4  # 256 NUMA nodes
+_AFFINITY_SCOPE_NODE = 0  # NVML_AFFINITY_SCOPE_NODE
+_ECC_UNCORRECTED, _ECC_VOLATILE, _ECC_AGGREGATE = 1, 0, 1  # nvmlMemoryErrorType_t, EccCounterType
 
 
 def _reason(err: Exception) -> str:
@@ -164,9 +167,9 @@ def _read_gpu(r: _Reader, index: int, h: Any) -> Gpu:
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         mig_mode=mig_mode, mig_devices=mig_devices,
         cpu_affinity=cpu_list(affinity) if affinity is not None else None,
-        numa_node=_slot_numa(bus_id, missing), gpu_numa_id=gpu_numa,
+        numa_node=_slot_numa(r, h, bus_id, missing), gpu_numa_id=gpu_numa,
         links=_read_links(r, h, missing), fabric=_read_fabric(r, h, missing),
-        unavailable=missing,
+        counters=_read_counters(r, h, missing), unavailable=missing,
     )
 
 
@@ -188,7 +191,28 @@ def _read_mig(r: _Reader, h: Any, missing: dict) -> tuple[str | None, tuple[str,
     return "enabled", tuple(devices)
 
 
-def _slot_numa(bus_id: str | None, missing: dict) -> int | None:
+def _slot_numa(r: _Reader, h: Any, bus_id: str | None, missing: dict) -> int | None:
+    """The slot's CPU-side NUMA node: NVML's memory affinity at node scope (what ``nvidia-smi
+    topo -m`` prints as "NUMA Affinity"), else the kernel's sysfs entry for the bus id.
+
+    Not ``nvmlDeviceGetNumaNodeId``: NVML documents that call only for platforms where the GPU
+    is itself a NUMA node (Grace), and hwprobe reports it separately as ``gpu_numa_id``.
+    """
+    nvml = r.nvml
+    words, why = r.call(nvml.nvmlDeviceGetMemoryAffinity, h, _NODE_WORDS, _AFFINITY_SCOPE_NODE)
+    if words is not None:
+        nodes = [w * 64 + bit for w, word in enumerate(words) for bit in range(64)
+                 if int(word) >> bit & 1]
+        if nodes:
+            return nodes[0]
+        why = "empty memory affinity"
+    node = _sysfs_numa(bus_id)
+    if node is None:
+        missing["numa_node"] = f"{why}; no sysfs entry"
+    return node
+
+
+def _sysfs_numa(bus_id: str | None) -> int | None:
     if not bus_id:
         return None
     domain, _, rest = bus_id.lower().partition(":")
@@ -196,9 +220,34 @@ def _slot_numa(bus_id: str | None, missing: dict) -> int | None:
     try:
         node = int(path.read_text())
     except (OSError, ValueError):
-        missing["numa_node"] = "no sysfs entry"
         return None
     return node if node >= 0 else None
+
+
+def _read_counters(r: _Reader, h: Any, missing: dict) -> dict[str, int]:
+    """``model.GPU_COUNTERS`` that NVML answers; each unreadable call gets its reason."""
+    nvml, out = r.nvml, {}
+    for name, counter in (("ecc_dbe_volatile", _ECC_VOLATILE),
+                          ("ecc_dbe_aggregate", _ECC_AGGREGATE)):
+        value, why = r.call(nvml.nvmlDeviceGetTotalEccErrors, h, _ECC_UNCORRECTED, counter)
+        if why:
+            missing[name] = why
+        else:
+            out[name] = int(value)
+    rows, why = r.call(nvml.nvmlDeviceGetRemappedRows, h)
+    if why:
+        missing["remapped_rows"] = why
+    else:
+        correctable, uncorrectable, pending, failure = rows
+        out.update(remapped_rows_correctable=int(correctable),
+                   remapped_rows_uncorrectable=int(uncorrectable),
+                   row_remap_pending=int(bool(pending)), row_remap_failure=int(bool(failure)))
+    replays, why = r.call(nvml.nvmlDeviceGetPcieReplayCounter, h)
+    if why:
+        missing["pcie_replay"] = why
+    else:
+        out["pcie_replay"] = int(replays)
+    return out
 
 
 def _link_count(r: _Reader, h: Any, missing: dict) -> int:

@@ -80,7 +80,7 @@ def test_l40s_show_has_no_nvlink(mocknvml):
 def test_gb200_show_has_the_clique(mocknvml):
     out = mocknvml.run("gb200", "show").stdout
     assert "Fabric: clique 6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.4" in out
-    assert "GPU0  X     NV18  NV18  NV18  0-71          N/A            2" in out
+    assert "GPU0  X     NV18  NV18  NV18  0-71          0              2" in out
 
 
 def test_h100_details(mocknvml):
@@ -207,3 +207,70 @@ def test_remote_type_unsupported_still_verifies(mocknvml, profile, spec):
                           faults={"unsupported": ["nvmlDeviceGetNvLinkRemoteDeviceType"]})
     assert doc["verified"] is True, doc["findings"]
     assert doc["gpus"][0]["unavailable"]["nvlink[0].remote_type"] == "NotSupported"
+
+
+OWN_PROFILES = ["h100", "a100", "a100-mig", "b200", "gb200", "gb300", "l40s", "t4", "h100-nvl",
+                "h200-single"]
+
+
+@pytest.mark.parametrize("profile", OWN_PROFILES)
+def test_profile_order_and_numa_come_from_nvml(mocknvml, profile):
+    """GPU index order is NVML's PCI bus order, and each slot's NUMA node is what NVML's memory
+    affinity says (the profile's `numa`), not this host's sysfs."""
+    import yaml
+
+    machine = yaml.safe_load((REPO / "hwprobe" / "profiles" / f"{profile}.yaml").read_text())
+    doc = mocknvml.report(profile)
+    buses = [g["bus_id"].lower() for g in doc["gpus"]]
+    assert buses == sorted(buses)
+    assert [g["numa_node"] for g in doc["gpus"]] == [g["numa"] for g in machine["gpus"]]
+
+
+@pytest.mark.parametrize("profile", ["dgxa100", "a100"])
+def test_dgx_a100_runs_nps4(mocknvml, profile):
+    doc = mocknvml.report(profile)
+    assert [g["numa_node"] for g in doc["gpus"]] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert all("numa_node" not in g["unavailable"] for g in doc["gpus"])
+    rows = mocknvml.run(profile, "show").stdout.splitlines()[1:9]
+    assert [row.split()[-2] for row in rows] == ["3", "3", "1", "1", "7", "7", "5", "5"]
+
+
+def test_numa_falls_back_to_sysfs_without_memory_affinity(mocknvml):
+    from pathlib import Path
+
+    doc = mocknvml.report("a100", faults={"unsupported": ["nvmlDeviceGetMemoryAffinity"]})
+    for gpu in doc["gpus"]:  # the mock's bus ids may or may not exist on this host
+        domain, _, rest = gpu["bus_id"].lower().partition(":")
+        entry = Path(f"/sys/bus/pci/devices/{int(domain, 16):04x}:{rest}/numa_node")
+        host = int(entry.read_text()) if entry.exists() else None
+        want = host if host is not None and host >= 0 else None
+        assert gpu["numa_node"] == want
+        if want is None:
+            assert gpu["unavailable"]["numa_node"] == "NotSupported; no sysfs entry"
+
+
+def test_health_counters_are_read(mocknvml):
+    clean = mocknvml.report("h100")["gpus"][0]["counters"]
+    assert clean == {"ecc_dbe_volatile": 0, "ecc_dbe_aggregate": 0,
+                     "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0,
+                     "row_remap_pending": 0, "row_remap_failure": 0, "pcie_replay": 0}
+    faults = {"ecc_errors": [{"gpu": 2, "type": 1, "counter": 0, "value": 3},
+                             {"gpu": 2, "type": 1, "counter": 1, "value": 9}],
+              "remapped_rows": [{"gpu": 5, "correctable": 1, "uncorrectable": 4,
+                                 "failure": True}],
+              "pcie_replay": [{"gpu": 7, "value": 120}]}
+    gpus = mocknvml.report("h100", faults=faults)["gpus"]
+    assert (gpus[2]["counters"]["ecc_dbe_volatile"], gpus[2]["counters"]["ecc_dbe_aggregate"]) \
+        == (3, 9)
+    assert gpus[5]["counters"]["remapped_rows_uncorrectable"] == 4
+    assert (gpus[5]["counters"]["row_remap_failure"], gpus[5]["counters"]["row_remap_pending"]) \
+        == (1, 0)
+    assert gpus[7]["counters"]["pcie_replay"] == 120
+    assert gpus[0]["counters"] == clean
+
+
+def test_health_counter_faults_are_refused_on_nvidia_mocks(mocknvml):
+    done = mocknvml.run("dgxh100", "show", faults={"pcie_replay": [{"gpu": 0, "value": 5}]})
+    assert done.returncode == 2
+    assert "go-nvml's dgxh100 mock answers nvmlDeviceGetPcieReplayCounter with Not Supported" \
+        in done.stderr

@@ -144,7 +144,7 @@ func (m *nvidiaMock) checkFaults(f *faults) error {
 			return refuse(fmt.Sprintf("fabric GPU%d", ff.GPU), "nvmlDeviceGetGpuFabricInfo", r)
 		}
 	}
-	return nil
+	return m.checkHealthFaults(f, refuse)
 }
 
 // dev is the go-nvml device behind GPU g, or nil for a YAML profile.

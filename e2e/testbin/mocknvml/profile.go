@@ -64,17 +64,21 @@ type fabricFault struct {
 }
 
 type faults struct {
-	NVLinkDown  []*linkFault  `yaml:"nvlink_down"`
-	LinkErrors  []*linkFault  `yaml:"nvlink_errors"`
-	Fabric      []fabricFault `yaml:"fabric"`
-	P2PDisabled [][2]int      `yaml:"p2p_disabled"`
-	GPULost     []int         `yaml:"gpu_lost"`
-	Hidden      int           `yaml:"hidden_gpus"` // the last N GPUs vanish from the bus
-	Unsupported []string      `yaml:"unsupported"` // NVML function names answering NOT_SUPPORTED
+	NVLinkDown   []*linkFault  `yaml:"nvlink_down"`
+	LinkErrors   []*linkFault  `yaml:"nvlink_errors"`
+	Fabric       []fabricFault `yaml:"fabric"`
+	P2PDisabled  [][2]int      `yaml:"p2p_disabled"`
+	GPULost      []int         `yaml:"gpu_lost"`
+	Hidden       int           `yaml:"hidden_gpus"`   // the last N GPUs vanish from the bus
+	Unsupported  []string      `yaml:"unsupported"`   // NVML function names answering NOT_SUPPORTED
+	ECC          []eccFault    `yaml:"ecc_errors"`    // health.go
+	RemappedRows []remapFault  `yaml:"remapped_rows"` // health.go
+	PCIeReplay   []replayFault `yaml:"pcie_replay"`   // health.go
 }
 
 type profile struct {
 	NvidiaMock  string      `yaml:"nvidia-mock"` // answer from go-nvml's mock of this machine
+	NUMANodes   []int       `yaml:"numa_nodes"`  // per GPU, for nvidia-mock machines (health.go)
 	Driver      string      `yaml:"driver_version"`
 	UUIDPrefix  string      `yaml:"uuid_prefix"`
 	Defaults    gpuDefaults `yaml:"defaults"`
