@@ -9,8 +9,12 @@ first, on a working copy of free capacity so later members see earlier choices):
    does: walk nodes from a per-pod offset until ``max(10 % of nodes, 100)`` could free enough;
 4. evaluate those cheapest-bound first with the exact within-node search
    (``units.min_cover``), stopping once the bound exceeds the best plan found;
-5. pick the node minimising (lost work + fairness penalty, PDB violations, victims, then for
-   ``nvlink: preferred`` pods a node where one NVLink domain surely fits, name).
+5. pick the node minimising (lost work + fairness penalty, PDB violations, its GPUs' health
+   (healthy, unknown, then degraded: ``policies.health``), victims, then for
+   ``nvlink: preferred`` pods a node where one NVLink domain surely fits, name). A node whose
+   GPUs are failing is closed (``Node.closed``).
+
+Without preemption, the node with the healthiest GPUs wins first, then the best fit.
 
 A gang may be a victim only if every PDB covering it allows all the plan's victims it covers
 to go (``units.PdbBudget``), so the Eviction API never refuses part of a gang;
@@ -120,7 +124,7 @@ class _Search:
         return self.free[node]
 
     def need_on(self, pod: Pod, node) -> tuple[Resources | None, RejectReason | None]:
-        if not node.unschedulable and node.excluded is None and (
+        if node.closed is None and (
                 pod.nvlink is not NvlinkNeed.REQUIRED and pod.requests.fits_in(node.allocatable)):
             return pod.requests, None
         closed = node.closed
@@ -164,12 +168,13 @@ class _Search:
                 need, _ = self.need_on(pod, node)
                 if need is None or not need.fits_in(f):
                     continue
-            # nvlink: preferred: all such nodes lose nothing; prefer one domain, then best fit
-            key = (not domain_fits(pod, node, f.gpus) if prefer else False, f.gpus - r.gpus,
-                   node.name)
+            # nvlink: preferred: all such nodes lose nothing; prefer healthy GPUs, then one
+            # domain, then best fit
+            key = (node.health.rank, not domain_fits(pod, node, f.gpus) if prefer else False,
+                   f.gpus - r.gpus, node.name)
             if best is None or key < best:
                 best = key
-        return None if best is None else best[2]
+        return None if best is None else best[3]
 
     def _scan(self, pod: Pod) -> list[tuple[float, int, str, Resources]]:
         """Sample candidate nodes with the shared driver, as kube-scheduler does: (bound,
@@ -243,8 +248,9 @@ class _Search:
             return None  # fits on no node; with rejections recorded, each node says so
         found = self._scan(pod)
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
+        by_name = self.s.node_by_name
         # the rank+1 best: (cost, pdb, victims, no NVLink domain surely fits, node, cover,
-        # units there)
+        # units there), ordered by cost, pdb, the node's health, then the rest
         top: list[tuple] = []
         for bound, _, name, gap in found:
             if len(top) > rank and bound > top[-1][0]:
@@ -265,7 +271,7 @@ class _Search:
                 miss = not domain_fits(pod, self.s.node_by_name[name],
                                        self.free_on(name).gpus + freed)
             top.append((cover.cost, cover.pdb_violations, cover.victims, miss, name, cover, here))
-            top.sort(key=lambda t: t[:5])
+            top.sort(key=lambda t: (t[0], t[1], by_name[t[4]].health.rank, *t[2:5]))
             if len(top) > rank + 1:
                 out = top.pop()
                 self.reject(pod, out[4], RejectReason.COSTLIER, f"loses {out[0]:.0f} GPU-s"

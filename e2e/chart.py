@@ -1,0 +1,149 @@
+"""Helpers for the chart tests (no tests here): render deploy/helm/ckpt-preempt with the helm the
+test bench builds, apply what it renders to the test cluster, and act as the chart's
+ServiceAccounts with real tokens (TokenRequest).
+
+    helm()                                  the cached helm binary (skips, or fails in CI)
+    render(release, namespace, values)      -> [object dicts], `helm template` output
+    find(docs, kind, name=None)             -> the one rendered object of that kind (and name)
+    with installed(c, docs): ...            created in order, deleted in reverse afterwards
+    with restricted_namespace(c) as ns: ... labelled pod-security enforce=restricted
+    sa_token(c, ns, sa, pod=None)           -> a token; bound to `pod` (a V1Pod) when given
+    token_client(c, token) / token_kubeconfig(c, token, path)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+
+from e2e import kube
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "deploy/helm/ckpt-preempt"
+HELM_SRC = REPO / "e2e/testbin/helm"
+HELM_RECIPE = "1"  # must match RECIPE in testbin/helm/build.sh
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}
+
+
+def helm_key() -> str:
+    """Same hash testbin/helm/build.sh computes over go.mod, go.sum and its recipe version."""
+    data = (HELM_SRC / "go.mod").read_bytes() + (HELM_SRC / "go.sum").read_bytes()
+    return hashlib.sha256(data + f"recipe={HELM_RECIPE}\n".encode()).hexdigest()[:16]
+
+
+def helm() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    root = Path(os.environ.get("CKPT_HELM_ROOT", cache / "ckpt-preempt" / "helm"))
+    path = root / helm_key() / "helm"
+    if not path.is_file():
+        why = f"helm not built ({path}): run `make testbin`"
+        if os.environ.get("CKPT_REQUIRE_TESTBIN") == "1":
+            pytest.fail(f"{why} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
+        pytest.skip(why)
+    return path
+
+
+def template(release: str, namespace: str, values: dict | None = None,
+             *args: str) -> subprocess.CompletedProcess:
+    """`helm template` with `values` (a values file on stdin) and extra arguments."""
+    return subprocess.run([str(helm()), "template", release, str(CHART), "-n", namespace,
+                           "-f", "-", *args], input=yaml.safe_dump(values or {}),
+                          capture_output=True, text=True, timeout=120)
+
+
+def render(release: str, namespace: str, values: dict | None = None) -> list[dict]:
+    done = template(release, namespace, values)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def find(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    (doc,) = [d for d in docs if d["kind"] == kind
+              and (name is None or d["metadata"]["name"] == name)]
+    return doc
+
+
+@contextmanager
+def installed(c: kube.Cluster, docs: list[dict]) -> Iterator[None]:
+    """Create every object (the admin's rights), delete them in reverse order afterwards.
+    Admission policies are created last and removed first, so nothing else is refused by them
+    while it is being set up or torn down."""
+    dyn = dynamic.DynamicClient(c.api)
+    order = sorted(docs, key=lambda d: d["kind"].startswith("ValidatingAdmissionPolicy"))
+    made: list[tuple[object, dict]] = []
+    try:
+        for d in order:
+            res = dyn.resources.get(api_version=d["apiVersion"], kind=d["kind"])
+            res.create(body=d, namespace=d["metadata"].get("namespace"))
+            made.append((res, d))
+        yield
+    finally:
+        for res, d in reversed(made):
+            try:
+                res.delete(name=d["metadata"]["name"], namespace=d["metadata"].get("namespace"))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@contextmanager
+def restricted_namespace(c: kube.Cluster) -> Iterator[str]:
+    name = f"e2e-r-{uuid.uuid4().hex[:8]}"
+    c.core.create_namespace({"metadata": {"name": name, "labels": RESTRICTED}})
+    try:
+        yield name
+    finally:
+        try:
+            c.core.delete_namespace(name, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def sa_token(c: kube.Cluster, namespace: str, sa: str, pod: client.V1Pod | None = None) -> str:
+    """A TokenRequest for the ServiceAccount, as the kubelet makes for a pod's projected token
+    when `pod` is given (then the API server adds the pod's node to the user's extra)."""
+    spec: dict = {"expirationSeconds": 3600}
+    if pod is not None:
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod",
+                                  "name": pod.metadata.name, "uid": pod.metadata.uid}
+    resp = c.core.create_namespaced_service_account_token(sa, namespace, {"spec": spec})
+    return resp.status.token
+
+
+def token_client(c: kube.Cluster, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = c.api.configuration.host
+    cfg.verify_ssl = False
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+def token_kubeconfig(c: kube.Cluster, token: str, path: Path) -> Path:
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
+           "clusters": [{"name": "c", "cluster": {"server": c.api.configuration.host,
+                                                  "insecure-skip-tls-verify": True}}],
+           "users": [{"name": "sa", "user": {"token": token}}],
+           "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}]}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def pod_from_template(workload: dict, name: str, node: str) -> dict:
+    """A Pod as the workload's controller would make it, bound to `node` (the local control
+    plane runs no DaemonSet controller)."""
+    tpl = workload["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": tpl["metadata"]["labels"]},
+            "spec": {**tpl["spec"], "nodeName": node}}

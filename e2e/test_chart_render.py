@@ -1,0 +1,133 @@
+"""`helm template` of deploy/helm/ckpt-preempt (the test bench's helm; no cluster): what it renders
+equals deploy/'s plain files, names are release-scoped, `config.namespaces` narrows the RBAC, and
+values.schema.json refuses bad values."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import yaml
+
+from ckpt_preempt.controller import config
+from e2e import chart
+from e2e.test_trust_support import ADMISSION, CONTROLLER_RBAC, DEPLOY
+
+NAMESPACE = "ckpt-preempt"  # deploy/'s plain files are release ckpt-preempt in this namespace
+CI_VALUES = yaml.safe_load((DEPLOY / "helm/ci-values.yaml").read_text())
+
+
+def _plain(*paths) -> list[dict]:
+    return [d for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+def _key(d: dict) -> tuple[str, str, str]:
+    return d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]
+
+
+def test_default_release_is_deploy_rbac_and_admission():
+    docs = chart.render("ckpt-preempt", NAMESPACE)
+    controller = [d for d in docs if d["metadata"]["name"] == "ckpt-preempt-controller"
+                  and d["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                    "RoleBinding"}]
+    assert sorted(controller, key=_key) == sorted(_plain(CONTROLLER_RBAC), key=_key)
+    policies = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
+                and "hwprobe" not in d["metadata"]["name"]]
+    assert sorted(policies, key=_key) == sorted(_plain(*ADMISSION.glob("*.yaml")), key=_key)
+
+
+def test_rendered_config_is_the_controllers_defaults():
+    docs = chart.render("r", "ops")
+    cm = chart.find(docs, "ConfigMap")
+    cfg = config.parse(yaml.safe_load(cm["data"]["config.yaml"]))
+    assert cfg == config.Config(lease_namespace="ops", plan_namespace="ops")
+
+
+def test_two_releases_share_no_object_name():
+    a, b = chart.render("a", "ops"), chart.render("b", "ops")
+    names_a, names_b = {_key(d) for d in a}, {_key(d) for d in b}
+    assert len(names_a) == len(a) and names_a.isdisjoint(names_b)
+    cluster_scoped = {k for k in names_a if not k[1]}
+    assert Counter(k[0] for k in cluster_scoped) == {
+        "ClusterRole": 2, "ClusterRoleBinding": 2,  # controller, hwprobe
+        "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5}
+
+
+def _rules(doc: dict) -> set[tuple[str, str]]:
+    return {(res, verb) for r in doc["rules"] for res in r["resources"] for verb in r["verbs"]}
+
+
+def test_namespaces_narrow_the_controllers_writes_to_them():
+    docs = chart.render("ckpt-preempt", NAMESPACE, {"config": {"namespaces": ["ta", "tb"]}})
+    cluster_wide = _rules(chart.find(docs, "ClusterRole", "ckpt-preempt-controller"))
+    assert cluster_wide == {("pods", "get"), ("pods", "list"), ("pods", "watch"),
+                            ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
+                            ("nodes", "patch"), ("poddisruptionbudgets", "list"),
+                            ("poddisruptionbudgets", "watch")}
+    scoped = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-scope")]
+    assert sorted(d["metadata"]["namespace"] for d in scoped) == ["ta", "tb"]
+    for role in scoped:
+        assert _rules(role) == {("pods", "patch"), ("pods/status", "patch"),
+                                ("pods/eviction", "create"), ("events", "create")}
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"
+                and d["metadata"]["name"].endswith("-scope")]
+    assert {b["subjects"][0]["namespace"] for b in bindings} == {NAMESPACE}
+
+
+@pytest.mark.parametrize("values", [{}, CI_VALUES], ids=["defaults", "ci-values"])
+def test_every_pod_asks_for_what_pod_security_restricted_requires(values):
+    docs = chart.render("r", "ops", values)
+    workloads = [d for d in docs if d["kind"] in {"Deployment", "DaemonSet"}]
+    assert sorted(d["kind"] for d in workloads) == ["DaemonSet", "Deployment"]
+    for w in workloads:
+        spec = w["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["readOnlyRootFilesystem"] is True
+            assert "privileged" not in sc and "hostPath" not in str(spec.get("volumes"))
+
+
+def test_hwprobe_daemonset_runs_serve_on_its_own_node():
+    docs = chart.render("r", "ops", {"hwprobe": {"interval": 30, "runtimeClassName": "nvidia"}})
+    ds = chart.find(docs, "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["command"] == ["hwprobe"]
+    assert c["args"] == ["serve", "--node", "$(NODE_NAME)", "--interval", "30",
+                         "--metrics-port", "9402"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert "resources" in c and "nvidia.com/gpu" not in str(c["resources"])
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["runtimeClassName"] == "nvidia"
+    assert not [d for d in chart.render("r", "ops", {"hwprobe": {"enabled": False}})
+                if "hwprobe" in d["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(("bad", "says"), [
+    ("config.maxCheckpointSecond=60", "additional properties 'maxCheckpointSecond'"),
+    ("config.maxCheckpointSeconds=0", "/config/maxCheckpointSeconds"),
+    ("config.evictAttempts=-1", "/config/evictAttempts"),
+    ("config.unknownCheckpoint=never", "/config/unknownCheckpoint"),
+    ("config.fairnessWindowSeconds=7200", "must not exceed config.planHistorySeconds"),
+    ("config.renewDeadlineSeconds=12", "must not exceed config.leaseDurationSeconds"),
+    ("logLevel=verbose", "/logLevel"),
+    ("controller.replica=3", "additional properties 'replica'"),
+    ("hwprobe.interval=0", "/hwprobe/interval"),
+    ("hwprobe.metricsPort=99999", "/hwprobe/metricsPort"),
+    ("admission.tolerationExemptNamespaces={}", "/admission/tolerationExemptNamespaces"),
+])
+def test_schema_refuses_bad_values(bad, says):
+    done = chart.template("r", "ops", None, "--set", bad)
+    assert done.returncode != 0 and says in done.stderr, done.stderr
+
+
+def test_log_level_in_either_case_reaches_the_controller_upper_case():
+    docs = chart.render("r", "ops", {"logLevel": "debug"})
+    args = chart.find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--log-level") + 1] == "DEBUG"
