@@ -227,6 +227,11 @@ def _norm_bus(bus_id: str) -> str:
     return f"{int(domain, 16):08x}:{rest}" if rest else domain
 
 
+def bus_key(bus_id: str) -> str:
+    """A PCI bus id in one comparable form, whichever tool wrote it (NVML, sysfs, DCGM)."""
+    return _norm_bus(bus_id)
+
+
 def _same_bus(x: str | None, y: str | None) -> bool:
     return bool(x and y) and _norm_bus(x) == _norm_bus(y)
 
