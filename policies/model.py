@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.topology import NodeTopology
 
 
@@ -78,6 +79,7 @@ class RejectReason(enum.StrEnum):
     NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
     NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
     COSTLIER = "another-node-loses-less-work"
+    GPU_FAILING = "node-gpu-failing"  # policies.health: a GPU of it is failing
     NOT_SAMPLED = "not-evaluated-sampling-stopped"
     SEARCH_BUDGET = "search-budget-exhausted"
 
@@ -120,18 +122,24 @@ class UnknownCheckpoint:
 class Node:
     """A node. ``excluded`` says why the preemptor being planned may not use it although it is
     schedulable (its selector, affinity or taints, or another plan holds it); see
-    ``Snapshot.restricted``."""
+    ``Snapshot.restricted``. ``health`` is its GPUs' (``policies.health``): failing closes it
+    to preemptors; unknown, the default, changes nothing."""
 
     name: str
     allocatable: Resources
     topology: NodeTopology | None = None  # None: "topology unknown"
     unschedulable: bool = False
     excluded: RejectReason | None = None
+    health: Health = Health.UNKNOWN
 
     @property
     def closed(self) -> RejectReason | None:
         """Why no preemptor may be placed here, or None when one may."""
-        return RejectReason.UNSCHEDULABLE if self.unschedulable else self.excluded
+        if self.unschedulable:
+            return RejectReason.UNSCHEDULABLE
+        if self.health is Health.FAILING:
+            return RejectReason.GPU_FAILING
+        return self.excluded
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,8 @@ whole GPUs)::
     now: 2026-12-02T10:00:00Z
     nodes:
       - {name: n1, gpus: 8, cpu_milli: 96000, memory_mib: 1048576,
-         annotations: {hwprobe.ckpt-preempt.io/topology: '{...}'}, unschedulable: false}
+         annotations: {hwprobe.ckpt-preempt.io/topology: '{...}'}, unschedulable: false,
+         health: healthy}   # optional: healthy | degraded | failing | unknown (the default)
     pods:
       - {name: a, namespace: ml, priority: 0, gpus: 4, node: n1, start_time: ...,
          labels: {...}, annotations: {ckpt-preempt.io/last-checkpoint: ...},
@@ -29,6 +30,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     LabelRequirement,
     Node,
@@ -114,7 +116,24 @@ def _node(d: dict, i: int, problems: list[str]) -> Node:
         ),
         topology=topo,
         unschedulable=bool(d.get("unschedulable", False)),
+        health=_health(d.get("health", Health.UNKNOWN.value), where),
     )
+
+
+def _health(value: Any, where: str) -> Health:
+    try:
+        return Health(value)
+    except ValueError:
+        raise SnapshotError(f"{where}: health must be one of "
+                            f"{', '.join(h.value for h in Health)}, not {value!r}") from None
+
+
+def node_to_dict(node: Node) -> dict:
+    """A node as a snapshot document's entry (``_node`` reads it back to an equal Node; the
+    topology travels as its annotation, which this does not write)."""
+    return {"name": node.name, "gpus": node.allocatable.gpus,
+            "cpu_milli": node.allocatable.cpu_milli, "memory_mib": node.allocatable.memory_mib,
+            "unschedulable": node.unschedulable, "health": node.health.value}
 
 
 def _pod(d: dict, i: int, now: float, limits: ann.Limits, problems: list[str]) -> Pod:
