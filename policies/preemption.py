@@ -250,7 +250,7 @@ class _Search:
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
         by_name = self.s.node_by_name
         # the rank+1 best: (cost, pdb, victims, no NVLink domain surely fits, node, cover,
-        # units there), ordered by cost, pdb, the node's health, then the rest, ordered by cost, pdb, the node's health, then the rest
+        # units there), ordered by cost, pdb, the node's health, then the rest
         top: list[tuple] = []
         for bound, _, name, gap in found:
             if len(top) > rank and bound > top[-1][0]:
