@@ -21,6 +21,7 @@ one query per metric, a timeout, one retry, and one line when Prometheus cannot 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -201,6 +202,8 @@ def query(url: str, node: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
     from urllib3.util.retry import Retry
 
+    # urllib3 logs each retry as a warning; the one line below says what failed, once.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     out: dict[str, list[Sample]] = {}
     with PrometheusConnect(url=url, disable_ssl=False, timeout=timeout_s,
                            retry=Retry(total=1, backoff_factor=0.2)) as prom:
