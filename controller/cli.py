@@ -1,14 +1,24 @@
 """``ckpt-preempt``: one entry point, one module per subcommand.
 
 Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int`` (the exit code). Errors the user can fix exit with code 2 and one line.
+``run(args) -> int`` (the exit code). Errors the user can fix exit with code 2 and one line on
+stderr (argparse's own errors: its usage block, then one ``error:`` line), never a traceback.
+Results go to stdout through ``emit``, so ``ckpt-preempt ... | head`` keeps the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from importlib import metadata
 from types import ModuleType
+
+from ckpt_preempt.policies import argtypes
+
+PROG = "ckpt-preempt"
+DISTRIBUTION = "ckpt-preempt"  # pyproject.toml [project] name
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _commands() -> list[ModuleType]:
@@ -17,23 +27,55 @@ def _commands() -> list[ModuleType]:
     return [cmd_simulate, cmd_explain, cmd_run, cmd_agent]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ckpt-preempt",
+def version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every subcommand included; builds nothing else."""
+    parser = argtypes.Parser(
+        prog=PROG,
         description="Checkpoint-safe preemption for GPU clusters on Kubernetes.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands", help="what to do, one of:")
     for mod in _commands():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def emit(text: str) -> None:
+    """Print a result on stdout. A reader that went away (``| head``) ends the output, not the
+    command: stdout is pointed at devnull, so nothing more fails, and the command goes on to
+    return its own exit code (docs.python.org/3/library/signal.html, "Note on SIGPIPE")."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line (the kubeconfig loader's span several)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args._run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import signal
 import sys
 import threading
 
+from ckpt_preempt.controller import logs
+from ckpt_preempt.policies import argtypes
 from ckpt_preempt_sdk import AGENT_HOST, AGENT_PORT
 
 NAME = "agent"
@@ -30,23 +32,27 @@ NO_SIGNAL = "none"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--kubeconfig")
-    where.add_argument("--in-cluster", action="store_true")
-    p.add_argument("--pod", default=os.environ.get("POD_NAME"))
-    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"))
+    where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
+    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    p.add_argument("--pod", default=os.environ.get("POD_NAME"),
+                   help="this pod's name (default: $POD_NAME, from the downward API)")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"),
+                   help="this pod's namespace (default: $POD_NAMESPACE)")
     hook = p.add_mutually_exclusive_group()
     hook.add_argument("--exec", dest="exec_", metavar="CMD", help="run CMD; exit 0 = saved")
     hook.add_argument("--http", metavar="URL", help="POST the request to URL; 2xx = saved")
-    hook.add_argument("--signal-pid", type=int, metavar="PID")
-    hook.add_argument("--signal-pidfile", metavar="FILE")
+    hook.add_argument("--signal-pid", type=argtypes.positive_int, metavar="PID",
+                      help="signal this process (see --signal, --cancel-signal)")
+    hook.add_argument("--signal-pidfile", metavar="FILE",
+                      help="signal the process whose PID this file holds, read at each request")
     p.add_argument("--cancel-exec", metavar="CMD", help="with --exec: run CMD on a cancel")
     p.add_argument("--http-cancel", metavar="URL", help="with --http: POST cancels to URL")
     p.add_argument("--signal", default="SIGUSR1", help="request signal for --signal-* (SIGUSR1)")
     p.add_argument("--cancel-signal", default="SIGUSR2",
                    help=f"cancel signal for --signal-* (SIGUSR2; {NO_SIGNAL!r}: none)")
-    p.add_argument("--listen", default=f"{AGENT_HOST}:{AGENT_PORT}",
-                   help="local SDK endpoint HOST:PORT")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--listen", type=argtypes.host_port, default=f"{AGENT_HOST}:{AGENT_PORT}",
+                   metavar="HOST:PORT", help="local SDK endpoint (default %(default)s)")
+    logs.add_level_flag(p)
 
 
 class UsageError(ValueError):
@@ -67,13 +73,6 @@ def _command(flag: str, cmd: str) -> str:
     except ValueError as e:
         raise UsageError(f"{flag}: {e}") from None
     raise UsageError(f"{flag}: empty command")
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--listen {value!r}: expected HOST:PORT")
-    return host or AGENT_HOST, int(port)
 
 
 def build_hook(args: argparse.Namespace):
@@ -98,29 +97,33 @@ def build_hook(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ckpt_preempt.controller import agent, logs
+    from ckpt_preempt.controller import agent
+    from ckpt_preempt.controller.cli import one_line
     from ckpt_preempt.controller.cmd_run import api_client
 
     try:
         if not args.pod or not args.namespace:
             raise UsageError("--pod and --namespace (or POD_NAME/POD_NAMESPACE) are needed")
         hook = build_hook(args)
-        host, port = _listen(args.listen)
-        logs.setup(args.log_level.upper())
+        host, port = args.listen
+        host = host or AGENT_HOST
+        logs.setup(args.log_level)
     except (UsageError, ValueError) as e:
         print(f"ckpt-preempt agent: {e}", file=sys.stderr)
         return 2
     try:
         api = api_client(args.kubeconfig, args.in_cluster)
     except Exception as e:  # a missing or broken kubeconfig, no in-cluster environment
-        print(f"ckpt-preempt agent: cannot load Kubernetes credentials: {e}", file=sys.stderr)
+        print(f"ckpt-preempt agent: cannot load Kubernetes credentials: {one_line(e)}",
+              file=sys.stderr)
         return 2
     checkpointer = agent.CheckpointAgent(
         agent.KubePodWriter(api, namespace=args.namespace, name=args.pod), hook=hook)
     try:
         server = agent.serve(checkpointer, host, port)
     except OSError as e:
-        print(f"ckpt-preempt agent: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        print(f"ckpt-preempt agent: cannot listen on {host}:{port}: {one_line(e)}",
+              file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -131,6 +134,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # `python -m controller.cmd_agent`
-    _p = argparse.ArgumentParser(prog="ckpt-preempt agent")
+    _p = argtypes.Parser(prog="ckpt-preempt agent")
     add_arguments(_p)
     sys.exit(run(_p.parse_args()))

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 
+from ckpt_preempt.controller import logs
+from ckpt_preempt.policies import argtypes
+
 NAME = "run"
 HELP = "run the preemption controller against a cluster"
+DEFAULT_LISTEN_HOST = "0.0.0.0"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,9 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
     p.add_argument("--config", help="controller config file (YAML or JSON)")
     p.add_argument("--dry-run", action="store_true", help="plan and emit Events; evict nothing")
-    p.add_argument("--listen", default="0.0.0.0:8080", help="HOST:PORT for metrics and health")
+    p.add_argument("--listen", type=argtypes.host_port_or_any, metavar="HOST:PORT",
+                   default=f"{DEFAULT_LISTEN_HOST}:8080",
+                   help="where to serve /metrics, /healthz and /readyz; port 0: any free one "
+                        "(default %(default)s)")
     p.add_argument("--identity", help="leader-election identity (default: host-pid-random)")
-    p.add_argument("--log-level", default="INFO")
+    logs.add_level_flag(p)
 
 
 def api_client(kubeconfig: str | None, in_cluster: bool):
@@ -35,11 +43,17 @@ def api_client(kubeconfig: str | None, in_cluster: bool):
     return config.new_client_from_config(config_file=kubeconfig)
 
 
+def _can_listen(host: str, port: int) -> None:
+    """OSError now, with one line, rather than a traceback once the watches have started."""
+    with socket.create_server((host, port)):
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ckpt_preempt.controller import config as cfgmod
-    from ckpt_preempt.controller import logs
+    from ckpt_preempt.controller.cli import one_line
     from ckpt_preempt.controller.runner import Controller
 
     logs.setup(args.log_level)
@@ -50,20 +64,27 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.dry_run:
         cfg = replace(cfg, dry_run=True)
-    host, _, port = args.listen.rpartition(":")
+    host, port = args.listen
+    host = host or DEFAULT_LISTEN_HOST
+    try:
+        _can_listen(host, port)
+    except OSError as e:
+        print(f"ckpt-preempt run: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
+        return 2
     try:
         api = api_client(args.kubeconfig, args.in_cluster)
-    except Exception as e:
-        print(f"ckpt-preempt run: cannot load cluster credentials: {e}", file=sys.stderr)
+    except Exception as e:  # no kubeconfig, a broken one, no in-cluster environment
+        print(f"ckpt-preempt run: cannot load cluster credentials: {one_line(e)}",
+              file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    Controller(api, cfg, identity=args.identity, listen=(host or "0.0.0.0", int(port))).run(stop)
+    Controller(api, cfg, identity=args.identity, listen=(host, port)).run(stop)
     return 0
 
 
 if __name__ == "__main__":  # lets tests start it as `python -m controller.cmd_run`
-    _p = argparse.ArgumentParser(prog="ckpt-preempt run")
+    _p = argtypes.Parser(prog="ckpt-preempt run")
     add_arguments(_p)
     sys.exit(run(_p.parse_args()))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
 import sys
 import time
@@ -21,30 +20,35 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.cli import emit
+from ckpt_preempt.policies import argtypes
 from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 NAME = "simulate"
 HELP = "what-if replay of a GPU trace under each preemption policy"
 
-# (flag, SimConfig field, help): the costs an eviction carries beyond unsaved work
+# (flag, SimConfig field, value parser, help): the costs an eviction carries beyond unsaved work
 COST_FLAGS = (
-    ("--restore-seconds", "restore_seconds", "restart/restore time of an evicted job"),
-    ("--report-lag-seconds", "report_lag_seconds", "a checkpoint is reported this late"),
-    ("--report-jitter-seconds", "report_jitter_seconds", "error of a reported checkpoint time"),
-    ("--drain-failure-share", "drain_failure_share", "share of drains ending with no checkpoint"),
-    ("--drain-overrun-share", "drain_overrun_share", "share of drains taking longer than said"),
-    ("--drain-overrun-factor", "drain_overrun_factor", "how much longer an overrun drain takes"),
+    ("--restore-seconds", "restore_seconds", argtypes.non_negative_float,
+     "restart/restore time of an evicted job"),
+    ("--report-lag-seconds", "report_lag_seconds", argtypes.non_negative_float,
+     "a checkpoint is reported this late"),
+    ("--report-jitter-seconds", "report_jitter_seconds", argtypes.non_negative_float,
+     "error of a reported checkpoint time"),
+    ("--drain-failure-share", "drain_failure_share", argtypes.fraction,
+     "share of drains ending with no checkpoint"),
+    ("--drain-overrun-share", "drain_overrun_share", argtypes.fraction,
+     "share of drains taking longer than said"),
+    ("--drain-overrun-factor", "drain_overrun_factor", argtypes.at_least_one,
+     "how much longer an overrun drain takes"),
 )
 LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (6, 2, 1, 2, 1, 2)), "x"),
                ((0, (1, 1)), "v"))  # one per policy, told apart in grayscale too
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 1,2,3, got {text!r}") from None
+def _csv(values: tuple[float, ...]) -> str:
+    return ",".join(f"{x:g}" for x in values)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,38 +60,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"one of {', '.join(WORKLOADS)} (default %(default)s)")
     p.add_argument("--protocol", default="stress",
                    help=f"one of {', '.join(PROTOCOLS)} (default %(default)s)")
-    p.add_argument("--utilisation", type=float, default=1.0,
+    p.add_argument("--utilisation", type=argtypes.positive_float, default=1.0,
                    help="target GPU utilisation of the steady protocol (default %(default)s)")
-    p.add_argument("--policies", default=",".join(planners.POLICIES),
-                   help=f"comma-separated, from {', '.join(planners.POLICIES)}")
+    p.add_argument("--policies", type=argtypes.names, default=",".join(planners.POLICIES),
+                   help=f"comma-separated, from {', '.join(planners.POLICIES)} (default: all)")
     p.add_argument("--seed", type=int, default=d.seed, help="first seed (default %(default)s)")
-    p.add_argument("--seeds", type=int, default=1,
+    p.add_argument("--seeds", type=argtypes.positive_int, default=1,
                    help="number of seeds; > 1 reports medians with 95 %% bootstrap intervals "
                         "(default %(default)s)")
-    p.add_argument("--scale", type=float, default=d.scale,
+    p.add_argument("--scale", type=argtypes.fraction, default=d.scale,
                    help="share of nodes and pods simulated, 0 < s <= 1 (default %(default)s)")
-    p.add_argument("--load", type=float, default=d.load,
+    p.add_argument("--load", type=argtypes.positive_float, default=d.load,
                    help="target offered GPU load in the window (default %(default)s)")
-    p.add_argument("--window-hours", type=float, default=d.window_hours,
+    p.add_argument("--window-hours", type=argtypes.positive_float, default=d.window_hours,
                    help="arrivals are compressed into this window (default %(default)s)")
-    p.add_argument("--share-on-request", type=float, default=d.share_on_request)
-    p.add_argument("--share-periodic", type=float, default=d.share_periodic)
-    p.add_argument("--gang-share", type=float, default=d.gang_share)
-    p.add_argument("--gang-sizes", type=_floats, default=d.gang_sizes)
-    p.add_argument("--checkpoint-intervals-min", type=_floats, default=d.checkpoint_intervals_min)
-    p.add_argument("--checkpoint-seconds", type=_floats, default=d.checkpoint_seconds,
-                   help="MIN,MAX of an on-request checkpoint's duration")
-    p.add_argument("--max-checkpoint-seconds", type=float, default=c.max_checkpoint_seconds,
+    p.add_argument("--share-on-request", type=argtypes.fraction, default=d.share_on_request,
+                   help="share of low-priority jobs checkpointing on request, and periodically "
+                        "(default %(default)s)")
+    p.add_argument("--share-periodic", type=argtypes.fraction, default=d.share_periodic,
+                   help="share of low-priority jobs checkpointing only periodically "
+                        "(default %(default)s)")
+    p.add_argument("--gang-share", type=argtypes.fraction, default=d.gang_share,
+                   help="chance a low-priority job leads a gang of its successors "
+                        "(default %(default)s)")
+    p.add_argument("--gang-sizes", type=argtypes.positive_ints, default=d.gang_sizes,
+                   metavar="N,N,...", help=f"gang sizes drawn from (default: {_csv(d.gang_sizes)})")
+    p.add_argument("--checkpoint-intervals-min", type=argtypes.positive_ints,
+                   default=d.checkpoint_intervals_min, metavar="MIN,MIN,...",
+                   help="periodic checkpoint intervals in minutes, drawn from (default: "
+                        f"{_csv(d.checkpoint_intervals_min)})")
+    p.add_argument("--checkpoint-seconds", type=argtypes.non_negative_floats,
+                   default=d.checkpoint_seconds, metavar="MIN,MAX",
+                   help=f"range of an on-request checkpoint's duration (default: "
+                        f"{_csv(d.checkpoint_seconds)})")
+    p.add_argument("--max-checkpoint-seconds", type=argtypes.non_negative_float,
+                   default=c.max_checkpoint_seconds,
                    help="the controller's drain cap (default %(default)s)")
-    p.add_argument("--grace-seconds", type=float, default=c.grace_seconds,
+    p.add_argument("--grace-seconds", type=argtypes.non_negative_float, default=c.grace_seconds,
                    help="termination grace period (default %(default)s)")
-    for flag, name, text in COST_FLAGS:
-        p.add_argument(flag, type=float, default=getattr(c, name),
+    for flag, name, kind, text in COST_FLAGS:
+        p.add_argument(flag, type=kind, default=getattr(c, name),
                        help=f"{text} (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
-                   help="lost work over time per policy (the first seed)")
-    p.add_argument("--no-progress", action="store_true")
+                   help="lost work over time per policy (the first seed); needs matplotlib")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they are shown only on a terminal anyway)")
 
 
 def _params(args: argparse.Namespace) -> workload.WorkloadParams:
@@ -95,41 +113,28 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
         raise ValueError("--checkpoint-seconds needs MIN,MAX with MIN <= MAX")
     if not 0 <= args.share_on_request + args.share_periodic <= 1:
         raise ValueError("--share-on-request + --share-periodic must be between 0 and 1")
-    if args.load <= 0 or args.window_hours <= 0:
-        raise ValueError("--load and --window-hours must be positive")
-    if not 0 < args.scale <= 1:
-        raise ValueError(f"scale must be in (0, 1], got {args.scale}")
+    if args.scale == 0:
+        raise ValueError("--scale must be in (0, 1], got 0")
     return workload.WorkloadParams(
         seed=args.seed, scale=args.scale, load=args.load, window_hours=args.window_hours,
         share_on_request=args.share_on_request, share_periodic=args.share_periodic,
-        gang_share=args.gang_share, gang_sizes=tuple(int(x) for x in args.gang_sizes),
-        checkpoint_intervals_min=tuple(int(x) for x in args.checkpoint_intervals_min),
+        gang_share=args.gang_share, gang_sizes=tuple(args.gang_sizes),
+        checkpoint_intervals_min=tuple(args.checkpoint_intervals_min),
         checkpoint_seconds=(args.checkpoint_seconds[0], args.checkpoint_seconds[1]),
     )
 
 
 def _config(args: argparse.Namespace) -> engine.SimConfig:
-    costs = {name: getattr(args, name) for _, name, _ in COST_FLAGS}
-    for flag, name, _ in COST_FLAGS:
-        if not (math.isfinite(costs[name]) and costs[name] >= 0):
-            raise ValueError(f"{flag} must be a finite number >= 0, got {costs[name]}")
-        if name.endswith("_share") and costs[name] > 1:
-            raise ValueError(f"{flag} must be a share between 0 and 1, got {costs[name]}")
-    if costs["drain_overrun_factor"] < 1:
-        raise ValueError("--drain-overrun-factor must be >= 1 (an overrun takes longer), got "
-                         f"{costs['drain_overrun_factor']}")
+    # each value was checked by its argparse type (COST_FLAGS)
+    costs = {name: getattr(args, name) for _, name, _, _ in COST_FLAGS}
     return engine.SimConfig(grace_seconds=args.grace_seconds,
                             max_checkpoint_seconds=args.max_checkpoint_seconds, **costs)
 
 
 def _policies(args: argparse.Namespace) -> list[str]:
-    names = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if not names:
-        raise ValueError("--policies is empty; choose from " + ", ".join(planners.POLICIES))
+    names = list(args.policies)  # argtypes.names: non-empty, each once
     for name in names:
         planners.planner_for(name, 1.0)  # unknown names raise ValueError
-    if len(set(names)) < len(names):
-        raise ValueError(f"--policies names a policy twice: {args.policies}")
     return names
 
 
@@ -153,14 +158,10 @@ def plot_problem(path: Path, importer: Callable[[str], object] = importlib.impor
 def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list[int]]:
     """Every flag checked before anything runs; ValueError with one line otherwise."""
     policies = _policies(args)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
     if args.protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {args.protocol!r}; choose from {', '.join(PROTOCOLS)}")
     if args.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {args.workload!r}; choose from {', '.join(WORKLOADS)}")
-    if not (math.isfinite(args.utilisation) and args.utilisation > 0):
-        raise ValueError(f"--utilisation must be positive, got {args.utilisation}")
     if args.plot and (problem := plot_problem(args.plot)):
         raise ValueError(problem)
     cell = experiment.Cell(workload=args.workload, protocol=args.protocol,
@@ -204,12 +205,14 @@ def run(args: argparse.Namespace) -> int:
         _plot(result, args.plot)
         doc["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(doc, indent=2))
+        emit(json.dumps(doc, indent=2))
     else:
-        print(report.format_cell(result))
-        print("generator: " + ", ".join(f"{k}={v}" for k, v in doc["generator"].items()
-                                        if k != "seed"))
-        print("simulator: " + ", ".join(f"{k}={v}" for k, v in doc["sim"].items()))
+        emit("\n".join([
+            report.format_cell(result),
+            "generator: " + ", ".join(f"{k}={v}" for k, v in doc["generator"].items()
+                                      if k != "seed"),
+            "simulator: " + ", ".join(f"{k}={v}" for k, v in doc["sim"].items()),
+        ]))
     return 0
 
 

@@ -17,9 +17,11 @@ import json
 import time
 from dataclasses import dataclass
 
+import urllib3
 from kubernetes import client
 
 from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import explain_format as fmt
 from ckpt_preempt.controller.actions import MANAGED_BY
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
@@ -32,6 +34,10 @@ class PodNotFound(LookupError):
     """The named pod does not exist."""
 
 
+class ClusterUnreachable(RuntimeError):
+    """The API server refused a list or could not be reached: one line for the CLI."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Explanation:
     pod: str
@@ -40,11 +46,17 @@ class Explanation:
     kube_default: Plan
     persisted: lifecycle.PlanRecord | None  # the newest stored plan for this pod, if any
     warnings: tuple[str, ...]
+    now: float
 
 
 def _list(fn, timeout: float = 30.0) -> list[dict]:
-    return json.loads(fn(_preload_content=False, _request_timeout=timeout).data).get(
-        "items") or []
+    try:
+        return json.loads(fn(_preload_content=False, _request_timeout=timeout).data).get(
+            "items") or []
+    except client.ApiException as e:
+        raise ClusterUnreachable(f"the API server answered {e.status} {e.reason}") from e
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise ClusterUnreachable(f"cannot reach the API server: {type(e).__name__}") from e
 
 
 def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None = None,
@@ -87,33 +99,49 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     if target.node:
         warnings.append(f"the pod is already bound to {target.node}; shown: a plan as if pending")
     return Explanation(pod=target.key, members=tuple(p.key for p in members), plan=ours,
-                       kube_default=theirs, persisted=persisted, warnings=tuple(warnings))
+                       kube_default=theirs, persisted=persisted, warnings=tuple(warnings),
+                       now=now)
+
+
+def document(e: Explanation) -> dict:
+    """The ``-o json|yaml`` document: the same shape as ``explain --snapshot``'s."""
+    stored = None
+    if e.persisted is not None:
+        r = e.persisted
+        stored = {"id": r.id, "state": str(r.state), "created": fmt.rfc3339(r.created),
+                  "reason": r.reason}
+    return fmt.document(now=e.now, ours=e.plan, kube_default=e.kube_default, pod=e.pod,
+                        members=e.members, warnings=e.warnings, stored_plan=stored)
 
 
 def render(e: Explanation) -> str:
-    out = [f"pod {e.pod}" + (f" (gang of {len(e.members)})" if len(e.members) > 1 else "")]
+    out = [f"pod {e.pod}" + (f" (gang of {len(e.members)})" if len(e.members) > 1 else "")
+           + f" at {fmt.rfc3339(e.now)}"]
     for w in e.warnings:
         out.append(f"  warning: {w}")
     if e.persisted is not None:
-        out.append(f"  stored plan {e.persisted.id}: {e.persisted.state}"
+        out.append(f"  stored plan {e.persisted.id} (created {fmt.rfc3339(e.persisted.created)})"
+                   f": {e.persisted.state}"
                    + (f" ({e.persisted.reason})" if e.persisted.reason else ""))
     p = e.plan
     out.append(f"  ckpt-preempt: {p.reason}")
     for pl in p.placements:
         out.append(f"    place {pl.pod_uid} on {pl.node}")
     for g in p.victim_groups:
-        out.append(f"    evict {'gang ' + g.gang if g.gang else 'pod'}: "
-                   f"{g.lost_gpu_seconds / 3600:.2f} GPU-h ({g.reason})")
+        out.append(f"    evict {'gang ' + fmt.gang_text(g.gang) if g.gang else 'pod'}: "
+                   f"{fmt.gpu_hours(g.lost_gpu_seconds):.2f} GPU-h ({g.reason})")
         for v in g.victims:
             how = f"drain {v.checkpoint_seconds:g}s first" if v.drain else "no checkpoint request"
             out.append(f"      {v.namespace}/{v.name} on {v.node}: {v.gpus} GPU, "
-                       f"loses {v.lost_gpu_seconds / 3600:.2f} GPU-h, {how}")
+                       f"loses {fmt.gpu_hours(v.lost_gpu_seconds):.2f} GPU-h, {how}")
+    if p.drain_deadline is not None and p.victim_groups:
+        out.append(f"    drain deadline: {fmt.rfc3339(p.drain_deadline)}")
     k = e.kube_default
     out.append(f"  kube-default: {k.reason}"
-               + (f", losing {k.lost_gpu_seconds / 3600:.2f} GPU-h" if k.feasible else ""))
+               + (f", losing {fmt.gpu_hours(k.lost_gpu_seconds):.2f} GPU-h" if k.feasible else ""))
     for v in k.victims:
         out.append(f"    {v.namespace}/{v.name} on {v.node}: loses "
-                   f"{v.lost_gpu_seconds / 3600:.2f} GPU-h")
+                   f"{fmt.gpu_hours(v.lost_gpu_seconds):.2f} GPU-h")
     if p.rejections:
         out.append("  why other nodes lost:")
         for r in p.rejections:

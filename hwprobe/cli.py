@@ -12,43 +12,92 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable
 from ckpt_preempt.hwprobe.verify import reference_names
+from ckpt_preempt.policies import argtypes
 
 EXIT_OK, EXIT_DIFF, EXIT_ERROR = 0, 1, 2
+PROG = "hwprobe"
+DISTRIBUTION = "ckpt-preempt"  # pyproject.toml [project] name
+DEFAULT_METRICS_PORT = 9402
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hwprobe", description="NVML topology probe for GPU nodes")
-    sub = p.add_subparsers(dest="command", required=True)
+def version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def _add_verify(sub) -> None:
+    verify = sub.add_parser("verify", help="compare with a reference topology; exit 0/1")
+    verify.add_argument("--expect", metavar="SPEC", required=True,
+                        help=f"one of {', '.join(reference_names())}, or a YAML file")
+    verify.add_argument("--samples", type=argtypes.positive_int, default=1,
+                        help="probe this many times to catch rising error counters "
+                             "(default %(default)s)")
+    verify.add_argument("--interval", type=argtypes.non_negative_float, default=1.0,
+                        help="seconds between samples (default %(default)s)")
+    from ckpt_preempt.hwprobe import dcgm_check  # --with-prometheus URL, --node, its timeout
+
+    dcgm_check.add_arguments(verify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every subcommand included; builds nothing else."""
+    p = argtypes.Parser(prog=PROG, description="NVML topology probe for GPU nodes")
+    p.add_argument("--version", action="version", version=f"{PROG} {version()}",
+                   help="print the version and exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands",
+                           help="what to do, one of:")
     sub.add_parser("show", help="topo -m style matrix and a summary")
     report = sub.add_parser("report", help="the full hwprobe/v1 report")
     report.add_argument("--json", action="store_true", help="JSON (the only format; default)")
     report.add_argument("--expect", metavar="SPEC", help="verify and record the result")
     report.add_argument("--compact", action="store_true", help="the Node annotation value")
-    verify = sub.add_parser("verify", help="compare with a reference topology; exit 0/1")
-    verify.add_argument("--expect", metavar="SPEC", required=True,
-                        help=f"one of {', '.join(reference_names())}, or a YAML file")
-    verify.add_argument("--samples", type=int, default=1,
-                        help="probe this many times to catch rising error counters")
-    verify.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    _add_verify(sub)
     publish = sub.add_parser("publish", help="write the annotation and labels onto a Node")
-    publish.add_argument("--node", default=os.environ.get("NODE_NAME"), required=False)
+    publish.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                         help="the Node to write (default: $NODE_NAME)")
     publish.add_argument("--expect", metavar="SPEC", help="verify first; labels say the result")
-    publish.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    publish.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                         help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else "
+                              "~/.kube/config)")
     serve = sub.add_parser("serve", help="re-probe, publish on change, Prometheus metrics")
-    serve.add_argument("--node", default=os.environ.get("NODE_NAME"))
-    serve.add_argument("--expect", metavar="SPEC")
-    serve.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    serve.add_argument("--interval", type=float, default=60.0)
-    serve.add_argument("--metrics-port", type=int, default=9402)
-    serve.add_argument("--metrics-address", default="0.0.0.0")
-    serve.add_argument("--no-publish", action="store_true")
+    serve.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                       help="the Node to write (default: $NODE_NAME)")
+    serve.add_argument("--expect", metavar="SPEC", help="verify each probe against SPEC")
+    serve.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                       help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else "
+                            "~/.kube/config)")
+    serve.add_argument("--interval", type=argtypes.positive_float, default=60.0,
+                       help="seconds between probes (default %(default)s)")
+    serve.add_argument("--metrics-port", type=argtypes.port, default=DEFAULT_METRICS_PORT,
+                       help="port of /metrics (default %(default)s)")
+    serve.add_argument("--metrics-address", default="0.0.0.0",
+                       help="address /metrics listens on (default %(default)s)")
+    serve.add_argument("--no-publish", action="store_true",
+                       help="probe and serve metrics only; write nothing to the Node")
     bench = sub.add_parser("bench", help="CUDA copy/P2P bandwidth and integrity (torch or cupy)")
-    bench.add_argument("--size-mib", type=int, default=256)
-    bench.add_argument("--repeats", type=int, default=5)
+    bench.add_argument("--size-mib", type=argtypes.positive_int, default=256,
+                       help="buffer size per copy in MiB (default %(default)s)")
+    bench.add_argument("--repeats", type=argtypes.positive_int, default=5,
+                       help="timed copies per pair (default %(default)s)")
     return p
+
+
+def emit(text: str) -> None:
+    """Print a result on stdout. A reader that went away (``| head``) ends the output, not the
+    command: stdout is pointed at devnull, so nothing more fails, and the command goes on to
+    return its own exit code (docs.python.org/3/library/signal.html, "Note on SIGPIPE")."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _probe():
@@ -72,7 +121,7 @@ def _verdict(topo, spec_name, samples=1, interval=0.0):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="hwprobe: %(message)s")
     try:
         return _dispatch(args)
@@ -84,9 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_OK
-    except BrokenPipeError:  # `hwprobe show | head`
-        sys.stderr.close()
-        return EXIT_OK
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -96,13 +142,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ckpt_preempt.hwprobe import bench
 
         result = bench.run(_probe(), size_mib=args.size_mib, repeats=args.repeats)
-        print(json.dumps(result.as_dict(), indent=2))
+        emit(json.dumps(result.as_dict(), indent=2))
         return EXIT_OK
     if args.command == "serve":
         return _serve(args)
     topo = _probe()
     if args.command == "show":
-        print(render.show(topo))
+        emit(render.show(topo))
         return EXIT_OK
     verdict = None
     if getattr(args, "expect", None):
@@ -112,14 +158,21 @@ def _dispatch(args: argparse.Namespace) -> int:
     spec = verdict.spec if verdict else None
     if args.command == "report":
         if args.compact:
-            print(report.annotation(topo, verified=verified, spec=spec))
+            emit(report.annotation(topo, verified=verified, spec=spec))
         else:
             findings = list(verdict.findings) if verdict else None
             doc = report.full_report(topo, verified=verified, spec=spec, findings=findings)
-            print(json.dumps(doc, indent=2))
+            emit(json.dumps(doc, indent=2))
         return EXIT_OK
     if args.command == "verify":
-        print(render.verdict_text(verdict))
+        emit(render.verdict_text(verdict))
+        if args.with_prometheus:  # NVML's error counters against DCGM's (hwprobe/dcgm_check.py)
+            from ckpt_preempt.hwprobe import dcgm_check
+
+            checks = dcgm_check.run(topo, args.with_prometheus, args.node or topo.hostname,
+                                    timeout_s=args.prometheus_timeout)
+            emit(dcgm_check.render(checks))
+            return EXIT_OK if verdict.ok and dcgm_check.passed(checks) else EXIT_DIFF
         return EXIT_OK if verdict.ok else EXIT_DIFF
     if args.command == "publish":
         from ckpt_preempt.hwprobe.publish import api_client, publish
@@ -127,8 +180,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not args.node:
             raise HwprobeError("publish needs --node NAME (or NODE_NAME)")
         publish(api_client(args.kubeconfig), args.node, topo, verified=verified, spec=spec)
-        print(f"published {report.ANNOTATION} on node {args.node}"
-              + (f" (verified={str(verified).lower()})" if verdict else ""))
+        emit(f"published {report.ANNOTATION} on node {args.node}"
+             + (f" (verified={str(verified).lower()})" if verdict else ""))
         return EXIT_OK
     raise HwprobeError(f"unknown command {args.command}")
 
@@ -153,7 +206,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     _probe()  # fail fast (exit 2) when there is no NVML at all
     health = serve.Health(publishing=publisher is not None)
-    serve.start_server(args.metrics_port, args.metrics_address, REGISTRY, health)
+    try:
+        serve.start_server(args.metrics_port, args.metrics_address, REGISTRY, health)
+    except OSError as err:  # the port is taken, the address is not this host's
+        raise HwprobeError(f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: "
+                           f"{err.strerror or err}") from err
     serve.run(probe=_probe, publish=publisher, spec=spec,
               metrics=serve.Metrics.create(REGISTRY), interval=args.interval, health=health)
     return EXIT_OK

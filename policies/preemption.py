@@ -254,7 +254,8 @@ class _Search:
         top: list[tuple] = []
         for bound, _, name, gap in found:
             if len(top) > rank and bound > top[-1][0]:
-                self.reject(pod, name, RejectReason.COSTLIER, f"loses at least {bound:.0f} GPU-s")
+                self.reject(pod, name, RejectReason.COSTLIER,
+                            f"loses at least {bound / 3600:.2f} GPU-h")
                 continue
             self.evaluated += 1
             cover, here = self._cover(name, gap)
@@ -274,14 +275,15 @@ class _Search:
             top.sort(key=lambda t: (t[0], t[1], by_name[t[4]].health.rank, *t[2:5]))
             if len(top) > rank + 1:
                 out = top.pop()
-                self.reject(pod, out[4], RejectReason.COSTLIER, f"loses {out[0]:.0f} GPU-s"
+                self.reject(pod, out[4], RejectReason.COSTLIER, f"loses {out[0] / 3600:.2f} GPU-h"
                             + (" (as much, but no NVLink domain surely fits there)"
                                if out[0] == top[-1][0] and out[3] else ""))
         if len(top) <= rank:
             return None
         for other in top[:rank]:
             self.reject(pod, other[4], RejectReason.COSTLIER,
-                        f"loses {other[0]:.0f} GPU-s, but leaves the rest of the gang costlier")
+                        f"loses {other[0] / 3600:.2f} GPU-h, "
+                        "but leaves the rest of the gang costlier")
         name, cover, here_units = top[rank][4], top[rank][5], top[rank][6]
         for uid in cover.unit_ids:
             unit = here_units[uid]
@@ -348,7 +350,7 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
         else:
             why = "least work lost since its last checkpoint"
         if u.penalty:
-            why += f"; preempted recently: charged {u.penalty:.0f} GPU-s more (fairness)"
+            why += f"; preempted recently: charged {u.penalty / 3600:.2f} GPU-h more (fairness)"
         out.append(VictimGroup(gang=u.gang, victims=victims, lost_gpu_seconds=u.lost,
                                reason=why, penalty_gpu_seconds=u.penalty))
     return out

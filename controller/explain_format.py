@@ -1,0 +1,108 @@
+"""How ``ckpt-preempt explain`` shows a plan: one document shape, GPU-hours, RFC 3339 UTC times
+and gangs by the name of the convention that formed them.
+
+The planner works in GPU-seconds, epoch seconds and gang keys ``<namespace>/<convention id>/
+<name>`` (``policies.gangs``); this module converts at the edge and nowhere else. Both
+``explain --snapshot`` (controller/cmd_explain.py) and ``explain POD`` (controller/explain_live.py)
+print ``document(...)`` for ``-o json|yaml``; every key is always present (``kube_default`` is null
+unless kube-default's choice was computed, ``stored_plan`` null unless one exists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ckpt_preempt.controller.agent import rfc3339
+from ckpt_preempt.policies import gangs
+from ckpt_preempt.policies.model import Plan, VictimGroup
+
+SECONDS_PER_HOUR = 3600.0
+HOURS_DIGITS = 4  # GPU-hours in documents: to 0.36 GPU-seconds
+
+# What users call each gang convention of policies.gangs.CONVENTIONS (keyed by its id).
+CONVENTION_NAMES = {
+    "seed": "scheduling.ai gang labels",
+    "kueue": "Kueue pod group",
+    "volcano": "Volcano PodGroup",
+    "coscheduling": "scheduler-plugins PodGroup",
+    "lws": "LeaderWorkerSet group",
+    "jobset": "JobSet",
+}
+_CONVENTION_KEYS = {c.id: c.name_key for c in gangs.CONVENTIONS}
+
+
+def gpu_hours(gpu_seconds: float) -> float:
+    return round(gpu_seconds / SECONDS_PER_HOUR, HOURS_DIGITS)
+
+
+def gang(key: str | None) -> dict | None:
+    """``{"namespace", "name", "convention"}`` for a gang key; None for no gang."""
+    if key is None:
+        return None
+    parts = key.split("/", 2)
+    if len(parts) != 3 or parts[1] not in _CONVENTION_KEYS:
+        return {"namespace": "", "name": key, "convention": ""}  # a key from elsewhere: as is
+    namespace, conv, name = parts
+    label = CONVENTION_NAMES.get(conv, _CONVENTION_KEYS[conv])
+    return {"namespace": namespace, "name": name, "convention": label}
+
+
+def gang_text(key: str) -> str:
+    """``ml/llm (scheduling.ai gang labels)``."""
+    g = gang(key) or {}
+    where = f"{g['namespace']}/{g['name']}" if g["namespace"] else g["name"]
+    return f"{where} ({g['convention']})" if g["convention"] else where
+
+
+def _workload(value: str) -> str:
+    """A victim's fairness key: a gang key is shown as the gang, an owner or pod uid as is."""
+    parts = value.split("/", 2)
+    return gang_text(value) if len(parts) == 3 and parts[1] in _CONVENTION_KEYS else value
+
+
+def _group(g: VictimGroup) -> dict:
+    return {
+        "gang": gang(g.gang),
+        "reason": g.reason,
+        "lost_gpu_hours": gpu_hours(g.lost_gpu_seconds),
+        "penalty_gpu_hours": gpu_hours(g.penalty_gpu_seconds),
+        "victims": [{
+            "uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
+            "gpus": v.gpus, "priority": v.priority, "lost_gpu_hours": gpu_hours(v.lost_gpu_seconds),
+            "drain": v.drain, "checkpoint_seconds": v.checkpoint_seconds,
+            "workload": _workload(v.workload),
+        } for v in g.victims],
+    }
+
+
+def plan(p: Plan) -> dict:
+    """One plan as data: GPU-hours, RFC 3339 times, human gang names."""
+    return {
+        "policy": p.policy,
+        "preemptor": list(p.preemptor),
+        "feasible": p.feasible,
+        "reason": p.reason,
+        "lost_gpu_hours": gpu_hours(p.lost_gpu_seconds),
+        "placements": [{"pod_uid": pl.pod_uid, "node": pl.node} for pl in p.placements],
+        "victim_groups": [_group(g) for g in p.victim_groups],
+        "pdb_violations": p.pdb_violations,
+        "drain_deadline": None if p.drain_deadline is None else rfc3339(p.drain_deadline),
+        "rejections": [{"node": r.node, "reason": r.reason.value, "detail": r.detail}
+                       for r in p.rejections],
+        "nodes_evaluated": p.nodes_evaluated,
+    }
+
+
+def document(*, now: float, ours: Plan, kube_default: Plan | None, pod: str | None = None,
+             members: Iterable[str] = (), warnings: Iterable[str] = (),
+             stored_plan: dict | None = None) -> dict:
+    """The one ``explain -o json|yaml`` shape, live or from a snapshot."""
+    return {
+        "now": rfc3339(now),
+        "pod": pod,
+        "members": list(members),
+        "warnings": list(warnings),
+        "stored_plan": stored_plan,
+        "plan": plan(ours),
+        "kube_default": None if kube_default is None else plan(kube_default),
+    }
