@@ -6,7 +6,8 @@ Run on a machine with NVIDIA GPUs and a driver (no cluster needed), from the rep
 
 Steps, in order; each one's outcome goes into the JSON result:
   1. probe     the full hwprobe/v1 report from real NVML (and verify, with --expect);
-  2. topo      `nvidia-smi topo -m`, cell by cell against hwprobe's matrix (GPU columns);
+  2. topo      `nvidia-smi topo -m`, cell by cell against hwprobe's matrix (GPU columns),
+               and its NUMA Affinity column against each GPU's numa_node;
   3. query     `nvidia-smi --query-gpu` (index, uuid, name, bus id, memory) and the Fabric
                section of `nvidia-smi -q`, against the report;
   4. nvlink    `nvidia-smi nvlink --status`: active links per GPU against the report;
@@ -67,6 +68,22 @@ def parse_topo_matrix(text: str) -> list[list[str]]:
     return [row[:n] for row in rows]
 
 
+def parse_topo_numa(text: str) -> list[int | None]:
+    """Each GPU row's "NUMA Affinity" column of `nvidia-smi topo -m` (None where it is N/A):
+    the cell after "CPU Affinity", which follows the GPU and NIC columns."""
+    out = []
+    for line in text.splitlines():
+        cells = line.split()
+        # a GPU row: GPUn, then its own cell X or a link; the header line starts GPU0 GPU1 ...
+        if len(cells) < 2 or not re.fullmatch(r"GPU\d+", cells[0]) or not _CELL.match(cells[1]):
+            continue
+        rest = cells[1:]
+        while rest and _CELL.match(rest[0]):
+            rest = rest[1:]
+        out.append(int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else None)
+    return out
+
+
 def check_topo(doc: dict) -> dict:
     text, why = smi("topo", "-m")
     if text is None:
@@ -77,6 +94,10 @@ def check_topo(doc: dict) -> dict:
              for a in range(min(len(ours), len(theirs)))
              for b in range(min(len(ours), len(theirs[a])))
              if ours[a][b] != theirs[a][b]]
+    for gpu, numa in zip(doc["gpus"], parse_topo_numa(text), strict=False):
+        if numa is not None and gpu["numa_node"] != numa:
+            diffs.append(f"GPU{gpu['index']} NUMA node: hwprobe {gpu['numa_node']}, "
+                         f"nvidia-smi {numa}")
     if len(ours) != len(theirs):
         diffs.insert(0, f"hwprobe sees {len(ours)} GPUs, nvidia-smi topo -m {len(theirs)}")
     return {"ok": not diffs, "diffs": diffs, "nvidia_smi": text}

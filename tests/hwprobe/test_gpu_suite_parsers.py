@@ -1,6 +1,6 @@
 """Parsers of the GPU-runner suite (e2e/gpu/run.py), on representative nvidia-smi output."""
 
-from e2e.gpu.run import parse_fabric, parse_topo_matrix
+from e2e.gpu.run import parse_fabric, parse_topo_matrix, parse_topo_numa
 
 TOPO = """\
 \x1b[4mGPU0\tGPU1\tGPU2\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m
@@ -42,3 +42,19 @@ def test_fabric_sections():
          "ClusterUUID": "00000000-0000-0000-0000-000000000000"},
         {"State": "In Progress"},
     ]
+
+
+DGX_A100_TOPO = """\
+\tGPU0\tGPU1\tmlx5_0\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tNV12\tPXB\t48-63,176-191\t3
+GPU1\tNV12\t X \tPXB\t48-63,176-191\t3
+mlx5_0\tPXB\tPXB\t X
+"""
+
+
+def test_topo_numa_column():
+    import re
+
+    assert parse_topo_numa(re.sub(r"\x1b\[[0-9;]*m", "", TOPO)) == [0, 0, 1]
+    assert parse_topo_numa(DGX_A100_TOPO) == [3, 3]
+    assert parse_topo_numa("GPU0\t X \t0-7\tN/A\n") == [None]

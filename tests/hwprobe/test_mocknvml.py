@@ -274,3 +274,14 @@ def test_health_counter_faults_are_refused_on_nvidia_mocks(mocknvml):
     assert done.returncode == 2
     assert "go-nvml's dgxh100 mock answers nvmlDeviceGetPcieReplayCounter with Not Supported" \
         in done.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "report", "publish"])
+def test_nonsense_spec_is_one_line_and_exit_2(mocknvml, tmp_path, command):
+    spec = tmp_path / "minus.yaml"
+    spec.write_text("gpu_count: -3\n")
+    extra = ["--node", "n1"] if command == "publish" else []
+    done = mocknvml.run("h100", command, "--expect", str(spec), *extra)
+    assert done.returncode == 2
+    assert done.stderr == "hwprobe: spec minus: gpu_count must be a positive integer, got -3\n"
+    assert done.stdout == ""
