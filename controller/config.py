@@ -26,6 +26,17 @@
     fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
     fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
     restartCostSeconds: 0            # per evicted GPU: your jobs' restart/restore time (0: off)
+    # GPU health from dcgm-exporter through Prometheus (controller/health.py); off without a URL
+    prometheusUrl: https://prometheus.monitoring:9090
+    prometheusBearerTokenFile: /var/run/secrets/prometheus/token   # sent as Authorization
+    prometheusCaFile: /etc/prometheus-ca/ca.crt   # or prometheusInsecureSkipVerify: true
+    healthRefreshSeconds: 30         # one refresh (a query per rule) at most this often
+    healthQueryTimeoutSeconds: 5     # per query; 3 tries each
+    healthWindowSeconds: 300         # the window of the rate rules (NVLink, PCIe, throttling)
+    healthHostnameLabels: [Hostname, hostname]   # the labels naming a sample's node, in order
+    healthNodeNames: []              # "exporter-host=node-name" where they differ
+    healthCheckpoint: true           # ask on-request pods to checkpoint when a node degrades
+    healthCheckpointIntervalSeconds: 1800   # at most one such round per node this often
 """
 
 from __future__ import annotations
@@ -72,8 +83,20 @@ class Config:
     fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
     restart_cost_seconds: float = 0.0
+    prometheus_url: str = ""
+    prometheus_bearer_token_file: str = ""
+    prometheus_ca_file: str = ""
+    prometheus_insecure_skip_verify: bool = False
+    health_refresh_seconds: float = 30.0
+    health_query_timeout_seconds: float = 5.0
+    health_window_seconds: float = 300.0
+    health_hostname_labels: tuple[str, ...] = ("Hostname", "hostname")
+    health_node_names: tuple[str, ...] = ()
+    health_checkpoint: bool = True
+    health_checkpoint_interval_seconds: float = 1800.0
 
     def __post_init__(self) -> None:
+        self._check_health()
         try:
             ann.parse_unknown_checkpoint(self.unknown_checkpoint)
         except ValueError as e:
@@ -87,6 +110,25 @@ class Config:
                 self.lease_duration_seconds:
             raise ConfigError("config: renewDeadlineSeconds + requestTimeoutSeconds must not "
                               "exceed leaseDurationSeconds")
+
+
+    def _check_health(self) -> None:
+        if self.prometheus_url and not self.prometheus_url.startswith(("http://", "https://")):
+            raise ConfigError("config: prometheusUrl must start with http:// or https://")
+        if self.prometheus_ca_file and self.prometheus_insecure_skip_verify:
+            raise ConfigError("config: prometheusCaFile and prometheusInsecureSkipVerify "
+                              "exclude each other")
+        if not self.health_hostname_labels:
+            raise ConfigError("config: healthHostnameLabels must name at least one label")
+        for entry in self.health_node_names:
+            host, sep, node = entry.partition("=")
+            if not sep or not host or not node:
+                raise ConfigError(f"config: healthNodeNames: {entry!r} is not host=node")
+
+    @property
+    def health_node_map(self) -> dict[str, str]:
+        """healthNodeNames as exporter host -> Node name."""
+        return dict(e.split("=", 1) for e in self.health_node_names)
 
 
 # 0 turns the fairness guard off, and leaves restarts out of a victim's cost

@@ -18,6 +18,7 @@ from kubernetes.utils import parse_quantity
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     LabelRequirement,
     Node,
@@ -260,7 +261,7 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool) -> tuple[
     return pod, problems
 
 
-def to_node(n: NodeInfo) -> tuple[Node, str | None]:
+def to_node(n: NodeInfo, health: Health = Health.UNKNOWN) -> tuple[Node, str | None]:
     topology, problem = None, None
     if n.topology is not None:
         try:
@@ -268,7 +269,7 @@ def to_node(n: NodeInfo) -> tuple[Node, str | None]:
         except TopologyError as e:
             problem = f"{TOPOLOGY_ANNOTATION}: {e}; node treated as topology unknown"
     return Node(name=n.name, allocatable=n.allocatable, topology=topology,
-                unschedulable=n.unschedulable), problem
+                unschedulable=n.unschedulable, health=health), problem
 
 
 def to_pdb(b: PdbInfo) -> PodDisruptionBudget:
@@ -280,14 +281,17 @@ def to_pdb(b: PdbInfo) -> PodDisruptionBudget:
 
 def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
              pdbs: Iterable[PdbInfo], scope: Scope, limits: ann.Limits,
-             recent_preemptions: Mapping[str, int] | None = None) -> Converted:
+             recent_preemptions: Mapping[str, int] | None = None,
+             health: Mapping[str, Health] | None = None) -> Converted:
     """Bound, unfinished pods hold capacity; pending pods are listed too (for gang membership).
     Pods outside the scope are never candidates (``preemptible=False``).
     ``recent_preemptions``: per workload key (``Victim.workload``, ``Pod.workload``), how
-    often it was preempted within the fairness window, from the stored plan history."""
+    often it was preempted within the fairness window, from the stored plan history.
+    ``health``: each node's GPU health (``controller.health``; absent: unknown)."""
     model_nodes, node_problems = [], {}
+    states = health or {}
     for n in nodes:
-        node, problem = to_node(n)
+        node, problem = to_node(n, states.get(n.name, Health.UNKNOWN))
         model_nodes.append(node)
         if problem:
             node_problems[n.name] = problem

@@ -33,3 +33,17 @@ class Metrics:
                                   registry=r)
         self.loop_errors = Counter("ckpt_preempt_loop_errors_total",
                                    "Unexpected errors caught by the reconcile loop", registry=r)
+        # GPU health (controller/health.py)
+        self.health_source_up = Gauge(
+            "ckpt_preempt_health_source_up",
+            "1 when the last health refresh read Prometheus, 0 when it could not (every node "
+            "is then unknown)", registry=r)
+        self.health_refresh = Histogram(
+            "ckpt_preempt_health_refresh_seconds", "Time of one health refresh (all queries)",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 15), registry=r)
+        self.health_nodes = Gauge("ckpt_preempt_health_nodes",
+                                  "Nodes with GPUs reporting, by health state", ["state"],
+                                  registry=r)
+        self.health_checkpoints = Counter(
+            "ckpt_preempt_health_checkpoint_requests_total",
+            "Checkpoint requests (no eviction) sent because a node's GPUs degraded", registry=r)

@@ -14,6 +14,10 @@ pass is cheap and a restarted controller rebuilds everything from the stored pla
    and victims that running plans hold; a preemptor whose aborted plan still has terminating
    victims waits for them to go.
 
+3. **GPU health** (``controller.health``, when ``prometheusUrl`` is set): the latest cached
+   report gives every node's state to the planner (failing nodes are closed) and asks
+   checkpointing pods on nodes that turned degraded or failing to checkpoint, without eviction.
+
 Anything unexpected in one plan or one preemptor is logged, counted and skipped: the loop never
 dies of bad input, and evicts only victims of a stored plan that passes ``lifecycle.check``.
 """
@@ -35,6 +39,7 @@ from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, N
 from ckpt_preempt.controller.advance import Memory, PlanStepper, World
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
+from ckpt_preempt.controller.health import ProactiveCheckpoint, PrometheusHealth, states
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import (
     PlanBook,
@@ -45,6 +50,7 @@ from ckpt_preempt.controller.plans import (
 )
 from ckpt_preempt.controller.watch import ClusterCache
 from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
 
@@ -89,8 +95,10 @@ class Candidate:
 
 class Reconciler:
     def __init__(self, cache: ClusterCache, actions: Actions, cfg: Config, metrics: Metrics,
-                 *, clock: Callable[[], float] = time.time) -> None:
+                 *, clock: Callable[[], float] = time.time,
+                 health: PrometheusHealth | None = None) -> None:
         self.cache, self.actions, self.cfg, self.metrics = cache, actions, cfg, metrics
+        self.health = health
         self.clock = clock
         self.mem = Memory()
         self.book = PlanBook()
@@ -101,6 +109,7 @@ class Reconciler:
         self.limits = convert.limits(cfg)
         self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
                                    self.scope, self._note_once)
+        self.proactive = ProactiveCheckpoint(actions, cfg, self.scope, self.limits, metrics)
 
     # ----------------------------------------------------------------------------- one pass
     def tick(self) -> None:
@@ -128,7 +137,11 @@ class Reconciler:
             for s in stored:
                 self._run_guarded(s.record.id, self._step_stored, s, world)
         stored = self.book.with_own_writes(stored)  # with this pass's writes
-        self._plan_new(pods, world, [s.record for s in stored], now)
+        report = self.health.report() if self.health is not None else None
+        if report is not None:
+            held = {v.uid for s in stored if not s.record.state.terminal for v in s.record.victims}
+            self._run_guarded("health checkpoints", self.proactive.step, report, pods, now, held)
+        self._plan_new(pods, world, [s.record for s in stored], now, states(report))
         if now - self._pruned > PRUNE_SECONDS:
             self._prune(world.by_uid, stored, now)
 
@@ -230,7 +243,7 @@ class Reconciler:
         return sorted(out, key=Candidate.order)
 
     def _plan_new(self, pods: list[PodInfo], world: World, stored: list[PlanRecord],
-                  now: float) -> None:
+                  now: float, health: Mapping[str, Health]) -> None:
         active = [r for r in stored if not r.state.terminal]
         planned = {pl.uid for r in active for pl in r.placements}
         planned |= waiting_for_victims(stored, {p.uid for p in pods if p.deleting})
@@ -243,7 +256,7 @@ class Reconciler:
         conv = convert.snapshot(
             now=now, nodes=world.nodes.values(), pods=pods, pdbs=world.pdbs, scope=self.scope,
             limits=self.limits, recent_preemptions=recent_preemptions(
-                stored, since=now - self.cfg.fairness_window_seconds))
+                stored, since=now - self.cfg.fairness_window_seconds), health=health)
         with cycle_objects_frozen():
             self._plan_queue(pods, world, conv, active, planned, now)
 

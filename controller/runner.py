@@ -19,6 +19,7 @@ from kubernetes import client
 
 from ckpt_preempt.controller.actions import Actions, NotLeader, WriteGuard
 from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.health import PrometheusHealth
 from ckpt_preempt.controller.leader import LeaseElector
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.reconcile import Reconciler
@@ -49,7 +50,12 @@ class Controller:
                                evict_attempts=cfg.evict_attempts,
                                on_retry=self.metrics.eviction_retries.inc)
         self.actions.instance = self.identity[:128]
-        self.reconciler = Reconciler(self.cache, self.actions, cfg, self.metrics)
+        # GPU health, when a Prometheus is configured: refreshed by its own thread
+        self.health = PrometheusHealth(
+            cfg, self.metrics, nodes=lambda: [n.name for n in self.cache.nodes.items()],
+        ) if cfg.prometheus_url else None
+        self.reconciler = Reconciler(self.cache, self.actions, cfg, self.metrics,
+                                     health=self.health)
         self.listen = listen
         self.server = None
         self._last_tick = time.monotonic()
@@ -65,9 +71,12 @@ class Controller:
         self.cache.start()
         if self.elector:
             self.elector.start()
+        if self.health:
+            self.health.start(stop)
         if self.listen:
             self.server = serve(*self.listen, self.metrics.registry, healthy=self.healthy,
-                                ready=self.cache.synced)
+                                ready=self.cache.synced,
+                                detail=self.health.readiness_detail if self.health else None)
         log.info("controller started", extra={"identity": self.identity,
                                               "dry_run": self.cfg.dry_run})
         try:

@@ -10,7 +10,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 
 def serve(host: str, port: int, registry: CollectorRegistry, *, healthy: Callable[[], bool],
-          ready: Callable[[], bool]) -> ThreadingHTTPServer:
+          ready: Callable[[], bool],
+          detail: Callable[[], str] | None = None) -> ThreadingHTTPServer:
+    """``detail``: a line /readyz adds to its body (the GPU health source's state)."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
@@ -19,6 +21,8 @@ def serve(host: str, port: int, registry: CollectorRegistry, *, healthy: Callabl
                 ok = (healthy if self.path == "/healthz" else ready)()
                 body, ctype, code = (b"ok\n" if ok else b"not ready\n"), "text/plain", \
                     200 if ok else 503
+                if detail is not None and self.path == "/readyz":
+                    body += detail().encode() + b"\n"
             else:
                 body, ctype, code = b"not found\n", "text/plain", 404
             self.send_response(code)
