@@ -20,6 +20,7 @@ import shlex
 import signal
 import sys
 import threading
+import urllib.parse
 
 from ckpt_preempt.controller import logs
 from ckpt_preempt.policies import argtypes
@@ -40,19 +41,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="this pod's namespace (default: $POD_NAMESPACE)")
     hook = p.add_mutually_exclusive_group()
     hook.add_argument("--exec", dest="exec_", metavar="CMD", help="run CMD; exit 0 = saved")
-    hook.add_argument("--http", metavar="URL", help="POST the request to URL; 2xx = saved")
+    hook.add_argument("--http", metavar="URL", type=http_url,
+                      help="POST the request to URL; 2xx = saved")
     hook.add_argument("--signal-pid", type=argtypes.positive_int, metavar="PID",
                       help="signal this process (see --signal, --cancel-signal)")
     hook.add_argument("--signal-pidfile", metavar="FILE",
                       help="signal the process whose PID this file holds, read at each request")
     p.add_argument("--cancel-exec", metavar="CMD", help="with --exec: run CMD on a cancel")
-    p.add_argument("--http-cancel", metavar="URL", help="with --http: POST cancels to URL")
+    p.add_argument("--http-cancel", metavar="URL", type=http_url,
+                   help="with --http: POST cancels to URL")
     p.add_argument("--signal", default="SIGUSR1", help="request signal for --signal-* (SIGUSR1)")
     p.add_argument("--cancel-signal", default="SIGUSR2",
                    help=f"cancel signal for --signal-* (SIGUSR2; {NO_SIGNAL!r}: none)")
     p.add_argument("--listen", type=argtypes.host_port, default=f"{AGENT_HOST}:{AGENT_PORT}",
                    metavar="HOST:PORT", help="local SDK endpoint (default %(default)s)")
     logs.add_level_flag(p)
+
+
+def http_url(text: str) -> str:
+    """argparse ``type=``: an http:// or https:// URL with a host."""
+    url = urllib.parse.urlsplit(text.strip())
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
+    return text.strip()
 
 
 class UsageError(ValueError):

@@ -175,6 +175,12 @@ ROWS = [
       says="must be an integer >= 1", id="agent signal pid"),
     c("agent", "--pod", "p", "--namespace", "n", "--exec", "true", "--http", "http://x",
       says="not allowed with argument", id="agent two hooks"),
+    c("agent", "--pod", "p", "--namespace", "n", "--http", "ftp://x",
+      says="argument --http: expected an http:// or https:// URL", id="agent http scheme"),
+    c("agent", "--pod", "p", "--namespace", "n", "--http", "http://x", "--http-cancel", "x",
+      says="argument --http-cancel: expected an http:// or https:// URL", id="agent cancel url"),
+    c("agent", "--pod", "p", "--namespace", "n", "--signal-pid", "1", "--signal", "SIGNOPE",
+      says="unknown signal 'SIGNOPE'", id="agent unknown signal"),
     # hwprobe
     h(says="the following arguments are required: COMMAND", id="no subcommand"),
     h("fly", says="invalid choice: 'fly'", id="unknown subcommand"),
