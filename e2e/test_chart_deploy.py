@@ -54,6 +54,8 @@ def _pods(c: kube.Cluster, ns: str, component: str) -> list[client.V1Pod]:
 
 def test_chart_installs_under_pod_security_restricted(cluster, gpu_nodes, tmp_path):
     (node,) = gpu_nodes(1, labels=GPU_PRESENT)
+    sidecar = yaml.safe_load((REPO / "deploy/sidecar-example.yaml").read_text())
+    kube.ensure_priority_class(cluster, sidecar["spec"]["priorityClassName"], 100)
     with chart.restricted_namespace(cluster) as ns:
         docs = chart.render(_release(), ns, {"agent": {"namespaces": [ns]}})
         with chart.installed(cluster, docs):
@@ -63,10 +65,10 @@ def test_chart_installs_under_pod_security_restricted(cluster, gpu_nodes, tmp_pa
                 [p.metadata.name for p in _pods(cluster, ns, "controller")]), timeout=60)
             hwprobe = chart.pod_from_template(chart.find(docs, "DaemonSet"), "hwprobe-0", node)
             cluster.core.create_namespaced_pod(ns, hwprobe)
-            sidecar = yaml.safe_load((REPO / "deploy/sidecar-example.yaml").read_text())
             sidecar["metadata"]["namespace"] = ns
-            kube.ensure_priority_class(cluster, sidecar["spec"]["priorityClassName"], 100)
-            cluster.core.create_namespaced_pod(ns, sidecar, dry_run="All")
+            kube.wait_for("the sidecar example to be admitted", lambda: status_of(
+                lambda: cluster.core.create_namespaced_pod(ns, sidecar, dry_run="All")) == 200,
+                timeout=20)  # (the new PriorityClass takes a moment to be seen)
             # The namespace does enforce: a pod that only leaves out capabilities.drop is refused.
             loose = chart.pod_from_template(deployment, "loose", node)
             del loose["spec"]["containers"][0]["securityContext"]["capabilities"]

@@ -4,7 +4,9 @@ values.schema.json refuses bad values."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from dataclasses import fields
 
 import pytest
 import yaml
@@ -14,6 +16,7 @@ from e2e import chart
 from e2e.test_trust_support import ADMISSION, CONTROLLER_RBAC, DEPLOY
 
 NAMESPACE = "ckpt-preempt"  # deploy/'s plain files are release ckpt-preempt in this namespace
+SET_BY_TEMPLATE = {"leaseNamespace", "planNamespace", "dryRun"}  # templates/configmap.yaml
 CI_VALUES = yaml.safe_load((DEPLOY / "helm/ci-values.yaml").read_text())
 
 
@@ -41,6 +44,18 @@ def test_rendered_config_is_the_controllers_defaults():
     cm = chart.find(docs, "ConfigMap")
     cfg = config.parse(yaml.safe_load(cm["data"]["config.yaml"]))
     assert cfg == config.Config(lease_namespace="ops", plan_namespace="ops")
+
+
+def test_schema_knows_every_config_key_and_its_type():
+    schema = json.loads((chart.CHART / "values.schema.json").read_text())
+    props = schema["properties"]["config"]["properties"]
+    by_key = {config._camel(f.name): f for f in fields(config.Config)}
+    assert set(props) == set(by_key) - SET_BY_TEMPLATE
+    json_type = {bool: "boolean", int: "integer", float: "number", str: "string",
+                 tuple: "array"}
+    for key, rule in props.items():
+        default = getattr(config.Config(), by_key[key].name)
+        assert rule["type"] == json_type[type(default)], key
 
 
 def test_two_releases_share_no_object_name():

@@ -21,7 +21,8 @@ def test_chart_values_set_every_config_key_validly():
     expected = {config._camel(f.name) for f in fields(config.Config)} - SET_BY_TEMPLATE
     missing, unknown = expected - set(VALUES["config"]), set(VALUES["config"]) - expected
     assert (missing, unknown) == (set(), set()), "values.yaml's config: (missing, unknown) keys"
-    cfg = config.parse({**VALUES["config"], "leaseNamespace": NAMESPACE,
+    given = {k: v for k, v in VALUES["config"].items() if v != ""}  # as templates/configmap.yaml
+    cfg = config.parse({**given, "leaseNamespace": NAMESPACE,
                         "planNamespace": NAMESPACE, "dryRun": False})
     assert cfg == config.Config(lease_namespace=NAMESPACE, plan_namespace=NAMESPACE), \
         "values.yaml's config differs from controller/config.py's defaults"
