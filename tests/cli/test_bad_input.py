@@ -313,3 +313,16 @@ def test_explain_bad_snapshot_row_is_one_line(tmp_path):
     snap.write_text(BAD_SNAPSHOT)
     done = run(CONTROLLER, ["explain", "--snapshot", str(snap)], tmp_path)
     assert_one_line(done, "ckpt-preempt", "preemptor must name", 2)
+
+
+def test_explain_pod_with_an_unreachable_api_server_is_one_line(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]  # bound but never accepting: then closed, refusing
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    done = run(CONTROLLER, ["explain", "ns/pod", "--kubeconfig", str(kubeconfig)], tmp_path)
+    assert_one_line(done, "ckpt-preempt", "cannot reach the API server", 2)
