@@ -1,7 +1,9 @@
 """Command-line entry point ``hwprobe``.
 
 Exit codes: 0 success (verify: matches), 1 verify found differences, 2 NVML unavailable or a
-usage/spec/publish error. Errors are one line on stderr, never a traceback.
+usage/spec/publish error. Errors are one line on stderr, never a traceback; bad flag values are
+refused by their argparse types (``policies.argtypes``) before anything is probed. Results go
+to stdout through ``emit``, so ``hwprobe verify | head -1`` keeps verify's exit code.
 """
 
 from __future__ import annotations
