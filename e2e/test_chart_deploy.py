@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -212,3 +214,57 @@ def test_chart_hwprobe_publishes_on_its_own_node_only(cluster, gpu_nodes, nvml, 
             assert status_of(lambda: as_hwprobe.list_node()) == 403
             assert status_of(lambda: as_hwprobe.read_namespaced_pod("hwprobe-own", ns)) == 403
             assert status_of(lambda: as_hwprobe.delete_node(other, dry_run="All")) == 403
+
+
+def _hwprobe_command(daemonset: dict, node: str, port: int) -> list[str]:
+    """The DaemonSet's command and args as the kubelet would run them on `node`: $(NODE_NAME)
+    expanded from the downward API, `hwprobe` as this checkout's module, a free metrics port."""
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["hwprobe"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    args = [node if a == "$(NODE_NAME)" else a for a in container["args"]]
+    i = args.index("--metrics-port") + 1
+    assert args[i] == str(container["ports"][0]["containerPort"])
+    args[i] = str(port)
+    return [sys.executable, "-m", "ckpt_preempt.hwprobe.cli", *args]
+
+
+def _http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+@pytest.mark.mocknvml
+def test_chart_hwprobe_daemonset_command_serves_and_publishes(cluster, gpu_nodes, nvml,
+                                                                tmp_path):
+    (node,) = gpu_nodes(1, labels=GPU_PRESENT)
+    with chart.restricted_namespace(cluster) as ns:
+        docs = [d for d in chart.render(_release(), ns, {"hwprobe": {"interval": 1}})
+                if d["metadata"]["name"].endswith(("-hwprobe", "-hwprobe-own-node"))]
+        with chart.installed(cluster, docs):
+            daemonset = chart.find(docs, "DaemonSet")
+            pod = cluster.core.create_namespaced_pod(
+                ns, chart.pod_from_template(daemonset, "hwprobe-0", node))
+            sa = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+            kubeconfig = chart.token_kubeconfig(
+                cluster, chart.sa_token(cluster, ns, sa, pod=pod), tmp_path / "kc")
+            port = free_port()
+            env = {**nvml.env("h100"), "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(REPO)}
+            with open(tmp_path / "hwprobe.log", "wb") as log:
+                proc = subprocess.Popen(_hwprobe_command(daemonset, node, port), cwd=REPO,
+                                        env=env, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                kube.wait_for("hwprobe serve to be ready", lambda: _http_status(
+                    f"http://127.0.0.1:{port}/readyz") == 200, timeout=60)
+                assert _http_status(f"http://127.0.0.1:{port}/healthz") == 200
+                value = cluster.core.read_node(node).metadata.annotations[ANNOTATION]
+                assert '"gpu_count":8' in value.replace(" ", "")
+            finally:
+                proc.terminate()
+                proc.wait(timeout=20)
