@@ -182,3 +182,15 @@ def test_url_option_rejects_non_urls(bad):
 def test_timeout_option_rejects_nonsense(bad):
     with pytest.raises(argparse.ArgumentTypeError):
         dcgm_check.timeout_seconds(bad)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--with-prometheus", "prometheus:9090"),
+                                             ("--prometheus-timeout", "0")])
+def test_cli_refuses_bad_options_before_probing(capsys, flag, value):
+    from ckpt_preempt.hwprobe import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["verify", "--expect", "hgx-h100-8", flag, value])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and flag in err and "Traceback" not in err
