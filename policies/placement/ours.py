@@ -1,0 +1,203 @@
+"""Our placement scorer: FGD's fragmentation measure, scored exactly, with knobs for the ideas
+we measured (bench/placement.py runs the ablation; docs/placement.md has the table).
+
+- ``integer_score``: FGD's ``int(sigmoid(decrease/1000) * 100)`` (True) or the exact decrease.
+  The integer merges decreases that differ by less than ~40 milli-GPU, and the simulator then
+  gives the pod to the smallest node name.
+- ``tie_break``: among equal decreases, ``"name"`` (FGD's), ``"bestfit"`` (least CPU and GPU
+  left, normalised as BestFit) or ``"gpu"`` (least GPU left).
+- ``cpu_frag_weight``: FGD's measure with CPU fragmentation included: for each target pod the
+  node cannot host, its free CPU counts too, as milli-GPU at this many per milli-CPU.
+- ``target``: ``"trace"`` (FGD's fixed target workload from the trace) or ``"online"``
+  (learned from the arrivals so far, refreshed every ``refresh_every`` arrivals).
+- ``gpu_weighted``: a target pod's probability weighted by its GPU demand, not by pod count.
+- ``lookahead``: a node's measure is the expected measure after one more target pod lands on
+  it (when it fits), a one-step lookahead over the next arrivals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ckpt_preempt.policies.placement.baselines import MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI
+from ckpt_preempt.policies.placement.devices import (
+    MILLI_PER_GPU,
+    GpuNode,
+    PodShape,
+    first_free_gpus,
+    model_allowed,
+    take_ascending,
+)
+from ckpt_preempt.policies.placement.fgd import (
+    POPULARITY_THRESHOLD_PCT,
+    TargetPod,
+    fgd_integer_score,
+    typical_pods,
+)
+
+TIE_BREAKS = ("name", "bestfit", "gpu")
+TARGETS = ("trace", "online")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OursConfig:
+    integer_score: bool = True
+    quantum_milli: float = 0.0
+    tie_break: str = "bestfit"
+    cpu_frag_weight: float = 0.0
+    cpu_balance_weight: float = 0.0
+    cpu_reserve_factor: float = 1.0
+    target: str = "trace"
+    refresh_every: int = 500
+    threshold_pct: float = POPULARITY_THRESHOLD_PCT
+    gpu_weighted: bool = False
+    lookahead: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tie_break not in TIE_BREAKS:
+            raise ValueError(f"tie_break must be one of {TIE_BREAKS}, not {self.tie_break!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, not {self.target!r}")
+        if self.refresh_every < 1:
+            raise ValueError("refresh_every must be at least 1")
+
+
+DEFAULT = OursConfig()
+
+
+def _weighted(target: tuple[TargetPod, ...], gpu_weighted: bool) -> tuple[TargetPod, ...]:
+    if not gpu_weighted:
+        return target
+    raw = [t.weight * t.gpu_count * t.gpu_milli / MILLI_PER_GPU for t in target]
+    total = sum(raw)
+    return tuple(
+        TargetPod(cpu_milli=t.cpu_milli, gpu_milli=t.gpu_milli, gpu_count=t.gpu_count,
+                  gpu_spec=t.gpu_spec, weight=w / total)
+        for t, w in zip(target, raw, strict=True) if w > 0)
+
+
+class Ours:
+    name = "Ours"
+    random_gpu = False
+    random_node = False
+
+    def __init__(
+        self, trace: tuple[PodShape, ...], config: OursConfig = DEFAULT, name: str = "Ours",
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.version = 0
+        self._seen: Counter[PodShape] = Counter()
+        self._seen_n = 0
+        self._memo: dict[tuple, float] = {}
+        base = typical_pods(trace, config.threshold_pct) if config.target == "trace" else ()
+        self._set_target(base)
+
+    def _set_target(self, target: tuple[TargetPod, ...]) -> None:
+        self.target = _weighted(target, self.config.gpu_weighted)
+        gpu = sum(m.weight * m.gpu_count * m.gpu_milli for m in self.target)
+        cpu = sum(m.weight * m.cpu_milli for m in self.target if m.gpu_milli)
+        ratio = gpu / cpu if cpu else 0.0  # milli-GPU the target pairs with 1 mCPU
+        self.gpu_per_cpu = ratio / self.config.cpu_reserve_factor
+        self._memo = {}
+        self.version += 1
+
+    def observe(self, pod: PodShape) -> None:
+        if self.config.target != "online":
+            return
+        self._seen[pod] += 1
+        self._seen_n += 1
+        n = self._seen_n
+        if n % self.config.refresh_every == 0 or (n < self.config.refresh_every and n & (n - 1) == 0):
+            self._set_target(typical_pods(self._seen.elements(), self.config.threshold_pct))
+
+    # --- the measure -------------------------------------------------------------------------
+    def _frag_now(self, model: str, cpu_free: int, gpus: tuple[int, ...]) -> float:
+        total = sum(gpus)
+        w_cpu = self.config.cpu_frag_weight
+        frag = 0.0
+        for m in self.target:
+            if m.gpu_milli == 0:  # FGD counts every free GPU for CPU-only pods
+                frag += m.weight * (total + (w_cpu * cpu_free if cpu_free < m.cpu_milli else 0))
+                continue
+            if cpu_free < m.cpu_milli or not model_allowed(model, m.gpu_spec):
+                frag += m.weight * (total + w_cpu * cpu_free)
+                continue
+            small = 0
+            usable = 0
+            for g in gpus:
+                if g >= m.gpu_milli:
+                    usable += 1
+                else:
+                    small += g
+            frag += m.weight * (small if usable >= m.gpu_count else total + w_cpu * cpu_free)
+        if self.config.cpu_balance_weight:
+            starved = total - cpu_free * self.gpu_per_cpu
+            if starved > 0:
+                frag += self.config.cpu_balance_weight * starved
+        return frag
+
+    def frag(self, model: str, cpu_free: int, gpu_free: tuple[int, ...]) -> float:
+        key = (model, cpu_free, tuple(sorted(gpu_free)))
+        value = self._memo.get(key)
+        if value is None:
+            value = self._frag_now(model, cpu_free, key[2])
+            if self.config.lookahead:
+                value = self._lookahead(model, cpu_free, key[2], value)
+            self._memo[key] = value
+        return value
+
+    def _lookahead(self, model: str, cpu_free: int, gpus: tuple[int, ...], now: float) -> float:
+        expected = 0.0
+        for m in self.target:
+            shape = PodShape(cpu_milli=m.cpu_milli, gpu_count=m.gpu_count, gpu_milli=m.gpu_milli)
+            after = take_ascending(gpus, shape) if cpu_free >= m.cpu_milli else None
+            if after is None or not model_allowed(model, m.gpu_spec):
+                expected += m.weight * now
+            else:
+                expected += m.weight * self._frag_now(model, cpu_free - m.cpu_milli, after)
+        return 0.5 * (now + expected)
+
+    # --- scoring -----------------------------------------------------------------------------
+    def _tie(self, node: GpuNode, pod: PodShape, gpu_left_after: int) -> float:
+        if self.config.tie_break == "name":
+            return 0.0
+        if self.config.tie_break == "gpu":
+            return -gpu_left_after
+        cpu_left = node.cpu_free - pod.cpu_milli
+        return -(0.5 * cpu_left / MAX_SPEC_CPU_MILLI + 0.5 * gpu_left_after / MAX_SPEC_GPU_MILLI)
+
+    def evaluate(self, node: GpuNode, pod: PodShape) -> tuple[tuple[float, float], tuple[int, ...]]:
+        before = self.frag(node.model, node.cpu_free, node.gpu_free)
+        cpu_after = node.cpu_free - pod.cpu_milli
+        left_after = node.gpu_free_total - pod.total_gpu_milli
+        tie = self._tie(node, pod, left_after)
+        if pod.is_shared:
+            best = None
+            for i, g in enumerate(node.gpu_free):
+                if g < pod.gpu_milli:
+                    continue
+                after = node.gpu_free[:i] + (g - pod.gpu_milli,) + node.gpu_free[i + 1:]
+                decrease = before - self.frag(node.model, cpu_after, after)
+                # equal decreases: the tightest GPU, then the lowest index
+                key = (self._primary(decrease), -g)
+                if best is None or key > best[0]:
+                    best = (key, i)
+            if best is None:
+                raise ValueError(f"{node.name}: pod does not fit")
+            return (best[0][0], tie), (best[1],)
+        after = take_ascending(node.gpu_free, pod)
+        if after is None:
+            raise ValueError(f"{node.name}: pod does not fit")
+        gpus = first_free_gpus(node.gpu_free, pod.gpu_count) if pod.total_gpu_milli else ()
+        decrease = before - self.frag(node.model, cpu_after, after)
+        return (self._primary(decrease), tie), gpus
+
+    def _primary(self, decrease: float) -> float:
+        if self.config.integer_score:
+            return fgd_integer_score(decrease)
+        if self.config.quantum_milli > 0:
+            return math.floor(decrease / self.config.quantum_milli + 1e-9)
+        return round(decrease, 6)  # equal decreases compare equal despite float sums

@@ -1,0 +1,250 @@
+"""FGD's benchmark protocol (the paper's simulator, github.com/hkust-adsl/kubernetes-scheduler-
+simulator @8f3d641), deterministic per seed:
+
+1. nodes: ``openb_node_list_gpu_node.csv``; pods: the trace, by name (SetWorkloadPods);
+2. the pods are shuffled with the seed (SortClusterPods with ``--shuffle-pod=true``), then
+   copies of trace pods drawn uniformly with replacement are appended until the next draw would
+   pass ``ratio`` x the cluster's milli-GPU (tuneUpPods in pkg/simulator/simulator.go). Quirk kept:
+   the stop test adds the drawn pod's PER-GPU milli (``MilliGpu``) while the running total adds
+   its total (``TotalMilliGpu``), so an 8-GPU draw may overshoot by up to 7 GPUs;
+3. pods only arrive, in that order; a pod that fits nowhere fails and stays failed;
+4. after every pod, the allocation ratio (allocated / total milli-GPU) is recorded against the
+   arrived demand (milli-GPU of every pod so far, failed ones included);
+5. the ratios are binned by arrived demand rounded to whole percent, 0..130
+   (experiments/analysis/merge_alloc_discrete.py); the headline is the 130 % bin.
+
+Go's math/rand stream cannot be replayed here; ``random.Random(seed)`` draws instead, so a seed
+names a different (equally likely) order than the paper's seed of the same number.
+
+A policy scores a feasible (node, pod); higher is better. Equal best scores go to the node with
+the smallest name: the simulator's vendored kube-scheduler is patched to do so "for
+reproducibility" (vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go selectHost;
+upstream picks at random). Nodes are kept sorted by name. Random draws among the feasible nodes. Scores are memoised per (node state, pod shape):
+a policy's ``evaluate`` must depend only on those (and on its ``version``, bumped when it learns).
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from ckpt_preempt.policies.placement.devices import (
+    MILLI_PER_GPU,
+    GpuNode,
+    PodShape,
+    fits,
+    new_node,
+    place,
+)
+
+TUNE_RATIO = 1.3  # the paper's -tune 1.3: arrivals up to 130 % of the cluster's milli-GPU
+PAPER_SEEDS = tuple(range(42, 52))
+MAX_BIN_PCT = 130
+
+
+class Policy(Protocol):
+    name: str
+    random_gpu: bool  # True: a shared pod's GPU is drawn at random among those that fit
+    random_node: bool  # True: the node is drawn at random among the feasible ones
+    version: int
+
+    def observe(self, pod: PodShape) -> None: ...
+
+    def evaluate(self, node: GpuNode, pod: PodShape) -> tuple[float, tuple[int, ...]]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreBudget:
+    """At most ``max_evaluations`` uncached node evaluations per pod; past it, the pod is placed
+    by ``fallback`` instead (counted). Evaluations, not seconds: pure code has no clock, and a
+    count is deterministic. A caller with a clock passes ``over_budget`` (it is asked before each
+    uncached evaluation with the count so far) instead."""
+
+    max_evaluations: int | None = None
+    fallback: Policy | None = None
+    over_budget: Callable[[int], bool] | None = None
+
+    def exceeded(self, evaluations: int) -> bool:
+        if self.over_budget is not None:
+            return self.over_budget(evaluations)
+        return self.max_evaluations is not None and evaluations >= self.max_evaluations
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    policy: str
+    seed: int
+    arrived: int
+    placed: int
+    failed: int
+    fallbacks: int
+    evaluations: int
+    total_gpu_milli: int
+    curve: tuple[tuple[int, int], ...]  # (arrived milli-GPU, allocated milli-GPU) after each pod
+    nodes: tuple[GpuNode, ...] = field(repr=False)
+
+    @property
+    def final_allocation_pct(self) -> float:
+        return 100.0 * self.curve[-1][1] / self.total_gpu_milli
+
+
+def load_nodes(text: str) -> tuple[GpuNode, ...]:
+    """Nodes from an openb node list (sn, cpu_milli, memory_mib, gpu, model)."""
+    rows = sorted(csv.DictReader(text.splitlines()), key=lambda r: r["sn"])
+    return tuple(
+        new_node(row["sn"], row["model"], int(row["cpu_milli"]), int(row["memory_mib"]),
+                 int(row["gpu"]))
+        for row in rows
+    )
+
+
+def load_pods(text: str) -> tuple[PodShape, ...]:
+    """Pods from an openb pod list, sorted by name. gpu_milli is clamped to 0..1000 as the
+    simulator's csv-to-yaml step does (data/pod_csv_to_yaml.py)."""
+    rows = sorted(csv.DictReader(text.splitlines()), key=lambda r: r["name"])
+    out = []
+    for row in rows:
+        count = int(row["num_gpu"])
+        milli = min(max(int(row["gpu_milli"]), 0), MILLI_PER_GPU) if count else 0
+        out.append(PodShape(
+            cpu_milli=int(row["cpu_milli"]), memory_mib=int(row["memory_mib"]),
+            gpu_count=count if milli else 0, gpu_milli=milli,
+            gpu_spec=(row.get("gpu_spec") or "") if milli else ""))
+    return tuple(out)
+
+
+def arrivals(
+    pods: Sequence[PodShape], capacity_milli: int, seed: int, ratio: float = TUNE_RATIO,
+) -> list[PodShape]:
+    """The trace shuffled with ``seed``, topped up with random copies to ``ratio`` x capacity."""
+    rng = random.Random(seed)
+    order = list(pods)
+    rng.shuffle(order)
+    total = sum(p.total_gpu_milli for p in order)
+    target = ratio * capacity_milli
+    if total > target:
+        raise ValueError(f"the trace asks for {total} milli-GPU, more than {target:.0f}")
+    while True:
+        pod = pods[rng.randrange(len(pods))]
+        if total + pod.gpu_milli > target:  # per-GPU milli, as tuneUpPods
+            return order
+        total += pod.total_gpu_milli
+        order.append(pod)
+
+
+_MISS = object()
+
+
+def _state_key(node: GpuNode) -> tuple:
+    return (node.model, node.cpu_free, node.gpu_free, node.kinds)
+
+
+def run(
+    nodes: Sequence[GpuNode], pods: Iterable[PodShape], policy: Policy, seed: int,
+    budget: ScoreBudget = ScoreBudget(), progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Place ``pods`` one by one on ``nodes`` with ``policy``; see the module docstring."""
+    rng = random.Random(seed * 7919 + 1)  # tie-breaks: independent of the arrival stream
+    state = list(nodes)
+    total = sum(n.gpu_count for n in state) * MILLI_PER_GPU
+    keys = [_state_key(n) for n in state]
+    memo: dict[tuple, dict[tuple, tuple[float, tuple[int, ...]]]] = {}
+    memo_version = policy.version
+    arrived = allocated = placed = failed = fallbacks = evaluations = 0
+    curve = [(0, 0)]
+    for i, pod in enumerate(pods):
+        policy.observe(pod)
+        if policy.version != memo_version:
+            memo.clear()
+            memo_version = policy.version
+        arrived += pod.total_gpu_milli
+        chosen = _choose(state, keys, pod, policy, memo, rng, budget)
+        if chosen is None:
+            failed += 1
+        else:
+            index, gpus, cost, fell_back = chosen
+            evaluations += cost
+            fallbacks += fell_back
+            if policy.random_gpu and pod.is_shared and not fell_back:
+                gpus = (rng.choice([g for g, f in enumerate(state[index].gpu_free)
+                                    if f >= pod.gpu_milli]),)
+            state[index] = place(state[index], pod, gpus)
+            keys[index] = _state_key(state[index])
+            allocated += pod.total_gpu_milli
+            placed += 1
+        curve.append((arrived, allocated))
+        if progress is not None:
+            progress(i)
+    return RunResult(
+        policy=policy.name, seed=seed, arrived=placed + failed, placed=placed, failed=failed,
+        fallbacks=fallbacks, evaluations=evaluations, total_gpu_milli=total,
+        curve=tuple(curve), nodes=tuple(state))
+
+
+def _choose(state, keys, pod, policy, memo, rng, budget):
+    """(node index, GPUs, uncached evaluations, fell back?) of the best feasible node, or None."""
+    shape = (pod.cpu_milli, pod.gpu_count, pod.gpu_milli, pod.gpu_spec)
+    cache = memo.setdefault(shape, {})
+    best: tuple[float, int, tuple[int, ...]] | None = None
+    pick_random = policy.random_node
+    feasible: list[tuple[float, int, tuple[int, ...]]] = []
+    cost = 0
+    for i, node in enumerate(state):
+        if node.memory_free < pod.memory_mib or node.cpu_free < pod.cpu_milli:
+            continue
+        key = keys[i]
+        hit = cache.get(key, _MISS)
+        if hit is _MISS:
+            if not fits(node, pod):  # memory was checked above; the rest is in the key
+                cache[key] = None
+                continue
+            if budget.exceeded(cost):
+                fb = budget.fallback
+                if fb is None:
+                    raise ValueError("a score budget needs a fallback policy")
+                chosen = _choose(state, keys, pod, fb, {}, rng, ScoreBudget())
+                return None if chosen is None else (chosen[0], chosen[1], cost, True)
+            hit = policy.evaluate(node, pod)
+            cache[key] = hit
+            cost += 1
+        elif hit is None:
+            continue
+        if pick_random:
+            feasible.append((hit[0], i, hit[1]))
+        elif best is None or hit[0] > best[0]:  # ties: the first, i.e. smallest, name
+            best = (hit[0], i, hit[1])
+    if pick_random and feasible:
+        best = rng.choice(feasible)
+    if best is None:
+        return None
+    return best[1], best[2], cost, False
+
+
+def binned_allocation(result: RunResult) -> dict[int, float]:
+    """Allocation % per arrived-demand bin 0..130: the mean of the (2-decimal) ratios whose
+    arrived demand rounds to the bin; a bin with none takes the mean over bins +-1
+    (merge_alloc_discrete.py)."""
+    total = result.total_gpu_milli
+    points = [(round(100.0 * a / total), round(100.0 * u / total, 2)) for a, u in result.curve]
+    out: dict[int, float] = {}
+    for b in range(MAX_BIN_PCT + 1):
+        vals = [u for a, u in points if a == b] or [u for a, u in points if b - 1 <= a <= b + 1]
+        if vals:
+            out[b] = round(sum(vals) / len(vals), 2)
+    return out
+
+
+def subsample(
+    nodes: Sequence[GpuNode], pods: Sequence[PodShape], fraction: float, seed: int,
+) -> tuple[tuple[GpuNode, ...], tuple[PodShape, ...]]:
+    """A smaller cluster and trace with the same mix (for quick tests)."""
+    rng = random.Random(seed)
+    k_nodes = max(1, round(len(nodes) * fraction))
+    k_pods = max(1, round(len(pods) * fraction))
+    picked_nodes = sorted(rng.sample(range(len(nodes)), k_nodes))
+    picked_pods = sorted(rng.sample(range(len(pods)), k_pods))
+    return (tuple(replace(nodes[i]) for i in picked_nodes),
+            tuple(pods[i] for i in picked_pods))
