@@ -114,7 +114,7 @@ class GpuPacking(_Baseline):
 
 
 class BestFit(_Baseline):
-    """Min-max normalisation (plugin_utils.go NormalizeScore) keeps the argmax, so it is left out."""
+    """Min-max normalisation (plugin_utils.go NormalizeScore) keeps the argmax: left out."""
 
     name = "BestFit"
 

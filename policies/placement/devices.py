@@ -1,8 +1,9 @@
 """Per-device GPU model for placement: each GPU's free milli-GPU, its index, its NVLink domain.
 
 A node is a frozen value; placing a pod returns a new node. GPU sharing follows the convention
-of Alibaba's openb traces and the FGD simulator (github.com/hkust-adsl/kubernetes-scheduler-simulator
-@8f3d641, pkg/type/resource.go and pkg/utils/utils.go GetPodResource): a pod asking for
+of Alibaba's openb traces and the FGD simulator
+(github.com/hkust-adsl/kubernetes-scheduler-simulator @8f3d641, pkg/type/resource.go and
+pkg/utils/utils.go GetPodResource): a pod asking for
 ``gpu_milli < 1000`` takes that share of ONE GPU; otherwise it takes ``gpu_count`` whole GPUs.
 """
 
@@ -139,7 +140,8 @@ def place(node: GpuNode, pod: PodShape, gpus: tuple[int, ...]) -> GpuNode:
     free = list(node.gpu_free)
     for i in gpus:
         if free[i] < pod.gpu_milli:
-            raise ValueError(f"{node.name}: GPU {i} has {free[i]} milli free, {pod.gpu_milli} asked")
+            raise ValueError(
+                f"{node.name}: GPU {i} has {free[i]} milli free, {pod.gpu_milli} asked")
         free[i] -= pod.gpu_milli
     if node.cpu_free < pod.cpu_milli or node.memory_free < pod.memory_mib:
         raise ValueError(f"{node.name}: not enough CPU or memory for the pod")

@@ -125,7 +125,7 @@ def frag_decrease_options(
         out = []
         for i, g in enumerate(node.gpu_free):
             if g >= pod.gpu_milli:
-                after_gpus = node.gpu_free[:i] + (g - pod.gpu_milli,) + node.gpu_free[i + 1:]
+                after_gpus = (*node.gpu_free[:i], g - pod.gpu_milli, *node.gpu_free[i + 1:])
                 out.append((before - frag(node.model, cpu_after, after_gpus), (i,)))
         return out
     after_gpus = take_ascending(node.gpu_free, pod)

@@ -47,7 +47,7 @@ class OursConfig:
     quantum_milli: float = 0.0
     tie_break: str = "bestfit"
     cpu_frag_weight: float = 0.0
-    cpu_balance_weight: float = 0.0
+    cpu_balance_weight: float = 1.0
     cpu_reserve_factor: float = 1.0
     target: str = "trace"
     refresh_every: int = 500
@@ -109,8 +109,8 @@ class Ours:
             return
         self._seen[pod] += 1
         self._seen_n += 1
-        n = self._seen_n
-        if n % self.config.refresh_every == 0 or (n < self.config.refresh_every and n & (n - 1) == 0):
+        n, every = self._seen_n, self.config.refresh_every
+        if n % every == 0 or (n < every and n & (n - 1) == 0):  # early: at 1, 2, 4, 8, ...
             self._set_target(typical_pods(self._seen.elements(), self.config.threshold_pct))
 
     # --- the measure -------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class Ours:
             for i, g in enumerate(node.gpu_free):
                 if g < pod.gpu_milli:
                     continue
-                after = node.gpu_free[:i] + (g - pod.gpu_milli,) + node.gpu_free[i + 1:]
+                after = (*node.gpu_free[:i], g - pod.gpu_milli, *node.gpu_free[i + 1:])
                 decrease = before - self.frag(node.model, cpu_after, after)
                 # equal decreases: the tightest GPU, then the lowest index
                 key = (self._primary(decrease), -g)

@@ -16,11 +16,12 @@ simulator @8f3d641), deterministic per seed:
 Go's math/rand stream cannot be replayed here; ``random.Random(seed)`` draws instead, so a seed
 names a different (equally likely) order than the paper's seed of the same number.
 
-A policy scores a feasible (node, pod); higher is better. Equal best scores go to the node with
-the smallest name: the simulator's vendored kube-scheduler is patched to do so "for
+A policy scores a feasible (node, pod); higher is better. Equal best scores go to the node
+with the smallest name: the simulator's vendored kube-scheduler is patched to do so "for
 reproducibility" (vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go selectHost;
-upstream picks at random). Nodes are kept sorted by name. Random draws among the feasible nodes. Scores are memoised per (node state, pod shape):
-a policy's ``evaluate`` must depend only on those (and on its ``version``, bumped when it learns).
+upstream picks at random). Nodes are kept sorted by name. Random draws among feasible nodes.
+Scores are memoised per (node state, pod shape): a policy's ``evaluate`` must depend only on
+those (and on its ``version``, bumped when it learns).
 """
 
 from __future__ import annotations
