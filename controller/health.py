@@ -3,9 +3,10 @@
 ``PrometheusHealth(cfg)`` reads Prometheus (``prometheusUrl``; bearer token file, CA file or
 insecure-skip-verify) with ``prometheus-api-client``:
 
-- one refresh = one coverage query (which GPUs report at all) plus one PromQL query per
-  distinct rule expression (``policies.health.DEFAULT_RULES``), each for the whole cluster and
-  returning only the GPUs where the rule fires, never one query per node;
+- one refresh = one coverage query (how many GPUs of each node report) plus at most one
+  PromQL query per rule (``policies.health.DEFAULT_RULES``; rules reading one field the same
+  way share it), each for the whole cluster, returning only the GPUs where a rule may fire,
+  never one query per node; the queries run in parallel;
 - each query has ``healthQueryTimeoutSeconds`` and three tries (tenacity, on connection errors,
   timeouts and 5xx); a refresh runs at most every ``healthRefreshSeconds`` (a background
   thread), and the reconcile pass reads the cached ``report()``;
@@ -34,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -54,34 +56,43 @@ from ckpt_preempt.policies.model import CheckpointMode
 
 log = logging.getLogger("ckpt_preempt.health")
 QUERY_ATTEMPTS = 3
+MAX_PARALLEL_QUERIES = 8
 HEALTH_PLAN_PREFIX = "health-"  # drain requests of ours that no eviction follows
 CHECKPOINT_EVENT = "HealthCheckpointRequested"
 
 
 # -- PromQL ----------------------------------------------------------------------------------------
-def _by(labels: Iterable[str]) -> str:
-    return ", ".join((*labels, "gpu"))
+def _floor(rule: Rule) -> tuple[float, bool]:
+    """A value below which the rule cannot fire: (bound, strict). XID codes are positive."""
+    return (0.0, True) if rule.codes else (rule.threshold, rule.strict)
 
 
-def rule_query(rule: Rule, labels: Iterable[str], window_s: float) -> str:
-    """The rule's query for every GPU at once, returning only those where it may fire (XID
-    rules return every non-zero last XID; ``Rule.fires`` picks the codes)."""
-    by = _by(labels)
-    if rule.reading is Reading.RATE:
-        value = f"max by ({by}) (rate({rule.metric}[{int(window_s)}s]))"
-        if rule.scale != 1.0:
-            value += f" * {rule.scale:g}"
-    else:
-        value = f"max by ({by}) ({rule.metric})"
-    if rule.codes:
-        return f"{value} > 0"
-    return f"{value} {'>' if rule.strict else '>='} {rule.threshold:g}"
+def rule_queries(rules: Iterable[Rule], window_s: float) -> dict[str, str]:
+    """Rule name -> its query, for every GPU at once, returning only the GPUs where it may
+    fire (``Rule.fires`` decides). Rules reading the same field the same way share one query,
+    filtered by the loosest of their thresholds (the two XID rules; NVLink CRC's degraded
+    and failing rates)."""
+    groups: dict[tuple, list[Rule]] = {}
+    for r in rules:
+        groups.setdefault((r.metric, r.reading, r.scale), []).append(r)
+    out = {}
+    for (metric, reading, scale), members in groups.items():
+        # No aggregation: it would cost Prometheus as much again as the selection, and only
+        # the few series that pass the filter come back (several for one GPU: the highest).
+        value = f"rate({metric}[{int(window_s)}s])" if reading is Reading.RATE else metric
+        if scale != 1.0:
+            value += f" * {scale:g}"
+        bound = min(_floor(r)[0] for r in members)
+        strict = all(_floor(r)[1] for r in members if _floor(r)[0] == bound)
+        query = f"{value} {'>' if strict else '>='} {bound:g}"
+        out.update((r.name, query) for r in members)
+    return out
 
 
-def coverage_query(rules: Iterable[Rule], labels: Iterable[str]) -> str:
-    """Every GPU that exports any field a rule reads."""
-    names = "|".join(sorted({r.metric for r in rules}))
-    return f'group by ({_by(labels)}) ({{__name__=~"{names}"}})'
+def coverage_query(labels: Iterable[str]) -> str:
+    """How many GPUs of each node report: those exporting the XID field, which
+    dcgm-exporter's default counters enable (etc/default-counters.csv @ 4.5.3-4.8.2)."""
+    return f"count by ({', '.join(labels)}) ({ph.XID})"
 
 
 # -- the source ------------------------------------------------------------------------------------
@@ -100,10 +111,8 @@ class PrometheusHealth:
         self.cfg, self.metrics, self.rules, self.nodes = cfg, metrics, rules, nodes
         self.labels = cfg.health_hostname_labels
         self.node_map = cfg.health_node_map
-        self.queries: dict[str, str] = {}  # rule name -> query; rules sharing one share it
-        for r in rules:
-            self.queries[r.name] = rule_query(r, self.labels, cfg.health_window_seconds)
-        self.coverage = coverage_query(rules, self.labels)
+        self.queries = rule_queries(rules, cfg.health_window_seconds)
+        self.coverage = coverage_query(self.labels)
         session = requests.Session()
         session.verify = (cfg.prometheus_ca_file or not cfg.prometheus_insecure_skip_verify)
         self.prom = PrometheusConnect(
@@ -138,19 +147,30 @@ class PrometheusHealth:
         try:
             self._authorize()
             known = frozenset(self.nodes())
-            reporting = [k for s in self._query(self.coverage)
-                         if (k := self._key(s["metric"], known)) is not None]
-            readings: dict[str, dict[GpuKey, float]] = {}
-            by_query: dict[str, dict[GpuKey, float]] = {}
-            for name, expr in self.queries.items():
-                if expr not in by_query:
+            exprs = sorted(set(self.queries.values()))
+            # All at once: Prometheus evaluates them in parallel. The coverage answer decides
+            # whether the source is up; a rule whose query fails finds nothing this time.
+            with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_QUERIES, len(exprs) + 1),
+                                    thread_name_prefix="health-query") as pool:
+                coverage = pool.submit(self._query, self.coverage)
+                answers = {e: pool.submit(self._query, e) for e in exprs}
+                reporting: dict[str, int] = {}
+                for sample in coverage.result():
+                    if (k := self._key(sample["metric"], known)) is not None:
+                        reporting[k.node] = reporting.get(k.node, 0) + int(
+                            float(sample["value"][1]))
+                by_query: dict[str, dict[GpuKey, float]] = {}
+                for expr, answer in answers.items():
                     try:
-                        by_query[expr] = {k: float(s["value"][1]) for s in self._query(expr)
-                                          if (k := self._key(s["metric"], known)) is not None}
+                        samples = answer.result()
                     except (requests.RequestException, PrometheusApiClientException) as e:
-                        log.warning("health rule %s not read: %s", name, _short(e))
+                        log.warning("health query %s failed: %s", expr, _short(e))
                         continue
-                readings[name] = by_query[expr]
+                    got = by_query[expr] = {}
+                    for sample in samples:
+                        if (k := self._key(sample["metric"], known)) is not None:
+                            got[k] = max(got.get(k, float("-inf")), float(sample["value"][1]))
+            readings = {name: by_query[e] for name, e in self.queries.items() if e in by_query}
             report = ph.judge(self.rules, reporting, readings)
             self._since = None
         except (requests.RequestException, PrometheusApiClientException, OSError,

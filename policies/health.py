@@ -177,7 +177,8 @@ class GpuHealth:
 class NodeHealth:
     node: str
     state: Health
-    gpus: tuple[GpuHealth, ...] = ()  # the GPUs that report, by index label
+    gpus: tuple[GpuHealth, ...] = ()  # the GPUs where a rule fired, by index label
+    reporting: int = 0  # how many of its GPUs report (the coverage query)
     note: str = ""  # why it is unknown, when it is
 
     @property
@@ -186,7 +187,9 @@ class NodeHealth:
         found = sorted(((f.verdict.rank, g.gpu, f.reason) for g in self.gpus for f in g.findings),
                        key=lambda t: (-t[0], _gpu_order(t[1]), t[2]))
         lines = tuple(f"gpu {gpu}: {reason}" for _, gpu, reason in found)
-        return lines or ((self.note,) if self.note else ())
+        if lines or self.note:
+            return lines or (self.note,)
+        return (f"{self.reporting} GPU(s) report, no rule fires",)
 
 
 @dataclass(frozen=True)
@@ -217,12 +220,13 @@ def unknown(problem: str) -> HealthReport:
     return HealthReport(source_up=False, problem=problem)
 
 
-def judge(rules: Iterable[Rule], reporting: Iterable[GpuKey],
+def judge(rules: Iterable[Rule], reporting: Mapping[str, int],
           readings: Mapping[str, Mapping[GpuKey, float]]) -> HealthReport:
-    """Each node's health from the GPUs that report (`reporting`) and each rule's readings
-    (`readings[rule.name]`: the GPUs where its query returned a value). A rule without
-    readings (its query failed, or its field is not exported) finds nothing; a GPU with a
-    reading but not reporting still counts, as it evidently reports."""
+    """Each node's health from how many of its GPUs report (`reporting`, node -> count) and
+    each rule's readings (`readings[rule.name]`: the GPUs where its query returned a value).
+    A rule without readings (its query failed, or its field is not exported) finds nothing. A
+    node with a reporting GPU and no finding is healthy; a GPU with a finding counts as
+    reporting, as it evidently does."""
     findings: dict[GpuKey, list[Finding]] = {}
     for rule in rules:
         for key, value in readings.get(rule.name, {}).items():
@@ -230,15 +234,17 @@ def judge(rules: Iterable[Rule], reporting: Iterable[GpuKey],
                 findings.setdefault(key, []).append(
                     Finding(rule=rule.name, verdict=rule.verdict, reason=rule.reason(value)))
     by_node: dict[str, dict[str, GpuHealth]] = {}
-    for key in set(reporting) | set(findings):
-        found = tuple(sorted(findings.get(key, ()), key=lambda f: (-f.verdict.rank, f.rule)))
-        state = found[0].verdict if found else Health.HEALTHY
-        by_node.setdefault(key.node, {})[key.gpu] = GpuHealth(key.gpu, state, found)
+    for key, found in findings.items():
+        ordered = tuple(sorted(found, key=lambda f: (-f.verdict.rank, f.rule)))
+        by_node.setdefault(key.node, {})[key.gpu] = GpuHealth(key.gpu, ordered[0].verdict,
+                                                                ordered)
     nodes = {}
-    for node, gpus in by_node.items():
+    for node in set(by_node) | {n for n, count in reporting.items() if count > 0}:
+        gpus = by_node.get(node, {})
         ordered = tuple(gpus[g] for g in sorted(gpus, key=_gpu_order))
-        worst = max((g.state for g in ordered), key=lambda s: s.rank)
-        nodes[node] = NodeHealth(node=node, state=worst, gpus=ordered)
+        worst = max((g.state for g in ordered), key=lambda s: s.rank, default=Health.HEALTHY)
+        nodes[node] = NodeHealth(node=node, state=worst, gpus=ordered,
+                                 reporting=max(reporting.get(node, 0), len(ordered)))
     return HealthReport(nodes=nodes)
 
 

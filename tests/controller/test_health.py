@@ -24,17 +24,15 @@ LABELS = ("Hostname", "hostname")
 
 
 def test_one_query_per_rule_for_the_whole_cluster_returning_only_what_fires():
-    q = health.rule_query(RULES["nvlink-crc-flit-error-rate"], LABELS, 300)
-    assert q == ("max by (Hostname, hostname, gpu) "
-                 "(rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[300s])) >= 100")
-    assert health.rule_query(RULES["pcie-replay-rate"], LABELS, 60).endswith(
-        "(rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[60s])) * 60 > 8")
-    assert health.rule_query(RULES["xid-critical"], LABELS, 60) == \
-        "max by (Hostname, hostname, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0"
-    cov = health.coverage_query(ph.DEFAULT_RULES, ("Hostname",))
-    assert cov.startswith('group by (Hostname, gpu) ({__name__=~"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL|')
-    source = health.PrometheusHealth(Config(prometheus_url="http://127.0.0.1:1"))
-    assert len(set(source.queries.values())) == len(RULES) - 1  # the XID rules share one
+    q = health.rule_queries(ph.DEFAULT_RULES, 300)
+    assert q["nvlink-crc-flit-error-rate"] == q["nvlink-crc-flit-errors"] == \
+        "rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[300s]) > 0"  # the looser one
+    assert q["pcie-replay-rate"] == "rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[300s]) * 60 > 8"
+    assert q["xid-critical"] == q["xid-memory"] == "DCGM_FI_DEV_XID_ERRORS > 0"
+    only_failing = health.rule_queries([RULES["nvlink-crc-data-error-rate"]], 60)
+    assert only_failing["nvlink-crc-data-error-rate"].endswith("[60s]) >= 100")
+    assert health.coverage_query(("Hostname",)) == "count by (Hostname) (DCGM_FI_DEV_XID_ERRORS)"
+    assert len(set(q.values())) == len(RULES) - 3  # one query per field and reading
 
 
 def test_samples_map_to_nodes_by_either_hostname_label_a_mapping_or_the_short_name():
@@ -81,7 +79,7 @@ def _report(**nodes: Health) -> HealthReport:
     for name, state in nodes.items():
         if state in rule:
             readings.setdefault(rule[state], {})[GpuKey(name, "0")] = value[state]
-    return ph.judge(ph.DEFAULT_RULES, [GpuKey(n, "0") for n in nodes], readings)
+    return ph.judge(ph.DEFAULT_RULES, dict.fromkeys(nodes, 8), readings)
 
 
 def _rig(cache: FakeCache, report: HealthReport, **cfg) -> tuple[Reconciler, RecordingActions,

@@ -30,7 +30,7 @@ G0 = GpuKey("n1", "0")
 
 
 def _state(rule: str, value: float) -> Health:
-    return judge(DEFAULT_RULES, [G0], {rule: {G0: value}}).state("n1")
+    return judge(DEFAULT_RULES, {"n1": 1}, {rule: {G0: value}}).state("n1")
 
 
 @pytest.mark.parametrize(("rule", "value", "want"), [
@@ -66,18 +66,21 @@ def test_every_critical_xid_is_named_and_no_code_is_in_two_rules():
 
 def test_reasons_name_the_gpu_the_xid_and_the_state_worst_first():
     g3 = GpuKey("n1", "3")
-    report = judge(DEFAULT_RULES, [G0, g3], {"xid-critical": {g3: 79},
+    report = judge(DEFAULT_RULES, {"n1": 8}, {"xid-critical": {g3: 79},
                                              "nvlink-crc-data-errors": {G0: 2.0}})
     node = report.node("n1")
     assert node.state is Health.FAILING
     assert node.reasons == ("gpu 3: XID 79 (GPU has fallen off the bus): failing",
                             "gpu 0: NVLink CRC data error rate 2/s > 0/s: degraded")
     assert [g.state for g in node.gpus] == [Health.DEGRADED, Health.FAILING]
+    assert node.reporting == 8
 
 
 def test_missing_data_is_unknown_and_says_why():
-    report = judge(DEFAULT_RULES, [G0], {})
+    report = judge(DEFAULT_RULES, {"n1": 8, "n3": 0}, {})
     assert report.state("n1") is Health.HEALTHY  # reports, nothing fires
+    assert report.node("n1").reasons == ("8 GPU(s) report, no rule fires",)
+    assert report.state("n3") is Health.UNKNOWN
     assert report.state("n2") is Health.UNKNOWN
     assert "no GPU of this node reports" in report.node("n2").reasons[0]
     down = unknown("prometheus: connection refused")
@@ -109,23 +112,22 @@ _readings = st.dictionaries(st.sampled_from(sorted(RULES)),
                             st.dictionaries(_keys, _values, max_size=5), max_size=6)
 
 
-@given(reporting=st.sets(_keys, max_size=6), readings=_readings)
+_reporting = st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), st.integers(0, 8))
+
+
+@given(reporting=_reporting, readings=_readings)
 def test_failing_only_from_a_reading_that_fires_a_failing_rule(reporting, readings):
     report = judge(DEFAULT_RULES, reporting, readings)
-    for node in report.nodes.values():
-        for g in node.gpus:
-            key = GpuKey(node.node, g.gpu)
-            fired = [RULES[r] for r, got in readings.items()
-                     if key in got and RULES[r].fires(got[key])]
-            assert (g.state is Health.FAILING) == any(
-                r.verdict is Health.FAILING for r in fired)
-            assert g.state is not Health.UNKNOWN  # a GPU that reports is known
-    for name in {"n1", "n2", "n3"} - {k.node for k in reporting} - {
-            k.node for got in readings.values() for k in got}:
-        assert report.state(name) is Health.UNKNOWN  # no data: unknown, never failing
+    for name in ("n1", "n2", "n3"):
+        fired = [RULES[r] for r, got in readings.items() for k, v in got.items()
+                 if k.node == name and RULES[r].fires(v)]
+        state = report.state(name)
+        assert (state is Health.FAILING) == any(r.verdict is Health.FAILING for r in fired)
+        if not fired:  # no data: unknown, never failing; data and nothing fires: healthy
+            assert state is (Health.HEALTHY if reporting.get(name, 0) else Health.UNKNOWN)
 
 
-@given(reporting=st.sets(_keys, max_size=6), readings=_readings, key=_keys,
+@given(reporting=_reporting, readings=_readings, key=_keys,
        rule=st.sampled_from([r for r in DEFAULT_RULES if r.verdict is Health.FAILING]))
 def test_adding_a_failing_sample_never_makes_a_node_healthier(reporting, readings, key, rule):
     before = judge(DEFAULT_RULES, reporting, readings)
