@@ -153,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         budgets = [float(x) for x in args.budget.split(",") if x]
         if not 0 < args.fraction <= 1 or any(not 0 < b <= 1 for b in budgets):
             raise ValueError("--fraction and --budget values must be in (0, 1]")
-        bench = Bench(args)
         names = [p for p in args.policies.split(",") if p]
-        for name in names:
-            make_policy(name, bench.pods)  # fail fast on a typo
+        unknown = [n for n in names if n not in DEFAULT_POLICIES]
+        if unknown or not names:
+            raise ValueError(f"unknown policy {unknown} (known: {', '.join(DEFAULT_POLICIES)})")
+        bench = Bench(args)
     except (ValueError, OSError) as e:
         print(f"placement: {e}", file=sys.stderr)
         return 2

@@ -85,6 +85,7 @@ class RunResult:
     evaluations: int
     total_gpu_milli: int
     curve: tuple[tuple[int, int], ...]  # (arrived milli-GPU, allocated milli-GPU) after each pod
+    failed_indices: tuple[int, ...]  # positions in the arrival order of the pods that failed
     nodes: tuple[GpuNode, ...] = field(repr=False)
 
     @property
@@ -156,6 +157,7 @@ def run(
     memo_version = policy.version
     arrived = allocated = placed = failed = fallbacks = evaluations = 0
     curve = [(0, 0)]
+    failed_at: list[int] = []
     for i, pod in enumerate(pods):
         policy.observe(pod)
         if policy.version != memo_version:
@@ -165,6 +167,7 @@ def run(
         chosen = _choose(state, keys, pod, policy, memo, rng, budget)
         if chosen is None:
             failed += 1
+            failed_at.append(i)
         else:
             index, gpus, cost, fell_back = chosen
             evaluations += cost
@@ -182,7 +185,7 @@ def run(
     return RunResult(
         policy=policy.name, seed=seed, arrived=placed + failed, placed=placed, failed=failed,
         fallbacks=fallbacks, evaluations=evaluations, total_gpu_milli=total,
-        curve=tuple(curve), nodes=tuple(state))
+        curve=tuple(curve), failed_indices=tuple(failed_at), nodes=tuple(state))
 
 
 def _choose(state, keys, pod, policy, memo, rng, budget):

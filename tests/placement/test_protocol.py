@@ -1,0 +1,131 @@
+"""FGD's benchmark protocol: arrivals, the run's invariants, binning, the scoring budget."""
+
+from __future__ import annotations
+
+from collections import Counter
+from importlib import resources
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_preempt.policies.placement import baselines, fgd, ours, protocol
+from ckpt_preempt.policies.placement.devices import (
+    MILLI_PER_GPU,
+    GpuNode,
+    PodShape,
+    fits,
+    new_node,
+)
+
+DATA = resources.files("ckpt_preempt.policies").joinpath("data")
+
+
+@pytest.fixture(scope="module")
+def small_openb() -> tuple[tuple[GpuNode, ...], tuple[PodShape, ...]]:
+    """One tenth of the openb cluster and of the default trace (same mix)."""
+    nodes = protocol.load_nodes(DATA.joinpath("openb_node_list_gpu_node.csv").read_text())
+    pods = protocol.load_pods(DATA.joinpath("openb_pod_list_default.csv").read_text())
+    return protocol.subsample(nodes, pods, 0.1, seed=0)
+
+
+def capacity(nodes) -> int:
+    return sum(n.gpu_count for n in nodes) * MILLI_PER_GPU
+
+
+def test_the_bundled_trace_matches_the_paper_cluster():
+    nodes = protocol.load_nodes(DATA.joinpath("openb_node_list_gpu_node.csv").read_text())
+    assert (len(nodes), capacity(nodes)) == (1213, 6212 * MILLI_PER_GPU)
+    assert [n.name for n in nodes] == sorted(n.name for n in nodes)
+
+
+def test_arrivals_shuffle_every_trace_pod_then_top_up_to_the_ratio(small_openb):
+    nodes, pods = small_openb
+    cap = capacity(nodes)
+    arrived = protocol.arrivals(pods, cap, seed=42)
+    head = arrived[: len(pods)]
+    assert Counter(head) == Counter(pods) and head != list(pods)  # a permutation, shuffled
+    total = sum(p.total_gpu_milli for p in arrived)
+    assert total <= protocol.TUNE_RATIO * cap + 7 * MILLI_PER_GPU  # the per-GPU stop quirk
+    assert total > protocol.TUNE_RATIO * cap - MILLI_PER_GPU
+    assert protocol.arrivals(pods, cap, seed=42) == arrived  # deterministic per seed
+    assert protocol.arrivals(pods, cap, seed=43) != arrived
+
+
+def test_a_run_keeps_the_protocol_invariants(small_openb):
+    nodes, pods = small_openb
+    arrived = protocol.arrivals(pods, capacity(nodes), seed=42)
+    result = protocol.run(nodes, arrived, baselines.BestFit(), seed=42)
+    assert result.placed + result.failed == len(arrived)
+    arrived_milli = [a for a, _ in result.curve]
+    allocated = [u for _, u in result.curve]
+    assert arrived_milli == sorted(arrived_milli) and allocated == sorted(allocated)
+    assert allocated[-1] == sum(n.gpu_used_total for n in result.nodes) <= capacity(nodes)
+    # No departures: a pod that failed fits nowhere even in the (fuller) final state.
+    for i in result.failed_indices:
+        assert not any(fits(n, arrived[i]) for n in result.nodes)
+    binned = protocol.binned_allocation(result)
+    assert set(binned) == set(range(protocol.MAX_BIN_PCT + 1))
+    assert binned[10] == pytest.approx(10, abs=0.6)  # early on, everything fits
+
+
+def test_ours_beats_fgd_on_a_small_seeded_run(small_openb):
+    nodes, pods = small_openb
+    arrived = protocol.arrivals(pods, capacity(nodes), seed=42)
+    got = {}
+    for policy in (fgd.FGD(fgd.typical_pods(pods)), ours.Ours(pods)):
+        got[policy.name] = protocol.run(nodes, arrived, policy, seed=42).final_allocation_pct
+    assert got["Ours"] > got["FGD"]
+
+
+def test_a_score_budget_falls_back_and_counts(small_openb):
+    nodes, pods = small_openb
+    arrived = protocol.arrivals(pods, capacity(nodes), seed=42)[:300]
+    budget = protocol.ScoreBudget(max_evaluations=2, fallback=baselines.BestFit())
+    result = protocol.run(nodes, arrived, ours.Ours(pods), seed=42, budget=budget)
+    assert result.fallbacks > 0 and result.failed == 0
+    calls = []
+    clock_budget = protocol.ScoreBudget(  # a caller's clock, here a call counter
+        over_budget=lambda n: calls.append(n) or len(calls) > 50, fallback=baselines.BestFit())
+    result = protocol.run(nodes, arrived, ours.Ours(pods), seed=42, budget=clock_budget)
+    assert result.fallbacks > 0 and calls
+
+
+def test_a_budget_without_fallback_is_refused():
+    node = new_node("a", "T4", cpu_milli=8000, memory_mib=8192, gpus=1)
+    pod = PodShape(cpu_milli=100, gpu_count=1, gpu_milli=100)
+    with pytest.raises(ValueError, match="fallback"):
+        protocol.run([node], [pod], baselines.BestFit(), seed=1,
+                     budget=protocol.ScoreBudget(max_evaluations=0))
+
+
+node_st = st.builds(
+    lambda i, gpus, cpu: new_node(f"n{i:03d}", "T4", cpu_milli=cpu, memory_mib=1 << 16,
+                                  gpus=gpus),
+    st.integers(0, 999), st.sampled_from([1, 2, 4, 8]), st.sampled_from([4000, 16000, 64000]))
+pod_st = st.one_of(
+    st.builds(lambda c: PodShape(cpu_milli=c), st.integers(500, 20000)),
+    st.builds(lambda c, m: PodShape(cpu_milli=c, gpu_count=1, gpu_milli=m),
+              st.integers(500, 12000), st.integers(1, 999)),
+    st.builds(lambda c, k: PodShape(cpu_milli=c, gpu_count=k, gpu_milli=MILLI_PER_GPU),
+              st.integers(500, 12000), st.sampled_from([1, 2, 4, 8])),
+)
+POLICIES = [lambda pods: fgd.FGD(fgd.typical_pods(pods)), lambda pods: ours.Ours(pods)] + [
+    (lambda pods, cls=cls: cls()) for cls in baselines.BASELINES]
+
+
+@settings(max_examples=40, deadline=None)
+@given(nodes=st.lists(node_st, min_size=1, max_size=6, unique_by=lambda n: n.name),
+       pods=st.lists(pod_st, min_size=1, max_size=40),
+       which=st.integers(0, len(POLICIES) - 1))
+def test_any_policy_never_overallocates_and_fails_only_pods_that_fit_nowhere(nodes, pods, which):
+    nodes = sorted(nodes, key=lambda n: n.name)
+    policy = POLICIES[which](tuple(pods))
+    result = protocol.run(nodes, pods, policy, seed=7)
+    for node in result.nodes:
+        assert all(0 <= g <= MILLI_PER_GPU for g in node.gpu_free)
+        assert node.cpu_free >= 0 and node.memory_free >= 0
+    assert result.curve[-1][1] == sum(n.gpu_used_total for n in result.nodes)
+    for i in result.failed_indices:  # replay up to the failed pod: it fit nowhere then
+        before = protocol.run(nodes, pods[:i], POLICIES[which](tuple(pods)), seed=7).nodes
+        assert not any(fits(n, pods[i]) for n in before)
