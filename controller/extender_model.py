@@ -1,0 +1,152 @@
+"""What the scheduler extender knows of the cluster: the watch cache turned into placement
+and planner values, rebuilt only when the cache changed.
+
+``build_view`` takes the compact records the controller's watch cache holds
+(``controller.watch.ClusterCache``, trimmed by ``controller.convert``) and returns a frozen
+``ClusterView``: per node what bound, unfinished pods hold, the planner's ``Node`` (with the
+hwprobe NVLink topology) and the placement model's ``GpuNode`` (``policies.placement.devices``);
+per pod uid its record; per gang the uids of its bound members. ``CachedView`` rebuilds it from a
+live ``ClusterCache`` on the first request after a watch event.
+
+Kubernetes does not say which device indices a pod's ``nvidia.com/gpu`` got (the device plugin
+picks them), and nothing in this project publishes them yet, so a node's used GPUs are put on
+its lowest indices in ``GpuNode`` (the placement scorer's measure depends only on how many are
+free) and NVLink checks keep the planner's worst-case assumption
+(``policies.topology.NodeTopology.nvlink_fits``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.policies import gangs
+from ckpt_preempt.policies.model import Node, PodDisruptionBudget, Resources
+from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodShape
+
+# hwprobe's report names no GPU model for the placement model's ``gpu_spec`` match; pods from
+# the API server carry no ``gpu_spec`` either, so every node's model is this one name.
+ANY_MODEL = ""
+
+
+def pod_shape(requests: Resources | None) -> PodShape:
+    """A pod's requests as the placement model counts them: whole GPUs (``nvidia.com/gpu`` is
+    an integer resource), CPU in milli, memory in MiB."""
+    r = requests or Resources()
+    return PodShape(cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, gpu_count=r.gpus,
+                    gpu_milli=MILLI_PER_GPU if r.gpus else 0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeView:
+    info: NodeInfo
+    node: Node  # the planner's node: allocatable and NVLink topology
+    used: Resources  # requests of the bound, unfinished pods
+    pods: tuple[str, ...]  # their uids
+    gpu: GpuNode  # the placement model's node
+
+    @property
+    def free(self) -> Resources:
+        return self.node.allocatable - self.used
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterView:
+    nodes: Mapping[str, NodeView]
+    pods: Mapping[str, PodInfo]  # by uid, unfinished ones only
+    gang_members: Mapping[str, frozenset[str]]  # gang key -> uids of its bound members
+    gang_of: Mapping[str, str]  # pod uid -> gang key
+    pdbs: tuple[PodDisruptionBudget, ...]
+    node_problems: Mapping[str, str]  # node -> why its topology annotation was ignored
+
+
+def _gpu_node(info: NodeInfo, node: Node, used: Resources) -> GpuNode:
+    alloc = info.allocatable
+    busy = min(used.gpus, alloc.gpus)
+    domains: tuple[int, ...] = ()
+    if node.topology is not None and node.topology.gpu_count == alloc.gpus:
+        ids = {}
+        for d, members in enumerate(node.topology.domains):
+            for i in members:
+                ids[i] = d
+        domains = tuple(ids[i] for i in range(alloc.gpus))
+    return GpuNode(
+        name=info.name, model=ANY_MODEL, cpu_milli=alloc.cpu_milli,
+        memory_mib=alloc.memory_mib,
+        gpu_free=(0,) * busy + (MILLI_PER_GPU,) * (alloc.gpus - busy),
+        cpu_free=alloc.cpu_milli - used.cpu_milli, memory_free=alloc.memory_mib - used.memory_mib,
+        nvlink_domain=domains,
+    )
+
+
+def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
+               pdbs: Iterable[PdbInfo] = ()) -> ClusterView:
+    used: dict[str, Resources] = {}
+    on: dict[str, list[str]] = {}
+    by_uid: dict[str, PodInfo] = {}
+    members: dict[str, set[str]] = {}
+    gang_of: dict[str, str] = {}
+    for p in pods:
+        if p.done:
+            continue
+        by_uid[p.uid] = p
+        if p.node is None:
+            continue
+        used[p.node] = used.get(p.node, Resources()) + (p.requests or Resources())
+        on.setdefault(p.node, []).append(p.uid)
+        gang, _ = gangs.detect(p.namespace, p.labels, p.annotations)
+        if gang is not None:
+            members.setdefault(gang.key, set()).add(p.uid)
+            gang_of[p.uid] = gang.key
+    views, problems = {}, {}
+    for info in nodes:
+        node, problem = convert.to_node(info)
+        if problem:
+            problems[info.name] = problem
+        u = used.get(info.name, Resources())
+        views[info.name] = NodeView(info=info, node=node, used=u,
+                                    pods=tuple(on.get(info.name, ())),
+                                    gpu=_gpu_node(info, node, u))
+    return ClusterView(nodes=views, pods=by_uid,
+                       gang_members={k: frozenset(v) for k, v in members.items()},
+                       gang_of=gang_of, pdbs=tuple(convert.to_pdb(b) for b in pdbs),
+                       node_problems=problems)
+
+
+class CachedView:
+    """The latest ``ClusterView`` of a live ``ClusterCache``, rebuilt on the first call after
+    the cache changed (one rebuild at a time; callers meanwhile wait for it)."""
+
+    def __init__(self, cache) -> None:
+        self.cache = cache
+        self._lock = threading.Lock()
+        self._view: ClusterView | None = None
+        self.rebuilds = 0
+
+    def synced(self) -> bool:
+        return self.cache.synced()
+
+    def current(self) -> ClusterView:
+        with self._lock:
+            if self._view is None or self.cache.changed.is_set():
+                self.cache.changed.clear()
+                self._view = build_view(self.cache.nodes.items(), self.cache.pods.items(),
+                                        self.cache.pdbs.items())
+                self.rebuilds += 1
+            return self._view
+
+
+class StaticView:
+    """A fixed view (tests, the latency benchmark)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def synced(self) -> bool:
+        return True
+
+    def current(self) -> ClusterView:
+        return self.view
