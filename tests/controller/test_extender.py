@@ -225,7 +225,7 @@ def test_preempt_drops_nodes_where_the_offered_victims_leave_no_nvlink_domain(ex
     ("/filter", json.dumps({"Pod": pod_json("p"), "NodeNames": "a"}).encode(), "NodeNames"),
 ])
 def test_bad_input_is_a_400_with_one_line(extenders, path, body, needle):
-    ext, url = extenders([node_json("a")], [])
+    _, url = extenders([node_json("a")], [])
     code, text = post(url + path, body)
     assert code == 400 and needle in text and text.count("\n") == 1, text
     code, _ = post(url + "/filter", {"Pod": pod_json("p"), "NodeNames": ["a"]})
