@@ -11,8 +11,10 @@ and the rules' queries in parallel, then ``policies.health.judge``).
 
 Reported: refresh wall time (p50, p99, max); ``fetch_critical``: the slowest query of a
 refresh (HTTP, Prometheus' evaluation and JSON decoding), ``fetch_sum``: all of them added;
-``extract``: the rest (mapping samples to nodes and judging); the states found, and how long
-Prometheus took to ingest the first scrape. Prints one JSON line; target p99 <= 200 ms.
+``extract``: the rest (mapping samples to nodes and judging); ``prometheus_eval_sequential``:
+Prometheus' own evaluation time for a refresh's queries run one at a time (its query stats:
+the server's part, which no client can save); the states found, and how long Prometheus took
+to ingest the first scrape. Prints one JSON line; target p99 <= 200 ms.
 Usage: python bench/health_refresh.py [--nodes 1000] [--gpus 8] [--refreshes 100]
 """
 
@@ -25,6 +27,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 critical.append(max(fetch.times))
                 summed.append(sum(fetch.times))
                 extract.append(walls[-1] - critical[-1])
+            floor = [prometheus_eval_seconds(prom.url, [source.coverage, *set(
+                source.queries.values())]) for _ in range(5)]
             stop.set()
             rising.join()
     assert report is not None
@@ -130,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "fetch_critical_p99_ms": round(percentile(critical, 0.99) * 1e3, 1),
         "fetch_sum_p50_ms": round(statistics.median(summed) * 1e3, 1),
         "extract_p50_ms": round(statistics.median(extract) * 1e3, 1),
+        "prometheus_eval_sequential_p50_ms": round(statistics.median(floor) * 1e3, 1),
         "expected_problem_nodes": len(nodes[::PROBLEM_EVERY]),
         "nodes_by_state": found, "exposition_mb": round(body / 1e6, 1),
         "exporter_render_s": round(render_s, 2), "first_scrape_s": round(ingest_s, 1),
@@ -138,6 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(out))
     return 0
+
+
+def prometheus_eval_seconds(url: str, queries: list[str]) -> float:
+    """Prometheus' own evaluation time (its `stats` timings) for these queries, one at a time:
+    the server's share of a refresh, whatever the client does."""
+    total = 0.0
+    for q in queries:
+        args = urllib.parse.urlencode({"query": q, "stats": "all"})
+        with urllib.request.urlopen(f"{url}/api/v1/query?{args}", timeout=30) as r:
+            total += json.load(r)["data"]["stats"]["timings"]["evalTotalTime"]
+    return total
 
 
 def keep_rising(exporter: DcgmFixtureExporter, nodes: list[str], stop: threading.Event) -> None:
