@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ckpt_preempt.policies import candidates, cost, units
+from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     NodeRejection,
     NvlinkNeed,
@@ -422,9 +423,11 @@ def plan(
     memo: dict = {}
     search, placements, stuck = _place_members(snapshot, members, config, builder, memo)
     if stuck is not None:
+        failing = sum(1 for n in snapshot.nodes if n.health is Health.FAILING)
         return Plan(
             policy=POLICY, preemptor=uids, feasible=False,
-            reason=f"{stuck.name} fits nowhere even after preempting every eligible victim",
+            reason=f"{stuck.name} fits nowhere even after preempting every eligible victim"
+            + (f"; {failing} node(s) closed because their GPUs are failing" if failing else ""),
             rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
         )
     evaluated = search.evaluated

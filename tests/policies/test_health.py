@@ -152,6 +152,9 @@ def test_a_failing_node_is_never_planned_onto_even_when_it_loses_least():
     plan = _plan(snap, pending("hi"))
     assert plan.target_nodes == ("dear",)
     assert ("cheap", RejectReason.GPU_FAILING) in {(r.node, r.reason) for r in plan.rejections}
+    alone = snapshot([cheap], snap.pods[:1])
+    assert _plan(alone, pending("hi")).reason.endswith(
+        "; 1 node(s) closed because their GPUs are failing")
     healthy = snapshot([replace(cheap, health=Health.HEALTHY), gpu_node("dear", 1)], snap.pods)
     assert _plan(healthy, pending("hi")).target_nodes == ("cheap",)  # health made the change
 
