@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     cache = ClusterCache(api, plan_namespace=cfg.plan_namespace)
-    ext = Extender(CachedView(cache), budget_seconds=args.prioritize_budget_ms / 1000,
+    view = CachedView(cache)
+    ext = Extender(view, budget_seconds=args.prioritize_budget_ms / 1000,
                    settings=PreemptSettings(limits=convert.limits(cfg),
                                             restart_seconds=cfg.restart_cost_seconds))
     try:
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     cache.start()
+    view.start(stop)
     try:
         stop.wait()
     finally:

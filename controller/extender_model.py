@@ -18,6 +18,7 @@ free) and NVLink checks keep the planner's worst-case assumption
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -30,6 +31,9 @@ from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodS
 # hwprobe's report names no GPU model for the placement model's ``gpu_spec`` match; pods from
 # the API server carry no ``gpu_spec`` either, so every node's model is this one name.
 ANY_MODEL = ""
+SYNC_REBUILD_MAX_SECONDS = 0.005  # a request rebuilds a stale view itself only below this
+REBUILD_POLL_SECONDS = 1.0  # the background rebuild's wait for a watch event
+MIN_REBUILD_GAP_SECONDS = 0.05  # between background rebuilds in a busy cluster
 
 
 def pod_shape(requests: Resources | None) -> PodShape:
@@ -117,26 +121,48 @@ def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
 
 
 class CachedView:
-    """The latest ``ClusterView`` of a live ``ClusterCache``, rebuilt on the first call after
-    the cache changed (one rebuild at a time; callers meanwhile wait for it)."""
+    """The latest ``ClusterView`` of a live ``ClusterCache``. A watch event marks it stale;
+    a background thread rebuilds it (``start``). While a rebuild is cheap (the last one took
+    under ``SYNC_REBUILD_MAX_SECONDS``), a request that finds it stale rebuilds it first, so a
+    small cluster is answered from the newest state; in a large, busy cluster requests never
+    wait for a rebuild and are answered from the last complete view (as old as one rebuild)."""
 
     def __init__(self, cache) -> None:
         self.cache = cache
         self._lock = threading.Lock()
         self._view: ClusterView | None = None
         self.rebuilds = 0
+        self.last_build_seconds = 0.0
 
     def synced(self) -> bool:
         return self.cache.synced()
 
-    def current(self) -> ClusterView:
+    def _rebuild(self) -> ClusterView:
         with self._lock:
             if self._view is None or self.cache.changed.is_set():
                 self.cache.changed.clear()
+                start = time.perf_counter()
                 self._view = build_view(self.cache.nodes.items(), self.cache.pods.items(),
                                         self.cache.pdbs.items())
+                self.last_build_seconds = time.perf_counter() - start
                 self.rebuilds += 1
             return self._view
+
+    def current(self) -> ClusterView:
+        view = self._view
+        if (view is None or (self.cache.changed.is_set()
+                             and self.last_build_seconds < SYNC_REBUILD_MAX_SECONDS)):
+            return self._rebuild()
+        return view
+
+    def start(self, stop: threading.Event) -> None:
+        def loop() -> None:
+            while not stop.is_set():
+                if self.cache.changed.wait(REBUILD_POLL_SECONDS):
+                    if self.cache.synced():
+                        self._rebuild()
+                    stop.wait(MIN_REBUILD_GAP_SECONDS)
+        threading.Thread(target=loop, name="extender-view", daemon=True).start()
 
 
 class StaticView:

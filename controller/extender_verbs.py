@@ -9,6 +9,7 @@ have no json tags, so keys are the Go field names (``Pod``, ``NodeNames``, ``Fai
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -19,7 +20,7 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.extender_model import ClusterView, NodeView, pod_shape
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import cost, preemption
-from ckpt_preempt.policies.model import NvlinkNeed, Pod, Resources, breaks_budget
+from ckpt_preempt.policies.model import Node, NvlinkNeed, Pod, Resources, breaks_budget
 from ckpt_preempt.policies.placement.baselines import BestFit
 from ckpt_preempt.policies.placement.devices import PodShape, fits
 from ckpt_preempt.policies.placement.ours import Ours, OursConfig
@@ -84,9 +85,11 @@ def node_names(args: Mapping) -> tuple[list[str], bool]:
 def nvlink_problem(pod: Pod, nv: NodeView) -> tuple[str | None, bool]:
     """Why ``pod`` (``nvlink: required``) cannot go on this node now, and whether preemption
     could change that; (None, _) when it can go."""
-    need, why = preemption.nvlink_gpus(pod, nv.node, nv.node.allocatable.gpus)
+    topology, alloc = nv.node.topology, nv.node.allocatable.gpus
+    need, why = _free_gpus_needed(topology, alloc, pod.gpus)
     if why is not None:
-        return f"{why.value} (largest NVLink domain {_largest(nv)}, {pod.gpus} GPUs asked)", False
+        largest = topology.largest_domain if topology else "unknown"
+        return f"{why} (largest NVLink domain {largest}, {pod.gpus} GPUs asked)", False
     free = nv.free.gpus
     if free < need:
         return (f"needs {need} free GPUs to be sure of one NVLink domain of {pod.gpus}, "
@@ -94,8 +97,13 @@ def nvlink_problem(pod: Pod, nv: NodeView) -> tuple[str | None, bool]:
     return None, True
 
 
-def _largest(nv: NodeView) -> str:
-    return str(nv.node.topology.largest_domain) if nv.node.topology else "unknown"
+@functools.lru_cache(maxsize=4096)
+def _free_gpus_needed(topology, allocatable_gpus: int, gpus: int) -> tuple[int, str | None]:
+    """The planner's rule (``preemption.nvlink_gpus``), memoised: nodes share a few shapes."""
+    pod = Pod(uid="", name="", requests=Resources(gpus=gpus), nvlink=NvlinkNeed.REQUIRED)
+    node = Node(name="", allocatable=Resources(gpus=allocatable_gpus), topology=topology)
+    need, why = preemption.nvlink_gpus(pod, node, allocatable_gpus)
+    return need or 0, why.value if why else None
 
 
 def filter_nodes(view: ClusterView, args: Mapping) -> dict:

@@ -245,3 +245,41 @@ def test_health_and_metrics_endpoints(extenders):
     assert "ckpt_preempt_extender_score_fallbacks_total 0.0" in text
     code, _ = post(url + "/bind", {"x": 1})
     assert code == 404
+
+
+class _Items:
+    def __init__(self, docs, trim):
+        self.docs, self.trim = docs, trim
+
+    def items(self):
+        return [self.trim(d) for d in self.docs]
+
+
+class _Cache:
+    """The three informers' ``items()`` and the ``changed`` event a ClusterCache exposes."""
+
+    def __init__(self, nodes, pods):
+        import threading
+
+        self.changed = threading.Event()
+        self.nodes, self.pods = _Items(nodes, convert.node_info), _Items(pods, convert.pod_info)
+        self.pdbs = _Items([], convert.pdb_info)
+
+    def synced(self):
+        return True
+
+
+def test_cached_view_follows_the_watch_cache_on_the_next_request_when_cheap():
+    from ckpt_preempt.controller.extender_model import CachedView
+
+    cache = _Cache([node_json("a")], [])
+    view = CachedView(cache)
+    assert view.current().nodes["a"].free.gpus == 8
+    cache.pods.docs.append(pod_json("p", gpus=3, node="a"))
+    assert view.current().nodes["a"].free.gpus == 8  # no watch event yet: same view
+    cache.changed.set()
+    assert view.current().nodes["a"].free.gpus == 5 and view.rebuilds == 2
+    view.last_build_seconds = 10.0  # an expensive rebuild: requests no longer wait for one
+    cache.pods.docs.append(pod_json("q", gpus=5, node="a"))
+    cache.changed.set()
+    assert view.current().nodes["a"].free.gpus == 5
