@@ -15,21 +15,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 from e2e import kube
 from e2e.localcluster import free_port
 from e2e.test_controller_support import REPO
 
-EXTENDER_WEIGHT = 10  # as deploy/scheduler/scheduler-config.yaml
-HTTP_TIMEOUT = "2s"
+SAMPLE = REPO / "deploy" / "scheduler" / "scheduler-config.yaml"
 
 
-def scheduler_config(url: str, *, preempt: bool = True, timeout: str = HTTP_TIMEOUT) -> dict:
-    ext = {"urlPrefix": url, "filterVerb": "filter", "prioritizeVerb": "prioritize",
-           "weight": EXTENDER_WEIGHT, "nodeCacheCapable": True, "ignorable": True,
-           "httpTimeout": timeout,
-           "managedResources": [{"name": kube.GPU, "ignoredByScheduler": False}]}
-    if preempt:
-        ext["preemptVerb"] = "preempt"
+def scheduler_config(url: str, *, preempt: bool = True, timeout: str | None = None) -> dict:
+    """The sample configuration with its extender pointed at ``url``; without the preempt verb
+    when ``preempt`` is False; with another ``httpTimeout`` when given."""
+    sample = yaml.safe_load(SAMPLE.read_text())
+    (ext,) = sample["extenders"]
+    ext["urlPrefix"] = url
+    if not preempt:
+        del ext["preemptVerb"]
+    if timeout:
+        ext["httpTimeout"] = timeout
     return {"extenders": [ext]}
 
 
