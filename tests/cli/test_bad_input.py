@@ -159,6 +159,14 @@ ROWS = [
       id="run without kubeconfig"),
     c("run", "--in-cluster", "--listen", "127.0.0.1:0", says="cannot load cluster credentials",
       id="run in-cluster outside a cluster"),
+    # extender
+    c("extender", "--listen", "8080", says="expected HOST:PORT", id="extender listen no port"),
+    c("extender", "--prioritize-budget-ms", "0", says="argument --prioritize-budget-ms",
+      id="extender budget"),
+    c("extender", "--config", f"{MISSING}/c.yaml", says=f"config {MISSING}/c.yaml",
+      id="extender missing config"),
+    c("extender", "--listen", "127.0.0.1:0", says="cannot load cluster credentials",
+      id="extender without kubeconfig"),
     # agent
     c("agent", "--pod", "p", "--namespace", "n", "--log-level", "chatty",
       says="unknown log level 'chatty'", id="agent log level"),
