@@ -154,11 +154,13 @@ class Scorer:
         self._lock = threading.Lock()
 
     def learn(self, view: ClusterView) -> None:
+        """Observe each pod once; forget the uids of pods that are gone (bounded memory)."""
         with self._lock:
             for uid, p in view.pods.items():
                 if uid not in self._seen:
                     self._seen.add(uid)
                     self.ours.observe(pod_shape(p.requests))
+            self._seen.intersection_update(view.pods.keys())
 
     def score(self, view: ClusterView, pod: PendingPod, names: list[str]) -> list[dict]:
         deadline = time.perf_counter() + self.budget_seconds
