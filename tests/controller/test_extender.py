@@ -283,3 +283,45 @@ def test_cached_view_follows_the_watch_cache_on_the_next_request_when_cheap():
     cache.pods.docs.append(pod_json("q", gpus=5, node="a"))
     cache.changed.set()
     assert view.current().nodes["a"].free.gpus == 5
+
+
+def test_preempt_answers_only_offered_victims_and_never_an_empty_list():
+    """Random nodes, pods and offered victim sets (some insufficient, some naming pods on
+    another node): each kept node has >= 1 victim, all offered for that node, freeing enough."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ckpt_preempt.controller.extender_verbs import PreemptSettings, preempt
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.lists(st.sampled_from((1, 2, 4)), max_size=4), min_size=1, max_size=4),
+           st.sampled_from((1, 2, 4, 8)), st.data())
+    def check(layout, want, data):
+        nodes = [node_json(f"n{i}") for i in range(len(layout))]
+        pods, on = [], {}
+        for i, sizes in enumerate(layout):
+            free = 8
+            for k, g in enumerate(sizes):
+                if g <= free:
+                    free -= g
+                    pods.append(pod_json(f"p{i}-{k}", gpus=g, node=f"n{i}",
+                                         started_ago=data.draw(st.integers(60, 10 * 3600))))
+                    on.setdefault(f"n{i}", []).append(f"uid-p{i}-{k}")
+        view = build_view([convert.node_info(n) for n in nodes],
+                          [convert.pod_info(p) for p in pods])
+        all_uids = [u for us in on.values() for u in us]
+        offered = {n: data.draw(st.lists(st.sampled_from(all_uids), unique=True, max_size=4))
+                   for n in on if all_uids}
+        args = {"Pod": pod_json("pre", gpus=want, priority=1000),
+                "NodeNameToMetaVictims": {n: {"Pods": [{"UID": u} for u in us]}
+                                          for n, us in offered.items()}}
+        out, dropped = preempt(view, args, PreemptSettings())
+        kept = out["NodeNameToMetaVictims"]
+        assert set(kept) | set(dropped) == set(offered)
+        for n, v in kept.items():
+            uids = [p["UID"] for p in v["Pods"]]
+            assert uids and set(uids) <= set(offered[n]) and set(uids) <= set(on[n])
+            freed = sum(view.pods[u].requests.gpus for u in uids)
+            assert view.nodes[n].free.gpus + freed >= want
+
+    check()
