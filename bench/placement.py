@@ -1,4 +1,6 @@
-"""Placement benchmark: FGD's own protocol, every policy side by side (docs/placement.md).
+"""Placement benchmark: FGD's own protocol, every policy side by side (see its README).
+
+Docs: policies/placement/README.md.
 
 Runs each policy on each seed (FGD's protocol: ckpt_preempt.policies.placement.protocol), bins
 the allocation ratio by arrived demand, and reports the median at 130 % next to the paper's.
@@ -41,7 +43,7 @@ HEADLINE_BIN = protocol.MAX_BIN_PCT
 NO_BUDGET = protocol.ScoreBudget()
 PROGRESS_STEP = 500  # pods per progress-bar update
 
-# Each idea measured alone on top of FGD's scorer, then combined (docs/placement.md).
+# Each idea measured alone on top of FGD's scorer, then combined (policies/placement/README.md).
 ABLATION = {
     "FGD measure, integer score, name tie-break (= FGD)": ours.OursConfig(
         tie_break="name", cpu_balance_weight=0),

@@ -1,5 +1,5 @@
 """Our placement scorer: FGD's fragmentation measure, scored exactly, with knobs for the ideas
-we measured (bench/placement.py runs the ablation; docs/placement.md has the table).
+we measured (bench/placement.py runs the ablation; policies/placement/README.md has the table).
 
 - ``integer_score``: FGD's ``int(sigmoid(decrease/1000) * 100)`` (True) or the exact decrease.
   The integer merges decreases that differ by less than ~40 milli-GPU, and the simulator then
@@ -31,9 +31,11 @@ from ckpt_preempt.policies.placement.devices import (
     take_ascending,
 )
 from ckpt_preempt.policies.placement.fgd import (
+    MAX_NODE_SCORE,
     POPULARITY_THRESHOLD_PCT,
+    SIGMOID_SCALE_MILLI,
     TargetPod,
-    fgd_integer_score,
+    sigmoid,
     typical_pods,
 )
 
@@ -45,6 +47,7 @@ TARGETS = ("trace", "online")
 class OursConfig:
     integer_score: bool = True
     quantum_milli: float = 0.0
+    sigmoid_scale_milli: float = SIGMOID_SCALE_MILLI
     tie_break: str = "bestfit"
     cpu_frag_weight: float = 0.0
     cpu_balance_weight: float = 1.0
@@ -197,7 +200,7 @@ class Ours:
 
     def _primary(self, decrease: float) -> float:
         if self.config.integer_score:
-            return fgd_integer_score(decrease)
+            return int(sigmoid(decrease / self.config.sigmoid_scale_milli) * MAX_NODE_SCORE)
         if self.config.quantum_milli > 0:
             return math.floor(decrease / self.config.quantum_milli + 1e-9)
         return round(decrease, 6)  # equal decreases compare equal despite float sums
