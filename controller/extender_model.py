@@ -17,6 +17,7 @@ free) and NVLink checks keep the planner's worst-case assumption
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -24,9 +25,17 @@ from dataclasses import dataclass
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
-from ckpt_preempt.policies import gangs
-from ckpt_preempt.policies.model import Node, PodDisruptionBudget, Resources
+from ckpt_preempt.policies import gangs, preemption
+from ckpt_preempt.policies.model import (
+    Node,
+    NvlinkNeed,
+    Pod,
+    PodDisruptionBudget,
+    RejectReason,
+    Resources,
+)
 from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodShape
+from ckpt_preempt.policies.topology import NodeTopology
 
 # hwprobe's report names no GPU model for the placement model's ``gpu_spec`` match; pods from
 # the API server carry no ``gpu_spec`` either, so every node's model is this one name.
@@ -51,10 +60,31 @@ class NodeView:
     used: Resources  # requests of the bound, unfinished pods
     pods: tuple[str, ...]  # their uids
     gpu: GpuNode  # the placement model's node
+    free_gpus: int
+    # entry k: free GPUs this node needs before a k-GPU ``nvlink: required`` pod surely gets
+    # one NVLink domain (the planner's rule, ``preemption.nvlink_gpus``), or a NEED_* value
+    nvlink_need: tuple[int, ...]
 
     @property
     def free(self) -> Resources:
         return self.node.allocatable - self.used
+
+
+NEED_TOPOLOGY_UNKNOWN = -1  # no usable hwprobe report
+NEED_NO_DOMAIN_FITS = -2  # no domain is that large
+
+
+@functools.lru_cache(maxsize=1024)
+def nvlink_needs(topology: NodeTopology | None, allocatable_gpus: int) -> tuple[int, ...]:
+    """``NodeView.nvlink_need`` for a node shape; nodes share a few shapes."""
+    node = Node(name="", allocatable=Resources(gpus=allocatable_gpus), topology=topology)
+    out = []
+    for k in range(allocatable_gpus + 1):
+        pod = Pod(uid="", name="", requests=Resources(gpus=k), nvlink=NvlinkNeed.REQUIRED)
+        need, why = preemption.nvlink_gpus(pod, node, allocatable_gpus)
+        out.append(need if why is None else NEED_TOPOLOGY_UNKNOWN
+                   if why is RejectReason.NVLINK_UNKNOWN else NEED_NO_DOMAIN_FITS)
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,9 +141,10 @@ def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         if problem:
             problems[info.name] = problem
         u = used.get(info.name, Resources())
-        views[info.name] = NodeView(info=info, node=node, used=u,
-                                    pods=tuple(on.get(info.name, ())),
-                                    gpu=_gpu_node(info, node, u))
+        views[info.name] = NodeView(
+            info=info, node=node, used=u, pods=tuple(on.get(info.name, ())),
+            gpu=_gpu_node(info, node, u), free_gpus=info.allocatable.gpus - u.gpus,
+            nvlink_need=nvlink_needs(node.topology, info.allocatable.gpus))
     return ClusterView(nodes=views, pods=by_uid,
                        gang_members={k: frozenset(v) for k, v in members.items()},
                        gang_of=gang_of, pdbs=tuple(convert.to_pdb(b) for b in pdbs),

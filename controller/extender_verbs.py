@@ -9,7 +9,6 @@ have no json tags, so keys are the Go field names (``Pod``, ``NodeNames``, ``Fai
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 import time
@@ -17,10 +16,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.extender_model import ClusterView, NodeView, pod_shape
+from ckpt_preempt.controller.extender_model import (
+    NEED_NO_DOMAIN_FITS,
+    NEED_TOPOLOGY_UNKNOWN,
+    ClusterView,
+    NodeView,
+    pod_shape,
+)
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import cost, preemption
-from ckpt_preempt.policies.model import Node, NvlinkNeed, Pod, Resources, breaks_budget
+from ckpt_preempt.policies.model import (
+    NvlinkNeed,
+    Pod,
+    RejectReason,
+    Resources,
+    breaks_budget,
+)
 from ckpt_preempt.policies.placement.baselines import BestFit
 from ckpt_preempt.policies.placement.devices import PodShape, fits
 from ckpt_preempt.policies.placement.ours import Ours, OursConfig
@@ -85,25 +96,19 @@ def node_names(args: Mapping) -> tuple[list[str], bool]:
 def nvlink_problem(pod: Pod, nv: NodeView) -> tuple[str | None, bool]:
     """Why ``pod`` (``nvlink: required``) cannot go on this node now, and whether preemption
     could change that; (None, _) when it can go."""
-    topology, alloc = nv.node.topology, nv.node.allocatable.gpus
-    need, why = _free_gpus_needed(topology, alloc, pod.gpus)
-    if why is not None:
-        largest = topology.largest_domain if topology else "unknown"
-        return f"{why} (largest NVLink domain {largest}, {pod.gpus} GPUs asked)", False
-    free = nv.free.gpus
-    if free < need:
+    needs = nv.nvlink_need
+    need = needs[pod.gpus] if pod.gpus < len(needs) else NEED_NO_DOMAIN_FITS
+    if need >= 0:
+        if nv.free_gpus >= need:
+            return None, True
         return (f"needs {need} free GPUs to be sure of one NVLink domain of {pod.gpus}, "
-                f"{free} free"), True
-    return None, True
-
-
-@functools.lru_cache(maxsize=4096)
-def _free_gpus_needed(topology, allocatable_gpus: int, gpus: int) -> tuple[int, str | None]:
-    """The planner's rule (``preemption.nvlink_gpus``), memoised: nodes share a few shapes."""
-    pod = Pod(uid="", name="", requests=Resources(gpus=gpus), nvlink=NvlinkNeed.REQUIRED)
-    node = Node(name="", allocatable=Resources(gpus=allocatable_gpus), topology=topology)
-    need, why = preemption.nvlink_gpus(pod, node, allocatable_gpus)
-    return need or 0, why.value if why else None
+                f"{nv.free_gpus} free"), True
+    topology = nv.node.topology
+    if need == NEED_TOPOLOGY_UNKNOWN:
+        return f"{RejectReason.NVLINK_UNKNOWN.value} ({pod.gpus} GPUs asked)", False
+    largest = topology.largest_domain if topology else 0
+    return (f"{RejectReason.NVLINK_INFEASIBLE.value} (largest NVLink domain {largest}, "
+            f"{pod.gpus} GPUs asked)"), False
 
 
 def filter_nodes(view: ClusterView, args: Mapping) -> dict:
