@@ -136,7 +136,7 @@ class Ours:
                 else:
                     small += g
             frag += m.weight * (small if usable >= m.gpu_count else total + w_cpu * cpu_free)
-        if self.config.cpu_balance_weight:
+        if self.config.cpu_balance_weight and self.gpu_per_cpu:  # no GPU target: no term
             starved = total - cpu_free * self.gpu_per_cpu
             if starved > 0:
                 frag += self.config.cpu_balance_weight * starved

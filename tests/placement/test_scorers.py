@@ -119,3 +119,12 @@ def test_fits_respects_gpu_spec():
     node = new_node("n", "V100M16", cpu_milli=8000, memory_mib=8192, gpus=1)
     assert fits(node, PodShape(cpu_milli=1, gpu_count=1, gpu_milli=100, gpu_spec="V100M16|A10"))
     assert not fits(node, PodShape(cpu_milli=1, gpu_count=1, gpu_milli=100, gpu_spec="T4"))
+
+
+def test_ours_with_an_empty_online_target_scores_and_learns():
+    ours_online = ours.Ours((), ours.OursConfig(target="online"))
+    node = one_gpu_node("n-a")
+    assert ours_online.evaluate(node, SHARE_500)[1] == (0,)  # nothing learned yet: still scores
+    version = ours_online.version
+    ours_online.observe(SHARE_500)
+    assert ours_online.version > version and ours_online.target[0].gpu_milli == 500
