@@ -29,7 +29,7 @@ from __future__ import annotations
 import csv
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ckpt_preempt.policies.placement.devices import (
@@ -188,8 +188,12 @@ def run(
         curve=tuple(curve), failed_indices=tuple(failed_at), nodes=tuple(state))
 
 
-def _choose(state, keys, pod, policy, memo, rng, budget):
-    """(node index, GPUs, uncached evaluations, fell back?) of the best feasible node, or None."""
+def _choose(
+    state: list[GpuNode], keys: list[tuple], pod: PodShape, policy: Policy,
+    memo: dict[tuple, dict], rng: random.Random, budget: ScoreBudget,
+) -> tuple[int, tuple[int, ...], int, bool] | None:
+    """(node index, GPUs, uncached evaluations, fell back?) of the best feasible node, or None.
+    ``memo`` maps pod shape -> node state key -> (score, GPUs), or None when it does not fit."""
     shape = (pod.cpu_milli, pod.gpu_count, pod.gpu_milli, pod.gpu_spec)
     cache = memo.setdefault(shape, {})
     best: tuple[float, int, tuple[int, ...]] | None = None
@@ -250,5 +254,5 @@ def subsample(
     k_pods = max(1, round(len(pods) * fraction))
     picked_nodes = sorted(rng.sample(range(len(nodes)), k_nodes))
     picked_pods = sorted(rng.sample(range(len(pods)), k_pods))
-    return (tuple(replace(nodes[i]) for i in picked_nodes),
+    return (tuple(nodes[i] for i in picked_nodes),
             tuple(pods[i] for i in picked_pods))
