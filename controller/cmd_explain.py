@@ -66,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
             drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds)
     ours = preemption.plan(snap, preemptor, cfg)
     theirs = kube_default.plan(snap, preemptor) if args.compare else None
+    health = fmt.health_summary((n.name, n.health, ()) for n in snap.nodes)
     if args.output == "text":
-        emit("\n\n".join(render(p, snap.now) for p in (ours, theirs) if p is not None))
+        emit("\n\n".join(render(p, snap.now) for p in (ours, theirs) if p is not None)
+             + "\n" + "\n".join(fmt.health_lines(health)))
     else:
         keys = [p.key for p in preemptor]
         print_document(fmt.document(now=snap.now, ours=ours, kube_default=theirs,
                                     pod=keys[0] if keys else None, members=keys,
-                                    warnings=problems), args.output)
+                                    warnings=problems, health=health), args.output)
     return 0 if ours.feasible else 1
 
 

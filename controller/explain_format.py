@@ -5,7 +5,8 @@ The planner works in GPU-seconds, epoch seconds and gang keys ``<namespace>/<con
 <name>`` (``policies.gangs``); this module converts at the edge and nowhere else. Both
 ``explain --snapshot`` (controller/cmd_explain.py) and ``explain POD`` (controller/explain_live.py)
 print ``document(...)`` for ``-o json|yaml``; every key is always present (``kube_default`` is null
-unless kube-default's choice was computed, ``stored_plan`` null unless one exists).
+unless kube-default's choice was computed, ``stored_plan`` null unless one exists, ``node_health``
+the summary of ``health_summary``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 
 from ckpt_preempt.controller.agent import rfc3339
 from ckpt_preempt.policies import gangs
+from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import Plan, VictimGroup
 
 SECONDS_PER_HOUR = 3600.0
@@ -93,10 +95,41 @@ def plan(p: Plan) -> dict:
     }
 
 
+def health_summary(nodes: Iterable[tuple[str, Health, Iterable[str]]]) -> dict:
+    """``node_health``: failing and degraded nodes with their reasons, worst first; unknown ones
+    counted (with the reason when they share one); the number of nodes looked at."""
+    seen = list(nodes)
+    bad = sorted(((n, st, list(r)) for n, st, r in seen if st in (Health.FAILING, Health.DEGRADED)),
+                 key=lambda t: (-t[1].rank, t[0]))
+    unknown = [list(r) for _, st, r in seen if st is Health.UNKNOWN]
+    notes = {line for r in unknown for line in r}
+    return {
+        "nodes": len(seen),
+        "unhealthy": [{"node": n, "state": st.value, "reasons": r} for n, st, r in bad],
+        "unknown": len(unknown),
+        "unknown_reason": notes.pop() if len(notes) == 1 else None,
+    }
+
+
+def health_lines(summary: dict) -> list[str]:
+    """``health_summary`` as text for ``explain``."""
+    out = ["  node health:"]
+    for e in summary["unhealthy"]:
+        out.append(f"    {e['node']}: {e['state']}")
+        out.extend(f"      {r}" for r in e["reasons"])
+    if summary["unknown"]:
+        why = f" ({summary['unknown_reason']})" if summary["unknown_reason"] else ""
+        out.append(f"    unknown on {summary['unknown']} of {summary['nodes']} node(s){why}")
+    if len(out) == 1:
+        out.append(f"    healthy on all {summary['nodes']} node(s)")
+    return out
+
+
 def document(*, now: float, ours: Plan, kube_default: Plan | None, pod: str | None = None,
              members: Iterable[str] = (), warnings: Iterable[str] = (),
-             stored_plan: dict | None = None) -> dict:
-    """The one ``explain -o json|yaml`` shape, live or from a snapshot."""
+             stored_plan: dict | None = None, health: dict | None = None) -> dict:
+    """The one ``explain -o json|yaml`` shape, live or from a snapshot; ``health`` is a
+    ``health_summary``."""
     return {
         "now": rfc3339(now),
         "pod": pod,
@@ -105,4 +138,5 @@ def document(*, now: float, ours: Plan, kube_default: Plan | None, pod: str | No
         "stored_plan": stored_plan,
         "plan": plan(ours),
         "kube_default": None if kube_default is None else plan(kube_default),
+        "node_health": health if health is not None else health_summary(()),
     }

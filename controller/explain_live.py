@@ -24,9 +24,11 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller import explain_format as fmt
 from ckpt_preempt.controller.actions import MANAGED_BY
 from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.health import explain_health
 from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
 from ckpt_preempt.controller.watch import stored_plan
 from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies.health import NodeHealth
 from ckpt_preempt.policies.model import Plan
 
 
@@ -47,6 +49,7 @@ class Explanation:
     persisted: lifecycle.PlanRecord | None  # the newest stored plan for this pod, if any
     warnings: tuple[str, ...]
     now: float
+    health: tuple[NodeHealth, ...] = ()  # every node's GPU health, as the controller sees it
 
 
 def _list(fn, timeout: float = 30.0) -> list[dict]:
@@ -76,9 +79,11 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     stored = load_all(stored_plan(d) for d in _list(
         lambda **kw: core.list_namespaced_config_map(
             cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))
+    health = tuple(explain_health(cfg, [n.name for n in nodes]))
     conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
                             limits=convert.limits(cfg), recent_preemptions=recent_preemptions(
-                                stored, since=now - cfg.fairness_window_seconds))
+                                stored, since=now - cfg.fairness_window_seconds),
+                            health={h.node: h.state for h in health})
     model = conv.snapshot.pod_by_uid
     gang = model[target.uid].gang
     members = [p for p in pods if not p.node and not p.done and (
@@ -100,7 +105,7 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
         warnings.append(f"the pod is already bound to {target.node}; shown: a plan as if pending")
     return Explanation(pod=target.key, members=tuple(p.key for p in members), plan=ours,
                        kube_default=theirs, persisted=persisted, warnings=tuple(warnings),
-                       now=now)
+                       now=now, health=health)
 
 
 def document(e: Explanation) -> dict:
@@ -111,7 +116,12 @@ def document(e: Explanation) -> dict:
         stored = {"id": r.id, "state": str(r.state), "created": fmt.rfc3339(r.created),
                   "reason": r.reason}
     return fmt.document(now=e.now, ours=e.plan, kube_default=e.kube_default, pod=e.pod,
-                        members=e.members, warnings=e.warnings, stored_plan=stored)
+                        members=e.members, warnings=e.warnings, stored_plan=stored,
+                        health=_health(e))
+
+
+def _health(e: Explanation) -> dict:
+    return fmt.health_summary((h.node, h.state, h.reasons) for h in e.health)
 
 
 def render(e: Explanation) -> str:
@@ -146,4 +156,5 @@ def render(e: Explanation) -> str:
         out.append("  why other nodes lost:")
         for r in p.rejections:
             out.append(f"    {r.node}: {r.reason}" + (f" ({r.detail})" if r.detail else ""))
+    out.extend(fmt.health_lines(_health(e)))
     return "\n".join(out)

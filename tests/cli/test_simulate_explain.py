@@ -153,7 +153,7 @@ def test_explain_json_has_one_shape_with_or_without_compare():
     as_yaml = yaml.safe_load(cli("explain", "--snapshot", str(EXAMPLE), "-o", "yaml").stdout)
     assert alone["kube_default"] is None and compared["kube_default"] is not None
     assert list(alone) == list(compared) == list(as_yaml) == [
-        "now", "pod", "members", "warnings", "stored_plan", "plan", "kube_default"]
+        "now", "pod", "members", "warnings", "stored_plan", "plan", "kube_default", "node_health"]
     assert alone["plan"] == compared["plan"] == as_yaml["plan"]
     # the comparison plan has the same keys as ours
     assert set(_keys(compared["kube_default"])) <= set(_keys(compared["plan"]))
@@ -241,3 +241,25 @@ def test_live_explain_document_has_the_snapshot_shape():
     text = explain_live.render(e)
     assert "at 2026-12-02T12:00:00Z" in text and "created 2026-12-02T11:59:00Z" in text
     assert "GPU-s" not in text and "gang ml/llm (scheduling.ai gang labels)" in text
+
+
+def test_explain_shows_node_health_from_the_snapshot(tmp_path):
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["nodes"][0]["health"] = "failing"
+    doc["nodes"][1]["health"] = "degraded"
+    for node in doc["nodes"][2:]:
+        node["health"] = "healthy"
+    path = tmp_path / "snap.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = json.loads(cli("explain", "--snapshot", str(path), "-o", "json").stdout)
+    health = out["node_health"]
+    assert [(e["node"], e["state"]) for e in health["unhealthy"]] == [
+        ("node-a", "failing"), ("node-b", "degraded")]
+    assert (health["nodes"], health["unknown"]) == (len(doc["nodes"]), 0)
+    assert out["plan"]["placements"]  # a plan exists, and not on the failing node
+    assert "node-a" not in [pl["node"] for pl in out["plan"]["placements"]]
+    text = cli("explain", "--snapshot", str(path)).stdout
+    assert "  node health:\n    node-a: failing\n    node-b: degraded" in text
+    unknown = json.loads(cli("explain", "--snapshot", str(EXAMPLE), "-o", "json").stdout)
+    assert unknown["node_health"]["unhealthy"] == []
+    assert unknown["node_health"]["unknown"] == unknown["node_health"]["nodes"] > 0
