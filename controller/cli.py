@@ -2,7 +2,8 @@
 
 Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int`` (the exit code). Errors the user can fix exit with code 2 and one line on
-stderr (argparse's own errors: its usage block, then one ``error:`` line), never a traceback.
+stderr (argparse's errors too: ``argtypes.Parser`` prints ``PROG: error: ...`` alone), never a
+traceback.
 Results go to stdout through ``emit``, so ``ckpt-preempt ... | head`` keeps the exit code.
 """
 
