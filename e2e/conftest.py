@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from e2e import kube
 from e2e.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_testbin
+from tests.hwprobe.mocklib import MockNvml, mock_library
 
 LOG_LINES = 400  # per component per failed test; the full logs stay in the pytest tmp dir
 _active: list[kube.Cluster] = []
@@ -188,3 +189,15 @@ def pytest_runtest_makereport(item, call):
         shown = lines[-LOG_LINES:]
         head = f"{path} (last {len(shown)} of {len(lines)} lines written during this test)\n"
         report.sections.append((f"{name} log", head + "\n".join(shown)))
+
+
+@pytest.fixture(scope="module")
+def nvml(tmp_path_factory) -> MockNvml:
+    """NVIDIA's mock libnvidia-ml, built by `make testbin` (e2e/testbin/mocknvml)."""
+    library = mock_library()
+    if not library.is_file():
+        why = f"mock NVML not built ({library}): run `make testbin`"
+        if os.environ.get("CKPT_REQUIRE_TESTBIN") == "1":
+            pytest.fail(f"{why} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
+        pytest.skip(why)
+    return MockNvml(library=library, workdir=tmp_path_factory.mktemp("mocknvml"))

@@ -35,7 +35,6 @@ from e2e.test_controller_support import (
     reasons,
 )
 from e2e.test_trust_support import extra_namespace, status_of
-from tests.hwprobe.mocklib import MockNvml, mock_library
 
 pytestmark = pytest.mark.e2e
 
@@ -157,17 +156,6 @@ def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
                 "reportingController": "x", "reportingInstance": "x", "action": "x",
                 "reason": "x", "type": "Normal"})) == 403
             assert status_of(lambda: sa_core.list_namespaced_secret(ns)) == 403
-
-
-@pytest.fixture(scope="module")
-def nvml(tmp_path_factory) -> MockNvml:
-    library = mock_library()
-    if not library.is_file():
-        why = f"mock NVML not built ({library}): run `make testbin`"
-        if os.environ.get("CKPT_REQUIRE_TESTBIN") == "1":
-            pytest.fail(f"{why} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
-        pytest.skip(why)
-    return MockNvml(library=library, workdir=tmp_path_factory.mktemp("mocknvml"))
 
 
 @pytest.mark.mocknvml

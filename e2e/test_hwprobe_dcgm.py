@@ -9,14 +9,12 @@ as an operator would run it on the node.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import yaml
 
 from e2e import promstack
 from e2e.promstack import DcgmFixtureExporter, FixtureGpu
-from tests.hwprobe.mocklib import PROFILES, MockNvml, mock_library
+from tests.hwprobe.mocklib import PROFILES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mocknvml]
 dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus
@@ -26,17 +24,6 @@ GPUS = 8
 SPEC = "gpu_count: 8\ngpu_name: H100\n"  # no max_link_errors: only the cross-check judges them
 AGGREGATE_SKIP = ("SKIP: dcgm ecc_dbe_aggregate (DCGM_FI_DEV_ECC_DBE_AGG_TOTAL): no series for "
                   f"node {NODE}")
-
-
-@pytest.fixture(scope="module")
-def nvml(tmp_path_factory) -> MockNvml:
-    library = mock_library()
-    if not library.is_file():
-        why = f"mock NVML not built ({library}): run `make testbin`"
-        if os.environ.get("CKPT_REQUIRE_TESTBIN") == "1":
-            pytest.fail(f"{why} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
-        pytest.skip(why)
-    return MockNvml(library=library, workdir=tmp_path_factory.mktemp("mocknvml"))
 
 
 @pytest.fixture

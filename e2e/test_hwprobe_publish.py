@@ -8,28 +8,15 @@ as a subprocess with the cluster's kubeconfig, exactly as the DaemonSet would ru
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from e2e import kube
-from tests.hwprobe.mocklib import MockNvml, mock_library
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mocknvml]
 
 ANNOTATION = "hwprobe.ckpt-preempt.io/topology"
 LABEL = "hwprobe.ckpt-preempt.io/"
-
-
-@pytest.fixture(scope="module")
-def nvml(tmp_path_factory) -> MockNvml:
-    library = mock_library()
-    if not library.is_file():
-        why = f"mock NVML not built ({library}): run `make testbin`"
-        if os.environ.get("CKPT_REQUIRE_TESTBIN") == "1":
-            pytest.fail(f"{why} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
-        pytest.skip(why)
-    return MockNvml(library=library, workdir=tmp_path_factory.mktemp("mocknvml"))
 
 
 def publish(cluster, nvml, node, profile, *args, faults=None):
