@@ -33,6 +33,7 @@
     healthRefreshSeconds: 30         # one refresh (a query per rule) at most this often
     healthQueryTimeoutSeconds: 5     # per query; 3 tries each
     healthWindowSeconds: 300         # the window of the rate rules (NVLink, PCIe, throttling)
+    healthQueryMode: direct          # direct | recorded (Prometheus recording rules installed)
     healthHostnameLabels: [Hostname, hostname]   # the labels naming a sample's node, in order
     healthNodeNames: []              # "exporter-host=node-name" where they differ
     healthCheckpoint: true           # ask on-request pods to checkpoint when a node degrades
@@ -41,6 +42,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -49,6 +51,13 @@ import yaml
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
+
+
+class HealthQueryMode(enum.StrEnum):
+    """How a health refresh reads Prometheus (controller/health_promql.py)."""
+
+    DIRECT = "direct"  # the rules' queries at every refresh
+    RECORDED = "recorded"  # the series the recording rules record
 
 
 class ConfigError(ValueError):
@@ -90,6 +99,7 @@ class Config:
     health_refresh_seconds: float = 30.0
     health_query_timeout_seconds: float = 5.0
     health_window_seconds: float = 300.0
+    health_query_mode: str = str(HealthQueryMode.DIRECT)
     health_hostname_labels: tuple[str, ...] = ("Hostname", "hostname")
     health_node_names: tuple[str, ...] = ()
     health_checkpoint: bool = True
@@ -118,6 +128,9 @@ class Config:
         if self.prometheus_ca_file and self.prometheus_insecure_skip_verify:
             raise ConfigError("config: prometheusCaFile and prometheusInsecureSkipVerify "
                               "exclude each other")
+        if self.health_query_mode not in tuple(HealthQueryMode):
+            raise ConfigError(f"config: healthQueryMode must be one of "
+                              f"{', '.join(HealthQueryMode)}, not {self.health_query_mode!r}")
         if not self.health_hostname_labels:
             raise ConfigError("config: healthHostnameLabels must name at least one label")
         for entry in self.health_node_names:

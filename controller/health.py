@@ -6,7 +6,11 @@ insecure-skip-verify) with ``prometheus-api-client``:
 - one refresh = one coverage query (how many GPUs of each node report) plus at most one
   PromQL query per rule (``policies.health.DEFAULT_RULES``; rules reading one field the same
   way share it), each for the whole cluster, returning only the GPUs where a rule may fire,
-  never one query per node; the queries run in parallel;
+  never one query per node; the queries run in parallel (``controller/health_promql.py``);
+- ``healthQueryMode: recorded``: the same expressions are Prometheus recording rules
+  (deploy/dcgm/recording-rules.yaml), and a refresh is two selections of what they recorded
+  (the coverage count, and every firing GPU labelled with its rule group). No recorded coverage
+  at all (rules not installed): every node ``unknown``, and the readiness detail says so;
 - each query has ``healthQueryTimeoutSeconds`` and three tries (tenacity, on connection errors,
   timeouts and 5xx); a refresh runs at most every ``healthRefreshSeconds`` (a background
   thread), and the reconcile pass reads the cached ``report()``;
@@ -46,12 +50,20 @@ from urllib3.util.retry import Retry
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions
-from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.config import Config, HealthQueryMode
 from ckpt_preempt.controller.convert import PodInfo
+from ckpt_preempt.controller.health_promql import (
+    GROUP_LABEL,
+    RECORDED_QUERIES,
+    RECORDED_REPORTING,
+    coverage_query,
+    query_groups,
+    rule_queries,
+)
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.policies import health as ph
 from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.health import GpuKey, Health, HealthReport, NodeHealth, Reading, Rule
+from ckpt_preempt.policies.health import GpuKey, Health, HealthReport, NodeHealth, Rule
 from ckpt_preempt.policies.model import CheckpointMode
 
 log = logging.getLogger("ckpt_preempt.health")
@@ -59,40 +71,8 @@ QUERY_ATTEMPTS = 3
 MAX_PARALLEL_QUERIES = 8
 HEALTH_PLAN_PREFIX = "health-"  # drain requests of ours that no eviction follows
 CHECKPOINT_EVENT = "HealthCheckpointRequested"
-
-
-# -- PromQL ----------------------------------------------------------------------------------------
-def _floor(rule: Rule) -> tuple[float, bool]:
-    """A value below which the rule cannot fire: (bound, strict). XID codes are positive."""
-    return (0.0, True) if rule.codes else (rule.threshold, rule.strict)
-
-
-def rule_queries(rules: Iterable[Rule], window_s: float) -> dict[str, str]:
-    """Rule name -> its query, for every GPU at once, returning only the GPUs where it may
-    fire (``Rule.fires`` decides). Rules reading the same field the same way share one query,
-    filtered by the loosest of their thresholds (the two XID rules; NVLink CRC's degraded
-    and failing rates)."""
-    groups: dict[tuple, list[Rule]] = {}
-    for r in rules:
-        groups.setdefault((r.metric, r.reading, r.scale), []).append(r)
-    out = {}
-    for (metric, reading, scale), members in groups.items():
-        # No aggregation: it would cost Prometheus as much again as the selection, and only
-        # the few series that pass the filter come back (several for one GPU: the highest).
-        value = f"rate({metric}[{int(window_s)}s])" if reading is Reading.RATE else metric
-        if scale != 1.0:
-            value += f" * {scale:g}"
-        bound = min(_floor(r)[0] for r in members)
-        strict = all(_floor(r)[1] for r in members if _floor(r)[0] == bound)
-        query = f"{value} {'>' if strict else '>='} {bound:g}"
-        out.update((r.name, query) for r in members)
-    return out
-
-
-def coverage_query(labels: Iterable[str]) -> str:
-    """How many GPUs of each node report: those exporting the XID field, which
-    dcgm-exporter's default counters enable (etc/default-counters.csv @ 4.5.3-4.8.2)."""
-    return f"count by ({', '.join(labels)}) ({ph.XID})"
+NOT_RECORDED = ("the recording rules (deploy/dcgm/recording-rules.yaml) are not installed or "
+                "not evaluated yet, or no GPU reports (healthQueryMode: recorded)")
 
 
 # -- the source ------------------------------------------------------------------------------------
@@ -111,8 +91,18 @@ class PrometheusHealth:
         self.cfg, self.metrics, self.rules, self.nodes = cfg, metrics, rules, nodes
         self.labels = cfg.health_hostname_labels
         self.node_map = cfg.health_node_map
-        self.queries = rule_queries(rules, cfg.health_window_seconds)
-        self.coverage = coverage_query(self.labels)
+        self.recorded = cfg.health_query_mode == HealthQueryMode.RECORDED
+        # queries: rule name -> the query its readings come from; reads: rule name -> where
+        # in the answers they are (the query in direct mode, the rule group label in recorded)
+        if self.recorded:
+            self.coverage, findings = RECORDED_QUERIES
+            groups = query_groups(rules, cfg.health_window_seconds)
+            self.queries = {name: findings for g in groups for name in g.members}
+            self.reads = {name: g.name for g in groups for name in g.members}
+        else:
+            self.coverage = coverage_query(self.labels)
+            self.queries = rule_queries(rules, cfg.health_window_seconds)
+            self.reads = dict(self.queries)
         session = requests.Session()
         session.verify = (cfg.prometheus_ca_file or not cfg.prometheus_insecure_skip_verify)
         self.prom = PrometheusConnect(
@@ -159,19 +149,25 @@ class PrometheusHealth:
                     if (k := self._key(sample["metric"], known)) is not None:
                         reporting[k.node] = reporting.get(k.node, 0) + int(
                             float(sample["value"][1]))
-                by_query: dict[str, dict[GpuKey, float]] = {}
+                by_answer: dict[str, dict[GpuKey, float]] = {}
                 for expr, answer in answers.items():
                     try:
                         samples = answer.result()
                     except (requests.RequestException, PrometheusApiClientException) as e:
                         log.warning("health query %s failed: %s", expr, _short(e))
                         continue
-                    got = by_query[expr] = {}
                     for sample in samples:
-                        if (k := self._key(sample["metric"], known)) is not None:
+                        labels = sample["metric"]
+                        where = labels.get(GROUP_LABEL, "") if self.recorded else expr
+                        if (k := self._key(labels, known)) is not None:
+                            got = by_answer.setdefault(where, {})
                             got[k] = max(got.get(k, float("-inf")), float(sample["value"][1]))
-            readings = {name: by_query[e] for name, e in self.queries.items() if e in by_query}
-            report = ph.judge(self.rules, reporting, readings)
+            readings = {name: by_answer[w] for name, w in self.reads.items() if w in by_answer}
+            if self.recorded and not reporting:
+                report = ph.unknown(f"no {RECORDED_REPORTING} series in prometheus "
+                                    f"{self.cfg.prometheus_url}: {NOT_RECORDED}")
+            else:
+                report = ph.judge(self.rules, reporting, readings)
             self._since = None
         except (requests.RequestException, PrometheusApiClientException, OSError,
                 ValueError, KeyError, TypeError) as e:

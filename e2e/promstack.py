@@ -5,6 +5,8 @@
     prom.query("DCGM_FI_DEV_XID_ERRORS")  # -> the instant vector's result list
     prom.wait_until("up == 1")          # until the query returns something (or a timeout)
     prom.stop(); prom.start()           # same port, same data dir (a restart)
+    prom = start_prometheus([...], workdir, rule_files=[path], evaluation_interval_s=1.0)
+    prom.rule_groups()                  # /api/v1/rules: each group's health, evaluationTime
     with start_prometheus(...) as prom: ...
 
     with DcgmFixtureExporter() as exporter:      # stdlib http.server on 127.0.0.1, free port
@@ -30,7 +32,8 @@ Fixtures: bind them in a test module (an import would read as an unused name to 
     from e2e import promstack
     dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus
     dcgm_exporter      function  a started DcgmFixtureExporter, stopped afterwards
-    prometheus         function  prometheus(targets, scrape_interval_s=1.0) -> Prom, started in
+    prometheus         function  prometheus(targets, scrape_interval_s=1.0, rule_files=...,
+                                 evaluation_interval_s=...) -> Prom, started in
                                  the test's tmp dir and stopped afterwards (skips or fails
                                  as above without the binary)
 """
@@ -48,7 +51,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -101,12 +104,16 @@ def prometheus_or_skip() -> Path:
 
 
 # -- Prometheus ------------------------------------------------------------------------------------
-def config_text(targets: list[str], scrape_interval_s: float) -> str:
-    """prometheus.yml for one job scraping `targets` (JSON is YAML)."""
+def config_text(targets: list[str], scrape_interval_s: float, rule_files: Sequence[Path] = (),
+                evaluation_interval_s: float | None = None) -> str:
+    """prometheus.yml for one job scraping `targets` (JSON is YAML), loading `rule_files`,
+    evaluated every `evaluation_interval_s` (default: the scrape interval)."""
     interval = f"{int(scrape_interval_s * 1000)}ms"
+    evaluation = f"{int((evaluation_interval_s or scrape_interval_s) * 1000)}ms"
     return json.dumps({
         "global": {"scrape_interval": interval, "scrape_timeout": interval,
-                   "evaluation_interval": interval},
+                   "evaluation_interval": evaluation},
+        "rule_files": [str(Path(f).resolve()) for f in rule_files],
         "scrape_configs": [{"job_name": "dcgm-exporter", "static_configs": [{"targets": targets}]}],
     }, indent=1)
 
@@ -115,11 +122,13 @@ class Prom:
     """A running Prometheus server; `start_prometheus` makes one."""
 
     def __init__(self, binary: Path, targets: list[str], workdir: Path,
-                 scrape_interval_s: float = 1.0):
+                 scrape_interval_s: float = 1.0, rule_files: Sequence[Path] = (),
+                 evaluation_interval_s: float | None = None):
         self.binary, self.dir = binary, Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config = self.dir / "prometheus.yml"
-        self.config.write_text(config_text(targets, scrape_interval_s))
+        self.config.write_text(config_text(targets, scrape_interval_s, rule_files,
+                                           evaluation_interval_s))
         self.log = self.dir / "prom.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -178,6 +187,12 @@ class Prom:
             raise RuntimeError(f"query {expr!r} failed: {body}")
         return body["data"]["result"]
 
+    def rule_groups(self) -> list[dict]:
+        """/api/v1/rules: each rule group with its `rules`, `evaluationTime` (seconds, the
+        last evaluation) and `lastEvaluation`; each rule with its `health` and `lastError`."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/rules?type=record", timeout=10) as r:
+            return json.load(r)["data"]["groups"]
+
     def wait_until(self, expr: str, timeout: float = 30,
                    check: Callable[[list[dict]], bool] = bool) -> list[dict]:
         """Poll `expr` until `check(result)` holds; raise AssertionError with the last result."""
@@ -192,9 +207,12 @@ class Prom:
 
 
 def start_prometheus(targets: list[str], workdir: Path, scrape_interval_s: float = 1.0,
-                     *, binary: Path | None = None) -> Prom:
-    """Start the real Prometheus scraping `targets` ("host:port") every `scrape_interval_s`."""
-    prom = Prom(binary or find_prometheus(), targets, workdir, scrape_interval_s)
+                     *, binary: Path | None = None, rule_files: Sequence[Path] = (),
+                     evaluation_interval_s: float | None = None) -> Prom:
+    """Start the real Prometheus scraping `targets` ("host:port") every `scrape_interval_s`,
+    with `rule_files` (recording rules) evaluated every `evaluation_interval_s`."""
+    prom = Prom(binary or find_prometheus(), targets, workdir, scrape_interval_s, rule_files,
+                evaluation_interval_s)
     try:
         prom.start()
     except BaseException:
@@ -390,9 +408,9 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[..., Prom]]:
     binary = prometheus_or_skip()
     started: list[Prom] = []
 
-    def make(targets: list[str], scrape_interval_s: float = 1.0) -> Prom:
+    def make(targets: list[str], scrape_interval_s: float = 1.0, **kw) -> Prom:
         prom = start_prometheus(targets, tmp_path / f"prometheus-{len(started)}",
-                                scrape_interval_s, binary=binary)
+                                scrape_interval_s, binary=binary, **kw)
         started.append(prom)
         return prom
 
