@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from importlib import resources
@@ -25,23 +24,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ckpt_preempt.policies.placement import baselines, fgd, ours, protocol
-from ckpt_preempt.policies.placement.devices import PodShape
+from ckpt_preempt.policies.placement import baselines, benchmark, ours, protocol
+from ckpt_preempt.policies.placement.benchmark import POLICIES as DEFAULT_POLICIES
 
-# Medians at 130 % of the paper's 10 seeds: github.com/hkust-adsl/kubernetes-scheduler-simulator
-# @8f3d641 experiments/analysis/expected_results/analysis_allo_discrete.csv
-PAPER_MEDIAN_130 = {
-    "openb_pod_list_default.csv": {
-        "Random": 87.38, "DotProd": 90.80, "GpuClustering": 91.79, "GpuPacking": 92.06,
-        "BestFit": 93.11, "FGD": 95.40},
-    "openb_pod_list_multigpu20.csv": {
-        "Random": 88.66, "DotProd": 92.02, "GpuClustering": 93.59, "GpuPacking": 93.75,
-        "BestFit": 93.90, "FGD": 95.65},
-}
-DEFAULT_POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD", "Ours")
-HEADLINE_BIN = protocol.MAX_BIN_PCT
-NO_BUDGET = protocol.ScoreBudget()
-PROGRESS_STEP = 500  # pods per progress-bar update
+PROGRESS_STEP = benchmark.PROGRESS_STEP
 
 # Each idea measured alone on top of FGD's scorer, then combined (policies/placement/README.md).
 ABLATION = {
@@ -64,18 +50,6 @@ ABLATION = {
 }
 
 
-def make_policy(name: str, trace: tuple[PodShape, ...]) -> protocol.Policy:
-    if name == "FGD":
-        return fgd.FGD(fgd.typical_pods(trace))
-    if name == "Ours":
-        return ours.Ours(trace)
-    for cls in baselines.BASELINES:
-        if cls.name == name:
-            return cls()
-    known = ", ".join(DEFAULT_POLICIES)
-    raise ValueError(f"unknown policy {name!r} (known: {known})")
-
-
 def parse_seeds(text: str) -> tuple[int, ...]:
     out: list[int] = []
     for part in text.split(","):
@@ -96,47 +70,35 @@ def read_trace(name: str) -> str:
     return data.joinpath(name).read_text()
 
 
-def median_curve(curves: list[dict[int, float]]) -> dict[int, float]:
-    bins = sorted(set().union(*curves))
-    return {b: round(statistics.median(c[b] for c in curves if b in c), 2) for b in bins}
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
-        nodes = protocol.load_nodes(read_trace("openb_node_list_gpu_node.csv"))
-        pods = protocol.load_pods(read_trace(args.trace))
-        if args.fraction < 1.0:
-            nodes, pods = protocol.subsample(nodes, pods, args.fraction, seed=0)
-        self.nodes, self.pods, self.seeds = nodes, pods, args.seeds
-        self.capacity = sum(n.gpu_count for n in nodes) * 1000
-        self.arrivals = {s: protocol.arrivals(pods, self.capacity, s) for s in self.seeds}
+        self.setup = benchmark.prepare(
+            Path(args.trace).name, read_trace(benchmark.NODE_LIST), read_trace(args.trace),
+            args.seeds, args.fraction)
+        self.nodes, self.pods = self.setup.nodes, self.setup.pods
         self.bar = tqdm(total=0, unit="pod", file=sys.stderr, mininterval=1.0)
+        self._seen: tuple[str, int] | None = None
 
-    def _tick(self, index: int) -> None:
+    def _tick(self, label: str, seed: int, index: int, total: int) -> None:
+        if self._seen != (label, seed):
+            self._seen = (label, seed)
+            self.bar.total += total
+            self.bar.set_description(f"{label[:40]} seed {seed}")
         if index % PROGRESS_STEP == PROGRESS_STEP - 1:
             self.bar.update(PROGRESS_STEP)
+        elif index == total - 1:
+            self.bar.update(total % PROGRESS_STEP)
 
-    def run_all(self, label: str, make, budget=NO_BUDGET, order=None) -> dict:
-        finals, curves, fallbacks, failed = [], [], 0, 0
+    @staticmethod
+    def timed(run) -> dict:
         started = time.perf_counter()
-        for seed in self.seeds:
-            pods = self.arrivals[seed] if order is None else order(self.arrivals[seed])
-            self.bar.total += len(pods)
-            self.bar.set_description(f"{label[:40]} seed {seed}")
-            result = protocol.run(self.nodes, pods, make(), seed, budget=budget,
-                                  progress=self._tick)
-            self.bar.update(len(pods) % PROGRESS_STEP)
-            binned = protocol.binned_allocation(result)
-            curves.append(binned)
-            finals.append(binned.get(HEADLINE_BIN, result.final_allocation_pct))
-            fallbacks += result.fallbacks
-            failed += result.failed
-        return {
-            "median_130": round(statistics.median(finals), 2),
-            "per_seed_130": finals, "failed_pods": failed, "fallbacks": fallbacks,
-            "seconds": round(time.perf_counter() - started, 1),
-            "curve": median_curve(curves),
-        }
+        row = run()
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        return row
+
+    def run_all(self, label: str, make, budget=benchmark.NO_BUDGET, order=None) -> dict:
+        return self.timed(lambda: benchmark.run_policy(
+            self.setup, label, make, budget=budget, order=order, progress=self._tick))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,26 +117,16 @@ def main(argv: list[str] | None = None) -> int:
         budgets = [float(x) for x in args.budget.split(",") if x]
         if not 0 < args.fraction <= 1 or any(not 0 < b <= 1 for b in budgets):
             raise ValueError("--fraction and --budget values must be in (0, 1]")
-        names = [p for p in args.policies.split(",") if p]
-        unknown = [n for n in names if n not in DEFAULT_POLICIES]
-        if unknown or not names:
-            raise ValueError(f"unknown policy {unknown} (known: {', '.join(DEFAULT_POLICIES)})")
+        names = benchmark.check_policies([p for p in args.policies.split(",") if p])
         bench = Bench(args)
     except (ValueError, OSError) as e:
         print(f"placement: {e}", file=sys.stderr)
         return 2
 
     started = time.perf_counter()
-    trace_key = Path(args.trace).name
-    paper = PAPER_MEDIAN_130.get(trace_key, {}) if args.fraction == 1.0 else {}
-    report: dict = {"trace": trace_key, "seeds": list(args.seeds), "nodes": len(bench.nodes),
-                    "gpus": bench.capacity // 1000, "policies": {}}
-    for name in names:
-        row = bench.run_all(name, lambda n=name: make_policy(n, bench.pods))
-        if name in paper:
-            row["paper_median_130"] = paper[name]
-            row["gap_pp"] = round(row["median_130"] - paper[name], 2)
-        report["policies"][name] = row
+    trace_key = bench.setup.trace
+    report = benchmark.report_head(bench.setup)
+    report["policies"] = benchmark.compare(bench.setup, names, bench._tick, bench.timed)
     if args.ablation:
         report["ablation"] = {
             label: bench.run_all(label, lambda c=cfg, lb=label: ours.Ours(bench.pods, c, lb))
@@ -205,18 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         merged[trace_key] = json.loads(json.dumps(report))
         results.write_text(json.dumps(merged, indent=1) + "\n")
         plot(merged, out / "placement.png")
-    print(json.dumps({
-        "trace": trace_key, "wall_seconds": report["wall_seconds"],
-        "median_130": {k: v["median_130"] for k, v in report["policies"].items()},
-        "gap_to_paper_pp": {k: v["gap_pp"] for k, v in report["policies"].items()
-                            if "gap_pp" in v},
-        **({"ablation_median_130": {k: v["median_130"] for k, v in report["ablation"].items()}}
-           if "ablation" in report else {}),
-        **({"budget": {k: {"median_130": v["median_130"], "fallbacks": v["fallbacks"]}
-                       for k, v in report["budget"].items()}} if "budget" in report else {}),
-        **({"offline_ffd_130": {k: v["median_130"] for k, v in report["offline_ffd"].items()}}
-           if "offline_ffd" in report else {}),
-    }))
+    print(json.dumps(benchmark.summary(report)))
     return 0
 
 

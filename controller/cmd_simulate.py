@@ -6,6 +6,13 @@ protocol), with checkpoints and gangs from a seeded generator. ``--seeds N`` rep
 (from ``--seed``) and reports medians with 95 % bootstrap intervals; every ratio is against the
 strongest baseline of the cell (the baseline losing least). Every parameter is printed with the
 result.
+
+``--protocol fgd`` runs FGD's placement benchmark instead (policies/placement/benchmark.py, the
+same code as bench/placement.py): the openb node list, the pods shuffled per seed and topped up
+to 130 % of the GPUs, every placement policy side by side; it prints the benchmark's one JSON
+line (``--json``: the whole report, curves included). It reads ``--workload``/``--pods``/
+``--nodes``, ``--policies`` (placement policies), ``--seed``/``--seeds`` and ``--scale`` (a
+subsample of nodes and pods); the preemption flags do not apply to it.
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 from ckpt_preempt.controller import trace_files
 from ckpt_preempt.controller.cli import emit
 from ckpt_preempt.policies import argtypes
+from ckpt_preempt.policies.placement import benchmark
 from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
@@ -43,6 +52,9 @@ COST_FLAGS = (
     ("--drain-overrun-factor", "drain_overrun_factor", argtypes.at_least_one,
      "how much longer an overrun drain takes"),
 )
+FGD_PROTOCOL = "fgd"  # FGD's placement benchmark, not a preemption replay
+CHOICES = (*PROTOCOLS, FGD_PROTOCOL)
+FGD_FIRST_SEED = benchmark.protocol.PAPER_SEEDS[0]
 LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (6, 2, 1, 2, 1, 2)), "x"),
                ((0, (1, 1)), "v"))  # one per policy, told apart in grayscale too
 
@@ -59,17 +71,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=WORKLOADS[0],
                    help=f"one of {', '.join(WORKLOADS)} (default %(default)s)")
     p.add_argument("--protocol", default="stress",
-                   help=f"one of {', '.join(PROTOCOLS)} (default %(default)s)")
+                   help=f"one of {', '.join(CHOICES)} (default %(default)s; {FGD_PROTOCOL}: "
+                        "FGD's placement benchmark)")
     p.add_argument("--utilisation", type=argtypes.positive_float, default=1.0,
                    help="target GPU utilisation of the steady protocol (default %(default)s)")
-    p.add_argument("--policies", type=argtypes.names, default=",".join(planners.POLICIES),
-                   help=f"comma-separated, from {', '.join(planners.POLICIES)} (default: all)")
-    p.add_argument("--seed", type=int, default=d.seed, help="first seed (default %(default)s)")
+    p.add_argument("--policies", type=argtypes.names,
+                   help=f"comma-separated, from {', '.join(planners.POLICIES)}; with --protocol "
+                        f"{FGD_PROTOCOL}: from {', '.join(benchmark.POLICIES)} (default: all)")
+    p.add_argument("--seed", type=int,
+                   help=f"first seed (default {d.seed}; {FGD_FIRST_SEED} with --protocol "
+                        f"{FGD_PROTOCOL}, the paper's first)")
     p.add_argument("--seeds", type=argtypes.positive_int, default=1,
                    help="number of seeds; > 1 reports medians with 95 %% bootstrap intervals "
                         "(default %(default)s)")
-    p.add_argument("--scale", type=argtypes.fraction, default=d.scale,
-                   help="share of nodes and pods simulated, 0 < s <= 1 (default %(default)s)")
+    p.add_argument("--scale", type=argtypes.fraction,
+                   help=f"share of nodes and pods simulated, 0 < s <= 1 (default {d.scale}; 1 "
+                        f"with --protocol {FGD_PROTOCOL})")
     p.add_argument("--load", type=argtypes.positive_float, default=d.load,
                    help="target offered GPU load in the window (default %(default)s)")
     p.add_argument("--window-hours", type=argtypes.positive_float, default=d.window_hours,
@@ -132,7 +149,7 @@ def _config(args: argparse.Namespace) -> engine.SimConfig:
 
 
 def _policies(args: argparse.Namespace) -> list[str]:
-    names = list(args.policies)  # argtypes.names: non-empty, each once
+    names = list(args.policies or planners.POLICIES)  # argtypes.names: non-empty, each once
     for name in names:
         planners.planner_for(name, 1.0)  # unknown names raise ValueError
     return names
@@ -157,9 +174,12 @@ def plot_problem(path: Path, importer: Callable[[str], object] = importlib.impor
 
 def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list[int]]:
     """Every flag checked before anything runs; ValueError with one line otherwise."""
+    d = workload.WorkloadParams()
+    args.seed = d.seed if args.seed is None else args.seed
+    args.scale = d.scale if args.scale is None else args.scale
     policies = _policies(args)
     if args.protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {args.protocol!r}; choose from {', '.join(PROTOCOLS)}")
+        raise ValueError(f"unknown protocol {args.protocol!r}; choose from {', '.join(CHOICES)}")
     if args.workload not in WORKLOADS:
         raise ValueError(f"unknown workload {args.workload!r}; choose from {', '.join(WORKLOADS)}")
     if args.plot and (problem := plot_problem(args.plot)):
@@ -170,7 +190,68 @@ def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list
     return policies, cell, list(range(args.seed, args.seed + args.seeds))
 
 
+def fgd_setup(args: argparse.Namespace) -> tuple[benchmark.Setup, list[str]]:
+    """The FGD benchmark's cluster, arrivals and policies; ValueError/OSError with one line."""
+    if args.plot:
+        raise ValueError(f"--plot is for the preemption protocols; for --protocol {FGD_PROTOCOL} "
+                         "run bench/placement.py --out DIR (placement.png)")
+    names = benchmark.check_policies(args.policies or benchmark.POLICIES)
+    if args.workload not in trace_files.BUNDLED_PODS and args.pods is None:
+        raise ValueError(f"--protocol {FGD_PROTOCOL} replays an openb pod list: --workload "
+                         f"{' or '.join(trace_files.BUNDLED_PODS)}, or --pods FILE")
+    first = FGD_FIRST_SEED if args.seed is None else args.seed
+    bundled = resources.files("ckpt_preempt.policies").joinpath("data")
+
+    def text(path: Path | None, name: str) -> tuple[str, str]:
+        if path is None:
+            return name, bundled.joinpath(name).read_text()
+        try:
+            return path.name, path.read_text()
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not a text (CSV) file") from None
+
+    pod_name, pods = text(args.pods, trace_files.BUNDLED_PODS.get(args.workload, ""))
+    _, nodes = text(args.nodes, benchmark.NODE_LIST)
+    try:
+        setup = benchmark.prepare(pod_name, nodes, pods, range(first, first + args.seeds),
+                                  1.0 if args.scale is None else args.scale)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"not an openb node or pod list (column {e} missing or empty)") from None
+    return setup, names
+
+
+def run_fgd(args: argparse.Namespace) -> int:
+    try:
+        setup, names = fgd_setup(args)
+    except (OSError, ValueError) as e:
+        print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
+        return 2
+    bars: dict = {}
+    show = not args.no_progress and sys.stderr.isatty()
+
+    def progress(label: str, seed: int, index: int, total: int) -> None:
+        from tqdm import tqdm
+
+        bar = bars.get((label, seed))
+        if bar is None:
+            bar = bars[(label, seed)] = tqdm(total=total, desc=f"seed {seed} {label:<14}",
+                                             unit="pod", mininterval=1.0)
+        if index % benchmark.PROGRESS_STEP == 0 or index == total - 1:
+            bar.update(index + 1 - bar.n)
+        if index == total - 1:
+            bar.close()
+
+    started = time.monotonic()
+    doc = benchmark.report_head(setup)
+    doc["policies"] = benchmark.compare(setup, names, progress if show else None)
+    doc["wall_seconds"] = round(time.monotonic() - started, 1)
+    emit(json.dumps(doc, indent=2) if args.json else json.dumps(benchmark.summary(doc)))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.protocol == FGD_PROTOCOL:
+        return run_fgd(args)
     try:
         policies, cell, seeds = validate(args)
         pods, nodes = trace_files.load(args.workload, args.pods, args.nodes)

@@ -1,0 +1,162 @@
+"""FGD's benchmark, shared by ``bench/placement.py`` and ``ckpt-preempt simulate --protocol fgd``.
+
+Pure: the callers read the CSV files, time the runs and show progress. ``prepare`` builds the
+cluster and each seed's arrivals (policies/placement/protocol.py), ``run_policy`` runs one
+policy on every seed and bins the allocation, ``compare`` runs several side by side next to the
+paper's medians, and ``summary`` is the one JSON line both callers print.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ckpt_preempt.policies.placement import baselines, fgd, ours, protocol
+from ckpt_preempt.policies.placement.devices import GpuNode, PodShape
+
+# Medians at 130 % of the paper's 10 seeds: github.com/hkust-adsl/kubernetes-scheduler-simulator
+# @8f3d641 experiments/analysis/expected_results/analysis_allo_discrete.csv
+PAPER_MEDIAN_130 = {
+    "openb_pod_list_default.csv": {
+        "Random": 87.38, "DotProd": 90.80, "GpuClustering": 91.79, "GpuPacking": 92.06,
+        "BestFit": 93.11, "FGD": 95.40},
+    "openb_pod_list_multigpu20.csv": {
+        "Random": 88.66, "DotProd": 92.02, "GpuClustering": 93.59, "GpuPacking": 93.75,
+        "BestFit": 93.90, "FGD": 95.65},
+}
+POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD", "Ours")
+NODE_LIST = "openb_node_list_gpu_node.csv"
+HEADLINE_BIN = protocol.MAX_BIN_PCT
+NO_BUDGET = protocol.ScoreBudget()
+PROGRESS_STEP = 500  # pods per progress update the callers show
+SUBSAMPLE_SEED = 0  # the same subsampled cluster for every seed and policy
+
+# (label, seed, index of the pod just placed, pods in this run)
+Progress = Callable[[str, int, int, int], None]
+
+
+@dataclass(frozen=True)
+class Setup:
+    trace: str  # the pod list's file name
+    nodes: tuple[GpuNode, ...]
+    pods: tuple[PodShape, ...]
+    seeds: tuple[int, ...]
+    fraction: float
+    arrivals: dict[int, list[PodShape]]
+
+    @property
+    def capacity_milli(self) -> int:
+        return sum(n.gpu_count for n in self.nodes) * 1000
+
+
+def prepare(
+    trace: str, node_text: str, pod_text: str, seeds: Sequence[int], fraction: float = 1.0,
+) -> Setup:
+    """The cluster and every seed's arrivals; ``fraction`` < 1 subsamples nodes and pods."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"the subsample fraction must be in (0, 1], got {fraction}")
+    if not seeds:
+        raise ValueError("no seeds")
+    nodes = protocol.load_nodes(node_text)
+    pods = protocol.load_pods(pod_text)
+    if not nodes or not pods:
+        raise ValueError("the node list and the pod list must each have at least one row")
+    if fraction < 1.0:
+        nodes, pods = protocol.subsample(nodes, pods, fraction, seed=SUBSAMPLE_SEED)
+    capacity = sum(n.gpu_count for n in nodes) * 1000
+    return Setup(trace=trace, nodes=nodes, pods=pods, seeds=tuple(seeds), fraction=fraction,
+                 arrivals={s: protocol.arrivals(pods, capacity, s) for s in seeds})
+
+
+def make_policy(name: str, trace: tuple[PodShape, ...]) -> protocol.Policy:
+    if name == "FGD":
+        return fgd.FGD(fgd.typical_pods(trace))
+    if name == "Ours":
+        return ours.Ours(trace)
+    for cls in baselines.BASELINES:
+        if cls.name == name:
+            return cls()
+    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+
+
+def check_policies(names: Sequence[str]) -> list[str]:
+    """``names`` if each is a known placement policy; ValueError with one line otherwise."""
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise ValueError(f"unknown placement policy {', '.join(unknown) or '(none)'} "
+                         f"(known: {', '.join(POLICIES)})")
+    return list(names)
+
+
+def median_curve(curves: list[dict[int, float]]) -> dict[int, float]:
+    bins = sorted(set().union(*curves))
+    return {b: round(statistics.median(c[b] for c in curves if b in c), 2) for b in bins}
+
+
+def run_policy(
+    setup: Setup, label: str, make: Callable[[], protocol.Policy],
+    budget: protocol.ScoreBudget = NO_BUDGET, order=None, progress: Progress | None = None,
+) -> dict:
+    """One policy on every seed: the median at 130 %, per seed, failures, fallbacks, curve."""
+    finals, curves, fallbacks, failed = [], [], 0, 0
+    for seed in setup.seeds:
+        pods = setup.arrivals[seed] if order is None else order(setup.arrivals[seed])
+        count = len(pods)
+        tick = None if progress is None else (
+            lambda i, s=seed, n=count: progress(label, s, i, n))
+        result = protocol.run(setup.nodes, pods, make(), seed, budget=budget, progress=tick)
+        binned = protocol.binned_allocation(result)
+        curves.append(binned)
+        finals.append(binned.get(HEADLINE_BIN, result.final_allocation_pct))
+        fallbacks += result.fallbacks
+        failed += result.failed
+    return {
+        "median_130": round(statistics.median(finals), 2),
+        "per_seed_130": finals, "failed_pods": failed, "fallbacks": fallbacks,
+        "curve": median_curve(curves),
+    }
+
+
+def compare(
+    setup: Setup, names: Sequence[str], progress: Progress | None = None,
+    timed: Callable[[Callable[[], dict]], dict] = lambda f: f(),
+) -> dict:
+    """Every named policy side by side; the paper's median and the gap where the trace has one
+    (whole cluster only). ``timed`` wraps each policy's run (a caller with a clock adds time)."""
+    paper = PAPER_MEDIAN_130.get(setup.trace, {}) if setup.fraction == 1.0 else {}
+    rows = {}
+    for name in check_policies(names):
+        row = timed(lambda n=name: run_policy(
+            setup, n, lambda: make_policy(n, setup.pods), progress=progress))
+        if name in paper:
+            row["paper_median_130"] = paper[name]
+            row["gap_pp"] = round(row["median_130"] - paper[name], 2)
+        rows[name] = row
+    return rows
+
+
+def summary(report: dict) -> dict:
+    """The one-line result: medians at 130 %, gaps to the paper, and any extra sections."""
+    line = {
+        "trace": report["trace"], "seeds": report["seeds"], "nodes": report["nodes"],
+        "gpus": report["gpus"],
+        "median_130": {k: v["median_130"] for k, v in report["policies"].items()},
+        "gap_to_paper_pp": {k: v["gap_pp"] for k, v in report["policies"].items()
+                            if "gap_pp" in v},
+    }
+    if "ablation" in report:
+        line["ablation_median_130"] = {k: v["median_130"] for k, v in report["ablation"].items()}
+    if "budget" in report:
+        line["budget"] = {k: {"median_130": v["median_130"], "fallbacks": v["fallbacks"]}
+                          for k, v in report["budget"].items()}
+    if "offline_ffd" in report:
+        line["offline_ffd_130"] = {k: v["median_130"] for k, v in report["offline_ffd"].items()}
+    if "wall_seconds" in report:
+        line["wall_seconds"] = report["wall_seconds"]
+    return line
+
+
+def report_head(setup: Setup) -> dict:
+    return {"trace": setup.trace, "seeds": list(setup.seeds), "nodes": len(setup.nodes),
+            "gpus": setup.capacity_milli // 1000, "fraction": setup.fraction, "policies": {}}
