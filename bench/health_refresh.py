@@ -4,23 +4,30 @@ The test bench's Prometheus (e2e/promstack.py; `make testbin` gets it) scrapes, 
 fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
 deploy/dcgm/health-counters.csv (15 series per GPU). Every 50th node misbehaves, so every kind
 of rule has something to find: critical and memory XIDs, and NVLink CRC errors, PCIe replays
-and thermal throttling that keep rising at every scrape. Once Prometheus has scraped enough for
-the rate window, ``--refreshes`` refreshes run back to back through
-``controller.health.PrometheusHealth.refresh`` (the controller's own code: the coverage query
-and the rules' queries in parallel, then ``policies.health.judge``).
+and thermal throttling that keep rising at every scrape. With `recorded` among the modes,
+Prometheus also loads the health recording rules (controller/health_promql.py, this window),
+evaluated every 15 s. Once Prometheus has scraped enough for the rate window, each mode
+(`healthQueryMode`: direct, recorded) runs ``--refreshes`` refreshes ``--spacing-ms`` apart
+through ``controller.health.PrometheusHealth.refresh`` (the controller's own code, then
+``policies.health.judge``).
 
-Reported: refresh wall time (p50, p99, max); ``fetch_critical``: the slowest query of a
-refresh (HTTP, Prometheus' evaluation and JSON decoding), ``fetch_sum``: all of them added;
+Reported per mode: refresh wall time (p50, p99, max); ``fetch_critical``: the slowest query of
+a refresh (HTTP, Prometheus' evaluation and JSON decoding), ``fetch_sum``: all of them added;
 ``extract``: the rest (mapping samples to nodes and judging); ``prometheus_eval_sequential``:
-Prometheus' own evaluation time for a refresh's queries run one at a time (its query stats:
-the server's part, which no client can save); the states found, and how long Prometheus took
-to ingest the first scrape. Prints one JSON line; target p99 <= 200 ms.
+Prometheus' own evaluation time for a refresh's queries run one at a time (its query stats);
+the states found. And ``rule_group_evaluation``: Prometheus' own time to evaluate the recording
+rules group (/api/v1/rules evaluationTime, every distinct evaluation seen during the run): the
+cost recorded mode moves from the refresh to the server, once per evaluation interval. Both
+modes run against the same Prometheus, rules installed. Prints one JSON line; target p99 <=
+200 ms.
 Usage: python bench/health_refresh.py [--nodes 1000] [--gpus 8] [--refreshes 100]
+                                      [--mode direct,recorded] [--spacing-ms 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -35,8 +42,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from ckpt_preempt.controller.config import Config  # noqa: E402
+from ckpt_preempt.controller.config import Config, HealthQueryMode  # noqa: E402
 from ckpt_preempt.controller.health import PrometheusHealth  # noqa: E402
+from ckpt_preempt.controller.health_promql import (  # noqa: E402
+    RECORDED_REPORTING,
+    RULES_GROUP,
+    recording_rules,
+    render,
+)
 from ckpt_preempt.policies import health as ph  # noqa: E402
 from e2e.promstack import (  # noqa: E402
     DcgmFixtureExporter,
@@ -49,6 +62,7 @@ SCRAPE_SECONDS = 15.0  # a common dcgm-exporter scrape interval
 WINDOW_SECONDS = 60  # the rate rules' window: four scrapes in it
 PROBLEM_EVERY = 50  # every 50th node misbehaves
 TARGET_P99_SECONDS = 0.200
+SPACING_MS = 200.0
 
 
 def misbehave(exporter: DcgmFixtureExporter, nodes: list[str], step: int) -> None:
@@ -78,9 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--refreshes", type=int, default=100)
+    ap.add_argument("--mode", default="direct,recorded",
+                    help="healthQueryMode(s) to measure, comma-separated (default %(default)s)")
+    ap.add_argument("--spacing-ms", type=float, default=SPACING_MS,
+                    help="pause between refreshes (default %(default)g: 100 refreshes span "
+                         "more than one rule evaluation interval)")
     args = ap.parse_args(argv)
-    if args.nodes < 1 or args.gpus < 1 or args.refreshes < 1:
-        print("health_refresh: --nodes, --gpus and --refreshes must be positive", file=sys.stderr)
+    modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    if args.nodes < 1 or args.gpus < 1 or args.refreshes < 1 or args.spacing_ms < 0:
+        print("health_refresh: --nodes, --gpus and --refreshes must be positive, --spacing-ms "
+              "not negative", file=sys.stderr)
+        return 2
+    if not modes or any(m not in tuple(HealthQueryMode) for m in modes):
+        print(f"health_refresh: --mode takes {', '.join(HealthQueryMode)}, comma-separated",
+              file=sys.stderr)
         return 2
     try:
         binary = find_prometheus()
@@ -88,14 +113,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"health_refresh: {e}", file=sys.stderr)
         return 2
     nodes = [f"gpu-node-{i:04d}" for i in range(args.nodes)]
+    labels = Config().health_hostname_labels
     with DcgmFixtureExporter() as exporter, tempfile.TemporaryDirectory() as tmp:
         for name in nodes:
             exporter.add_node(name, gpus=args.gpus)
         t0 = time.perf_counter()
         body = len(exporter.render())
         render_s = time.perf_counter() - t0
-        with start_prometheus([exporter.target], Path(tmp), SCRAPE_SECONDS,
-                              binary=binary) as prom:
+        rules = Path(tmp) / "recording-rules.yaml"
+        rules.write_text(render(recording_rules(ph.DEFAULT_RULES, WINDOW_SECONDS, labels),
+                                WINDOW_SECONDS, labels))
+        installed = [rules] if HealthQueryMode.RECORDED in modes else []
+        with start_prometheus([exporter.target], Path(tmp), SCRAPE_SECONDS, binary=binary,
+                              rule_files=installed) as prom:
             t0 = time.perf_counter()
             prom.wait_until("count(DCGM_FI_DEV_XID_ERRORS)", timeout=120, check=lambda r: r and
                             int(r[0]["value"][1]) == args.nodes * args.gpus)
@@ -104,47 +134,99 @@ def main(argv: list[str] | None = None) -> int:
             rising = threading.Thread(target=keep_rising, args=(exporter, nodes, stop),
                                       daemon=True)
             rising.start()
+            evals = RuleEvaluations(prom, stop)
+            if installed:
+                evals.start()
             time.sleep(WINDOW_SECONDS + SCRAPE_SECONDS)  # the window fills with rises
-            cfg = Config(prometheus_url=prom.url, health_window_seconds=WINDOW_SECONDS,
-                         health_query_timeout_seconds=5)
-            source = PrometheusHealth(cfg, nodes=lambda: nodes)
-            fetch = Fetch(source)
-            walls, critical, summed, extract, report = [], [], [], [], None
-            for _ in range(args.refreshes):
-                fetch.times = []
-                t0 = time.perf_counter()
-                report = source.refresh()
-                walls.append(time.perf_counter() - t0)
-                critical.append(max(fetch.times))
-                summed.append(sum(fetch.times))
-                extract.append(walls[-1] - critical[-1])
-            floor = [prometheus_eval_seconds(prom.url, [source.coverage, *set(
-                source.queries.values())]) for _ in range(5)]
+            if installed:
+                prom.wait_until(f"count({RECORDED_REPORTING})", timeout=120, check=lambda r: r
+                                and int(r[0]["value"][1]) == args.nodes)
+            results = {m: measure(prom.url, m, nodes, args.refreshes, args.spacing_ms)
+                       for m in modes}
             stop.set()
             rising.join()
-    assert report is not None
-    found = {s.value: sum(1 for n in report.nodes.values() if n.state is s) for s in ph.Health}
+            evals.join()
+    first = next(iter(results.values()))
     out = {
         "benchmark": "health_refresh", "nodes": args.nodes, "gpus": args.nodes * args.gpus,
-        "series": args.nodes * args.gpus * len(exporter.fields),
-        "queries_per_refresh": 1 + len(set(source.queries.values())),
-        "refreshes": args.refreshes, "source_up": report.source_up,
+        "series": args.nodes * args.gpus * len(exporter.fields), "refreshes": args.refreshes,
+        "spacing_ms": args.spacing_ms, "recording_rules_installed": bool(installed),
+        "modes": results,
+        "rule_group_evaluation": evals.summary(),
+        "expected_problem_nodes": len(nodes[::PROBLEM_EVERY]),
+        "same_states": all(r["nodes_by_state"] == first["nodes_by_state"]
+                           for r in results.values()),
+        "exposition_mb": round(body / 1e6, 1), "exporter_render_s": round(render_s, 2),
+        "first_scrape_s": round(ingest_s, 1), "target_p99_ms": TARGET_P99_SECONDS * 1e3,
+    }
+    print(json.dumps(out))
+    return 0
+
+
+def measure(url: str, mode: str, nodes: list[str], refreshes: int, spacing_ms: float) -> dict:
+    """`refreshes` refreshes in `mode`, `spacing_ms` apart, through the controller's code."""
+    cfg = Config(prometheus_url=url, health_window_seconds=WINDOW_SECONDS,
+                 health_query_timeout_seconds=5, health_query_mode=mode)
+    source = PrometheusHealth(cfg, nodes=lambda: nodes)
+    fetch = Fetch(source)
+    walls, critical, summed, extract, report = [], [], [], [], None
+    for _ in range(refreshes):
+        fetch.times = []
+        t0 = time.perf_counter()
+        report = source.refresh()
+        walls.append(time.perf_counter() - t0)
+        critical.append(max(fetch.times))
+        summed.append(sum(fetch.times))
+        extract.append(walls[-1] - critical[-1])
+        time.sleep(spacing_ms / 1e3)
+    queries = [source.coverage, *sorted(set(source.queries.values()))]
+    floor = [prometheus_eval_seconds(url, queries) for _ in range(5)]
+    assert report is not None
+    p99 = percentile(walls, 0.99)
+    return {
+        "queries_per_refresh": len(queries), "source_up": report.source_up,
         "refresh_p50_ms": round(statistics.median(walls) * 1e3, 1),
-        "refresh_p99_ms": round(percentile(walls, 0.99) * 1e3, 1),
+        "refresh_p99_ms": round(p99 * 1e3, 1),
         "refresh_max_ms": round(max(walls) * 1e3, 1),
         "fetch_critical_p50_ms": round(statistics.median(critical) * 1e3, 1),
         "fetch_critical_p99_ms": round(percentile(critical, 0.99) * 1e3, 1),
         "fetch_sum_p50_ms": round(statistics.median(summed) * 1e3, 1),
         "extract_p50_ms": round(statistics.median(extract) * 1e3, 1),
         "prometheus_eval_sequential_p50_ms": round(statistics.median(floor) * 1e3, 1),
-        "expected_problem_nodes": len(nodes[::PROBLEM_EVERY]),
-        "nodes_by_state": found, "exposition_mb": round(body / 1e6, 1),
-        "exporter_render_s": round(render_s, 2), "first_scrape_s": round(ingest_s, 1),
-        "target_p99_ms": TARGET_P99_SECONDS * 1e3,
-        "meets_target": report.source_up and percentile(walls, 0.99) <= TARGET_P99_SECONDS,
+        "nodes_by_state": {s.value: sum(1 for n in report.nodes.values() if n.state is s)
+                           for s in ph.Health},
+        "meets_target": report.source_up and p99 <= TARGET_P99_SECONDS,
     }
-    print(json.dumps(out))
-    return 0
+
+
+class RuleEvaluations(threading.Thread):
+    """Polls /api/v1/rules every second and keeps each distinct evaluation of the health
+    group: Prometheus' own time for it (`evaluationTime`), the cost recorded mode moves there."""
+
+    def __init__(self, prom, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="rule-evaluations")
+        self.prom, self.stop = prom, stop
+        self.seen: dict[str, float] = {}  # lastEvaluation -> evaluationTime (s)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                for g in self.prom.rule_groups():
+                    if g["name"] == RULES_GROUP and g["evaluationTime"] > 0:
+                        self.seen[g["lastEvaluation"]] = g["evaluationTime"]
+            self.stop.wait(1.0)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.is_alive():
+            super().join(timeout)
+
+    def summary(self) -> dict:
+        xs = list(self.seen.values())
+        if not xs:
+            return {"evaluations": 0}
+        return {"evaluations": len(xs), "interval_s": SCRAPE_SECONDS,
+                "p50_ms": round(statistics.median(xs) * 1e3, 1),
+                "max_ms": round(max(xs) * 1e3, 1)}
 
 
 def prometheus_eval_seconds(url: str, queries: list[str]) -> float:

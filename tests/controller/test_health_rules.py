@@ -15,6 +15,7 @@ from ckpt_preempt.policies import health as ph
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "deploy" / "dcgm" / "recording-rules.yaml"
+COMMITTED_CRD = REPO / "deploy" / "dcgm" / "recording-rules.prometheusrule.yaml"
 
 
 def generated(argv: list[str], capsys) -> str:
@@ -22,9 +23,11 @@ def generated(argv: list[str], capsys) -> str:
     return capsys.readouterr().out
 
 
-def test_the_committed_rules_file_is_what_the_code_generates(capsys):
-    assert COMMITTED.read_text() == generated([], capsys), (
-        "regenerate: python -m ckpt_preempt.controller.health_promql > " + str(COMMITTED))
+def test_the_committed_rules_files_are_what_the_code_generates(capsys):
+    module = "python -m ckpt_preempt.controller.health_promql"
+    assert COMMITTED.read_text() == generated([], capsys), f"regenerate: {module} > {COMMITTED}"
+    assert COMMITTED_CRD.read_text() == generated(["--format", "prometheusrule"], capsys), (
+        f"regenerate: {module} --format prometheusrule > {COMMITTED_CRD}")
 
 
 def test_one_recorded_finding_per_query_group_and_the_coverage_count():
