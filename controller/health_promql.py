@@ -17,7 +17,7 @@ The window and the hostname labels are baked into the rules file: regenerate it 
 (deploy/dcgm/recording-rules.yaml) is what ``python -m ckpt_preempt.controller.health_promql``
 prints with the defaults; ``--format prometheusrule`` wraps the same groups in a
 prometheus-operator ``PrometheusRule`` (monitoring.coreos.com/v1; github.com/prometheus-operator/
-prometheus-operator Documentation/api-reference/api.md @ v0.80.0). Rules file format:
+prometheus-operator Documentation/api-reference/api.md @ c29c5ec). Rules file format:
 prometheus.io/docs/prometheus/2.42/configuration/recording_rules/.
 """
 
