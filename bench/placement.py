@@ -28,6 +28,7 @@ from ckpt_preempt.policies.placement import baselines, benchmark, ours, protocol
 from ckpt_preempt.policies.placement.benchmark import POLICIES as DEFAULT_POLICIES
 
 PROGRESS_STEP = benchmark.PROGRESS_STEP
+SECTIONS = ("ablation", "budget", "offline_ffd")  # optional parts of a trace's report
 
 # Each idea measured alone on top of FGD's scorer, then combined (policies/placement/README.md).
 ABLATION = {
@@ -154,7 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         results = out / "placement.json"  # one entry per trace; a rerun replaces its own
         merged = json.loads(results.read_text()) if results.is_file() else {}
-        merged[trace_key] = json.loads(json.dumps(report))
+        earlier = merged.get(trace_key, {})
+        kept = [k for k in SECTIONS if k in earlier and k not in report]
+        report = json.loads(json.dumps(report))
+        for key in kept:  # a section this run did not redo stays, marked as from an earlier run
+            report[key] = earlier[key]
+        if kept:
+            report["sections_from_earlier_run"] = kept
+        merged[trace_key] = report
         results.write_text(json.dumps(merged, indent=1) + "\n")
         plot(merged, out / "placement.png")
     print(json.dumps(benchmark.summary(report)))

@@ -44,6 +44,7 @@ class Setup:
     seeds: tuple[int, ...]
     fraction: float
     arrivals: dict[int, list[PodShape]]
+    random_node_order: bool = True  # ties as the simulator breaks them; False: by node name
 
     @property
     def capacity_milli(self) -> int:
@@ -52,6 +53,7 @@ class Setup:
 
 def prepare(
     trace: str, node_text: str, pod_text: str, seeds: Sequence[int], fraction: float = 1.0,
+    random_node_order: bool = True,
 ) -> Setup:
     """The cluster and every seed's arrivals; ``fraction`` < 1 subsamples nodes and pods."""
     if not 0 < fraction <= 1:
@@ -66,7 +68,8 @@ def prepare(
         nodes, pods = protocol.subsample(nodes, pods, fraction, seed=SUBSAMPLE_SEED)
     capacity = sum(n.gpu_count for n in nodes) * 1000
     return Setup(trace=trace, nodes=nodes, pods=pods, seeds=tuple(seeds), fraction=fraction,
-                 arrivals={s: protocol.arrivals(pods, capacity, s) for s in seeds})
+                 arrivals={s: protocol.arrivals(pods, capacity, s) for s in seeds},
+                 random_node_order=random_node_order)
 
 
 def make_policy(name: str, trace: tuple[PodShape, ...]) -> protocol.Policy:
@@ -105,7 +108,9 @@ def run_policy(
         count = len(pods)
         tick = None if progress is None else (
             lambda i, s=seed, n=count: progress(label, s, i, n))
-        result = protocol.run(setup.nodes, pods, make(), seed, budget=budget, progress=tick)
+        nodes = protocol.simulator_order(setup.nodes, seed) if setup.random_node_order \
+            else setup.nodes
+        result = protocol.run(nodes, pods, make(), seed, budget=budget, progress=tick)
         binned = protocol.binned_allocation(result)
         curves.append(binned)
         finals.append(binned.get(HEADLINE_BIN, result.final_allocation_pct))

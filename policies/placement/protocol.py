@@ -19,7 +19,13 @@ names a different (equally likely) order than the paper's seed of the same numbe
 A policy scores a feasible (node, pod); higher is better. Equal best scores go to the node
 with the smallest name: the simulator's vendored kube-scheduler is patched to do so "for
 reproducibility" (vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go selectHost;
-upstream picks at random). Nodes are kept sorted by name. Random draws among feasible nodes.
+upstream picks at random). But the simulator renames every node before it creates it: the nodes,
+sorted by name, get the prefix ``%04d-`` of a seeded random permutation (syncClusterResourceList
+in pkg/simulator/simulator.go, ``rand.Perm`` after ``rand.Seed(tune seed)`` in core.go), so the
+"smallest name" is a random node, fixed for the run. ``simulator_order`` reproduces that (with
+Python's generator); ``run`` gives ties to the first node in the order it is given. Policies
+whose scores tie a lot (GpuClustering and GpuPacking score every CPU-only pod 0 everywhere) are
+the ones this matters for. Random draws among feasible nodes.
 Scores are memoised per (node state, pod shape): a policy's ``evaluate`` must depend only on
 those (and on its ``version``, bumped when it learns).
 """
@@ -135,6 +141,18 @@ def arrivals(
             return order
         total += pod.total_gpu_milli
         order.append(pod)
+
+
+NODE_ORDER_SALT = 104_729  # the node permutation's stream, apart from arrivals and tie draws
+
+
+def simulator_order(nodes: Sequence[GpuNode], seed: int) -> tuple[GpuNode, ...]:
+    """``nodes`` in the simulator's tie-break order for ``seed``: sorted by name, each prefixed
+    with its place in a random permutation, sorted again (see the module docstring)."""
+    by_name = sorted(nodes, key=lambda n: n.name)
+    prefix = random.Random(seed * NODE_ORDER_SALT + 3).sample(range(len(by_name)), len(by_name))
+    return tuple(node for _, node in sorted(zip(prefix, by_name, strict=True),
+                                            key=lambda pair: pair[0]))
 
 
 _MISS = object()

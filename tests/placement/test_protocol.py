@@ -129,3 +129,16 @@ def test_any_policy_never_overallocates_and_fails_only_pods_that_fit_nowhere(nod
     for i in result.failed_indices:  # replay up to the failed pod: it fit nowhere then
         before = protocol.run(nodes, pods[:i], POLICIES[which](tuple(pods)), seed=7).nodes
         assert not any(fits(n, pods[i]) for n in before)
+
+
+def test_simulator_order_is_a_seeded_permutation_that_decides_ties():
+    nodes = [new_node(f"n{i:02d}", "V100", 96000, 512 * 1024, 8) for i in range(20)]
+    order = protocol.simulator_order(nodes, 42)
+    assert sorted(n.name for n in order) == [n.name for n in nodes]
+    assert order == protocol.simulator_order(list(reversed(nodes)), 42)  # input order is ignored
+    assert [n.name for n in order] != [n.name for n in protocol.simulator_order(nodes, 43)]
+    # a CPU-only pod scores 0 everywhere under GpuPacking: it lands on the first in that order
+    cpu_pod = PodShape(cpu_milli=1000)
+    result = protocol.run(order, [cpu_pod], baselines.GpuPacking(), seed=42)
+    assert result.nodes[0].cpu_free == 96000 - 1000
+    assert all(n.cpu_free == 96000 for n in result.nodes[1:])
