@@ -136,6 +136,10 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
     ("hwprobe.interval=0", "/hwprobe/interval"),
     ("hwprobe.metricsPort=99999", "/hwprobe/metricsPort"),
     ("admission.tolerationExemptNamespaces={}", "/admission/tolerationExemptNamespaces"),
+    ("extender.enable=true", "additional properties 'enable'"),
+    ("extender.port=0", "/extender/port"),
+    ("extender.replicas=0", "/extender/replicas"),
+    ("extender.prioritizeBudgetMs=0", "/extender/prioritizeBudgetMs"),
 ])
 def test_schema_refuses_bad_values(bad, says):
     done = chart.template("r", "ops", None, "--set", bad)
@@ -146,3 +150,48 @@ def test_log_level_in_either_case_reaches_the_controller_upper_case():
     docs = chart.render("r", "ops", {"logLevel": "debug"})
     args = chart.find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--log-level") + 1] == "DEBUG"
+
+
+EXTENDER_ON = {"extender": {"enabled": True}}
+SCHEDULER_CONFIG = DEPLOY / "scheduler" / "scheduler-config.yaml"
+
+
+def test_extender_is_off_by_default_and_on_runs_read_only_and_restricted():
+    assert not [d for d in chart.render("r", "ops") if "extender" in d["metadata"]["name"]]
+    docs = chart.render("r", "ops", {"extender": {"enabled": True, "port": 9999,
+                                                  "prioritizeBudgetMs": 7.5}})
+    dep = chart.find(docs, "Deployment", "r-ckpt-preempt-extender")
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["command"] == ["ckpt-preempt"]
+    assert c["args"][:2] == ["extender", "--in-cluster"]
+    assert c["args"][c["args"].index("--listen") + 1] == "0.0.0.0:9999"
+    assert c["args"][c["args"].index("--prioritize-budget-ms") + 1] == "7.5"
+    assert c["ports"] == [{"name": "http", "containerPort": 9999}]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    # it reads the controller's config (the ConfigMap this release renders)
+    (config_volume,) = [v for v in spec["volumes"] if v["name"] == "config"]
+    assert chart.find(docs, "ConfigMap", config_volume["configMap"]["name"])
+    # its own ServiceAccount, which may only read
+    assert spec["serviceAccountName"] == "r-ckpt-preempt-extender"
+    verbs = {v for kind in ("ClusterRole", "Role")
+             for _, v in _rules(chart.find(docs, kind, "r-ckpt-preempt-extender"))}
+    assert verbs == {"get", "list", "watch"}
+
+
+def test_extender_service_is_the_host_the_sample_scheduler_config_calls():
+    url = yaml.safe_load(SCHEDULER_CONFIG.read_text())["extenders"][0]["urlPrefix"]
+    host_port = url.split("://", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    docs = chart.render("ckpt-preempt", NAMESPACE, EXTENDER_ON)
+    svc = chart.find(docs, "Service", "ckpt-preempt-extender")
+    assert f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc" == host
+    (svc_port,) = svc["spec"]["ports"]
+    assert svc_port["port"] == int(port) and svc_port["targetPort"] == "http"
+    dep = chart.find(docs, "Deployment", "ckpt-preempt-extender")
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert dep["spec"]["template"]["metadata"]["labels"] == svc["spec"]["selector"]

@@ -24,6 +24,7 @@ Truncated to 40 characters so the longest suffix ("-reserved-toleration") still 
 {{- define "ckpt-preempt.controller" -}}{{ include "ckpt-preempt.fullname" . }}-controller{{- end -}}
 {{- define "ckpt-preempt.agent" -}}{{ include "ckpt-preempt.fullname" . }}-agent{{- end -}}
 {{- define "ckpt-preempt.hwprobe" -}}{{ include "ckpt-preempt.fullname" . }}-hwprobe{{- end -}}
+{{- define "ckpt-preempt.extender" -}}{{ include "ckpt-preempt.fullname" . }}-extender{{- end -}}
 
 {{/* The controller's identity, as admission policies see it. */}}
 {{- define "ckpt-preempt.controllerUser" -}}
