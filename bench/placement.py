@@ -11,12 +11,19 @@ to stdout; ``--out`` receives placement.json and placement.png (needs the ``plot
 Usage: python bench/placement.py [--trace openb_pod_list_default.csv] [--seeds 42-51]
        [--policies Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Ours] [--ablation]
        [--budget 0.1,0.5] [--offline] [--out bench/results] [--fraction 1.0]
+       python bench/placement.py --balance [--seeds 42-44] [--out bench/results]
+
+``--balance`` runs instead the pack-or-spread comparison with departures
+(ckpt_preempt.policies.placement.balance) over cluster sizes and utilisations, and writes
+placement_balance.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import statistics
 import sys
 import time
 from importlib import resources
@@ -24,7 +31,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ckpt_preempt.policies.placement import baselines, benchmark, ours, protocol
+from ckpt_preempt.policies.placement import balance, baselines, benchmark, ours, protocol
 from ckpt_preempt.policies.placement.benchmark import POLICIES as DEFAULT_POLICIES
 
 PROGRESS_STEP = benchmark.PROGRESS_STEP
@@ -102,6 +109,42 @@ class Bench:
             self.setup, label, make, budget=budget, order=order, progress=self._tick))
 
 
+BALANCE_FRACTIONS = (0.02, 0.05, 0.15)  # of the openb nodes: 24, 61 and 182 nodes
+BALANCE_UTILISATIONS = (0.1, 0.2, 0.4, 0.7, 1.0)
+
+
+def run_balance(args: argparse.Namespace) -> dict:
+    """Pack, spread and the chooser on each (cluster size, utilisation) cell; medians of seeds."""
+    nodes = protocol.load_nodes(read_trace(benchmark.NODE_LIST))
+    timed = balance.load_timed_pods(read_trace(args.trace))
+    cells = []
+    for fraction in BALANCE_FRACTIONS:
+        sub, _ = protocol.subsample(nodes, [timed[0].pod], fraction, seed=benchmark.SUBSAMPLE_SEED)
+        gpus = sum(n.gpu_count for n in sub)
+        for util in BALANCE_UTILISATIONS:
+            rows: dict[str, list[balance.BalanceResult]] = {}
+            for seed in args.seeds:
+                stream = balance.arrivals(timed, gpus * 1000, util, seed)
+                print(f"balance: {len(sub)} nodes, utilisation {util}, seed {seed}, "
+                      f"{len(stream)} pods", file=sys.stderr, flush=True)
+                for name in (balance.PACK, balance.SPREAD, "chooser"):
+                    pick = (lambda u, g=gpus: balance.choose(g, u, balance.DEFAULT_RULE)) \
+                        if name == "chooser" else (lambda _u, n=name: n)
+                    rows.setdefault(name, []).append(balance.run(sub, stream, pick, name))
+            med = {name: {m: round(statistics.median(getattr(r, m) for r in rs), 2)
+                          for m in ("failed_pct", "hot_load_pct", "mean_utilisation_pct")}
+                   for name, rs in rows.items()}
+            pack, spread = (balance.BalanceResult(strategy=k, arrived=0, **med[k])
+                            for k in (balance.PACK, balance.SPREAD))
+            cells.append({"nodes": len(sub), "gpus": gpus, "offered_utilisation": util, **med,
+                          "winner": balance.winner(pack, spread),
+                          "chooser_at_offered": balance.choose(gpus, util, balance.DEFAULT_RULE)})
+    return {"trace": Path(args.trace).name, "seeds": list(args.seeds),
+            "rule": dataclasses.asdict(balance.DEFAULT_RULE),
+            "material_failed_pp": balance.MATERIAL_FAILED_PP,
+            "cells": cells}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="openb_pod_list_default.csv")
@@ -112,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offline", action="store_true", help="first-fit-decreasing reference")
     ap.add_argument("--fraction", type=float, default=1.0, help="subsample nodes and pods")
     ap.add_argument("--out", default="", help="folder for placement.json and placement.png")
+    ap.add_argument("--balance", action="store_true",
+                    help="pack vs spread with departures, by cluster size and utilisation")
     args = ap.parse_args(argv)
     try:
         args.seeds = parse_seeds(args.seeds)
@@ -124,6 +169,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placement: {e}", file=sys.stderr)
         return 2
 
+    if args.balance:
+        doc = run_balance(args)
+        if args.out:
+            Path(args.out, "placement_balance.json").write_text(json.dumps(doc, indent=1) + "\n")
+        print(json.dumps({"trace": doc["trace"], "seeds": doc["seeds"], "cells": [
+            {k: c[k] for k in ("nodes", "offered_utilisation", "winner", "chooser_at_offered")}
+            | {f"{s}_failed_pct": c[s]["failed_pct"] for s in ("pack", "spread", "chooser")}
+            for c in doc["cells"]]}))
+        return 0
     started = time.perf_counter()
     trace_key = bench.setup.trace
     report = benchmark.report_head(bench.setup)
