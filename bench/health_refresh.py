@@ -141,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             if installed:
                 prom.wait_until(f"count({RECORDED_REPORTING})", timeout=120, check=lambda r: r
                                 and int(r[0]["value"][1]) == args.nodes)
-            results = {m: measure(prom.url, m, nodes, args.refreshes, args.spacing_ms)
-                       for m in modes}
+            results = {}
+            for m in modes:
+                evals.phase = m
+                results[m] = measure(prom.url, m, nodes, args.refreshes, args.spacing_ms)
             stop.set()
             rising.join()
             evals.join()
@@ -201,19 +203,22 @@ def measure(url: str, mode: str, nodes: list[str], refreshes: int, spacing_ms: f
 
 class RuleEvaluations(threading.Thread):
     """Polls /api/v1/rules every second and keeps each distinct evaluation of the health
-    group: Prometheus' own time for it (`evaluationTime`), the cost recorded mode moves there."""
+    group: Prometheus' own time for it (`evaluationTime`), the cost recorded mode moves there,
+    by what the bench was doing then (`phase`: waiting for the window, or measuring a mode)."""
 
     def __init__(self, prom, stop: threading.Event) -> None:
         super().__init__(daemon=True, name="rule-evaluations")
         self.prom, self.stop = prom, stop
-        self.seen: dict[str, float] = {}  # lastEvaluation -> evaluationTime (s)
+        self.phase = "window"
+        self.seen: dict[str, tuple[str, float]] = {}  # lastEvaluation -> (phase, seconds)
 
     def run(self) -> None:
         while not self.stop.is_set():
             with contextlib.suppress(OSError, ValueError, KeyError):
                 for g in self.prom.rule_groups():
                     if g["name"] == RULES_GROUP and g["evaluationTime"] > 0:
-                        self.seen[g["lastEvaluation"]] = g["evaluationTime"]
+                        self.seen.setdefault(g["lastEvaluation"],
+                                             (self.phase, g["evaluationTime"]))
             self.stop.wait(1.0)
 
     def join(self, timeout: float | None = None) -> None:
@@ -221,12 +226,12 @@ class RuleEvaluations(threading.Thread):
             super().join(timeout)
 
     def summary(self) -> dict:
-        xs = list(self.seen.values())
-        if not xs:
-            return {"evaluations": 0}
-        return {"evaluations": len(xs), "interval_s": SCRAPE_SECONDS,
-                "p50_ms": round(statistics.median(xs) * 1e3, 1),
-                "max_ms": round(max(xs) * 1e3, 1)}
+        out: dict = {"interval_s": SCRAPE_SECONDS}
+        for phase in ("all", *dict.fromkeys(p for p, _ in self.seen.values())):
+            xs = [t for p, t in self.seen.values() if phase in ("all", p)]
+            out[phase] = {"evaluations": len(xs), "p50_ms": round(statistics.median(xs) * 1e3, 1),
+                          "max_ms": round(max(xs) * 1e3, 1)} if xs else {"evaluations": 0}
+        return out
 
 
 def prometheus_eval_seconds(url: str, queries: list[str]) -> float:
