@@ -31,30 +31,38 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ckpt_preempt.policies.placement import balance, baselines, benchmark, ours, protocol
+from ckpt_preempt.policies.placement import balance, baselines, benchmark, fgd, ours, protocol
 from ckpt_preempt.policies.placement.benchmark import POLICIES as DEFAULT_POLICIES
 
 PROGRESS_STEP = benchmark.PROGRESS_STEP
 SECTIONS = ("ablation", "budget", "offline_ffd")  # optional parts of a trace's report
 
 # Each idea measured alone on top of FGD's scorer, then combined (policies/placement/README.md).
+FGD_SCALE = fgd.SIGMOID_SCALE_MILLI
 ABLATION = {
     "FGD measure, integer score, name tie-break (= FGD)": ours.OursConfig(
-        tie_break="name", cpu_balance_weight=0),
+        tie_break="name", cpu_balance_weight=0, sigmoid_scale_milli=FGD_SCALE),
     "exact decrease, name tie-break": ours.OursConfig(
         integer_score=False, tie_break="name", cpu_balance_weight=0),
-    "integer score, BestFit tie-break": ours.OursConfig(cpu_balance_weight=0),
-    "integer score, least-GPU tie-break": ours.OursConfig(tie_break="gpu", cpu_balance_weight=0),
-    "+ CPU balance (= Ours)": ours.OursConfig(),
+    "integer score, BestFit tie-break": ours.OursConfig(
+        cpu_balance_weight=0, sigmoid_scale_milli=FGD_SCALE),
+    "integer score, least-GPU tie-break": ours.OursConfig(
+        tie_break="gpu", cpu_balance_weight=0, sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance": ours.OursConfig(sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance, sigmoid scale 500 (= Ours)": ours.OursConfig(),
     "+ CPU balance, exact decrease": ours.OursConfig(integer_score=False),
     "+ CPU balance, decrease in 80-milli steps": ours.OursConfig(
         integer_score=False, quantum_milli=80),
     "+ CPU balance, stranded CPU as fragment (0.05 mGPU/mCPU)": ours.OursConfig(
-        cpu_frag_weight=0.05),
-    "+ CPU balance, target learned online": ours.OursConfig(target="online"),
-    "+ CPU balance, target weighted by GPU demand": ours.OursConfig(gpu_weighted=True),
-    "+ CPU balance, all shapes as target (100 %)": ours.OursConfig(threshold_pct=100),
-    "+ CPU balance, one-step lookahead": ours.OursConfig(lookahead=True),
+        cpu_frag_weight=0.05, sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance, target learned online": ours.OursConfig(
+        target="online", sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance, target weighted by GPU demand": ours.OursConfig(
+        gpu_weighted=True, sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance, all shapes as target (100 %)": ours.OursConfig(
+        threshold_pct=100, sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance, one-step lookahead": ours.OursConfig(
+        lookahead=True, sigmoid_scale_milli=FGD_SCALE),
 }
 
 
