@@ -56,9 +56,11 @@ from ckpt_preempt.controller.health_promql import (
     GROUP_LABEL,
     RECORDED_QUERIES,
     RECORDED_REPORTING,
+    WINDOW_LABEL,
     coverage_query,
     query_groups,
     rule_queries,
+    window_text,
 )
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.policies import health as ph
@@ -110,6 +112,7 @@ class PrometheusHealth:
             retry=Retry(total=0), timeout=cfg.health_query_timeout_seconds)
         self._report = ph.unknown("no refresh yet")
         self._since: float | None = None  # when the source went down (None: up)
+        self._stale_rules = ""  # recorded mode: the installed rules' window is not ours
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -145,7 +148,10 @@ class PrometheusHealth:
                 coverage = pool.submit(self._query, self.coverage)
                 answers = {e: pool.submit(self._query, e) for e in exprs}
                 reporting: dict[str, int] = {}
-                for sample in coverage.result():
+                covering = coverage.result()
+                if self.recorded:
+                    self._check_window(covering)
+                for sample in covering:
                     if (k := self._key(sample["metric"], known)) is not None:
                         reporting[k.node] = reporting.get(k.node, 0) + int(
                             float(sample["value"][1]))
@@ -186,6 +192,16 @@ class PrometheusHealth:
                     sum(1 for n in report.nodes.values() if n.state is state))
         return report
 
+    def _check_window(self, covering: list[dict]) -> None:
+        ours = window_text(self.cfg.health_window_seconds)
+        theirs = sorted({s["metric"].get(WINDOW_LABEL, "?") for s in covering} - {ours})
+        stale = (f"the recording rules' window is {', '.join(theirs)}, healthWindowSeconds "
+                 f"{ours}: regenerate them (python -m ckpt_preempt.controller.health_promql)"
+                 if theirs else "")
+        if stale and stale != self._stale_rules:
+            log.warning("health: %s", stale)
+        self._stale_rules = stale
+
     def _authorize(self) -> None:
         """Read the token file on every refresh: mounted tokens rotate."""
         token_file = self.cfg.prometheus_bearer_token_file
@@ -200,7 +216,10 @@ class PrometheusHealth:
 
     def readiness_detail(self) -> str:
         r = self.report()
-        return "health: prometheus readable" if r.source_up else f"health: unknown ({r.problem})"
+        if not r.source_up:
+            return f"health: unknown ({r.problem})"
+        return "health: prometheus readable" + (f" ({self._stale_rules})" if self._stale_rules
+                                                 else "")
 
     def start(self, stop: threading.Event) -> None:
         def loop() -> None:

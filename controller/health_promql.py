@@ -8,7 +8,8 @@ both query modes (``healthQueryMode``):
 - ``recorded``: Prometheus' rule evaluation runs the same expressions every
   ``evaluation_interval`` and records only their answers (``recording_rules``): the firing GPUs
   as ``ckpt_preempt:gpu_health_finding`` (label ``ckpt_preempt_rule_group``: the group's first
-  rule), and the coverage count per node as ``ckpt_preempt:gpu_health_reporting``. A refresh
+  rule), and the coverage count per node as ``ckpt_preempt:gpu_health_reporting`` (label
+  ``ckpt_preempt_window``: the rate window the file was generated with). A refresh
   then selects those two small metrics (``RECORDED_QUERIES``). They lag by up to one
   evaluation interval (plus the group's evaluation time).
 
@@ -38,6 +39,7 @@ RULES_GROUP = "ckpt-preempt-gpu-health"
 RECORDED_FINDING = "ckpt_preempt:gpu_health_finding"
 RECORDED_REPORTING = "ckpt_preempt:gpu_health_reporting"
 GROUP_LABEL = "ckpt_preempt_rule_group"
+WINDOW_LABEL = "ckpt_preempt_window"  # on the coverage series: the rate window baked in
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1"
 DEFAULT_RULES_NAME = "ckpt-preempt-gpu-health"
 
@@ -67,7 +69,7 @@ def query_groups(rules: Iterable[Rule], window_s: float) -> tuple[QueryGroup, ..
     for (metric, reading, scale), members in groups.items():
         # No aggregation: it would cost Prometheus as much again as the selection, and only
         # the few series that pass the filter come back (several for one GPU: the highest).
-        value = f"rate({metric}[{int(window_s)}s])" if reading is Reading.RATE else metric
+        value = f"rate({metric}[{window_text(window_s)}])" if reading is Reading.RATE else metric
         if scale != 1.0:
             value += f" * {scale:g}"
         bound = min(_floor(r)[0] for r in members)
@@ -76,6 +78,10 @@ def query_groups(rules: Iterable[Rule], window_s: float) -> tuple[QueryGroup, ..
                               expr=f"{value} {'>' if strict else '>='} {bound:g}",
                               members=tuple(r.name for r in members)))
     return tuple(out)
+
+
+def window_text(window_s: float) -> str:
+    return f"{int(window_s)}s"
 
 
 def rule_queries(rules: Iterable[Rule], window_s: float) -> dict[str, str]:
@@ -96,7 +102,8 @@ RECORDED_QUERIES = (RECORDED_REPORTING, RECORDED_FINDING)
 def recording_rules(rules: Iterable[Rule], window_s: float,
                     labels: Iterable[str]) -> dict:
     """The rules file (one group, evaluated at Prometheus' global evaluation_interval)."""
-    recorded = [{"record": RECORDED_REPORTING, "expr": coverage_query(labels)}]
+    recorded = [{"record": RECORDED_REPORTING, "expr": coverage_query(labels),
+                 "labels": {WINDOW_LABEL: window_text(window_s)}}]
     recorded += [{"record": RECORDED_FINDING, "expr": g.expr, "labels": {GROUP_LABEL: g.name}}
                  for g in query_groups(rules, window_s)]
     return {"groups": [{"name": RULES_GROUP, "rules": recorded}]}

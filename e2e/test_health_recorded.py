@@ -1,6 +1,7 @@
 """healthQueryMode recorded against the real Prometheus: its recording rules, generated from the
-rules data, give the same node states as the direct queries on the same fixture data; without
-the rules installed, recorded mode is all unknown (nothing failing) and says why."""
+rules data, give the same node states as the direct queries on the same fixture data (and a
+controller whose window differs from the file's says so); without the rules installed, recorded
+mode is all unknown (nothing failing) and says why."""
 
 from __future__ import annotations
 
@@ -89,6 +90,14 @@ def test_recorded_mode_gives_the_direct_modes_node_states(dcgm_exporter, prometh
         assert group["name"] == health_promql.RULES_GROUP
         assert {r["health"] for r in group["rules"]} == {"ok"}
         assert group["evaluationTime"] > 0
+        other_window = PrometheusHealth(Config(
+            prometheus_url=prom.url, health_window_seconds=2 * WINDOW_SECONDS,
+            health_query_mode="recorded"), nodes=lambda: NODES)
+        assert other_window.refresh().state("sick") is Health.FAILING  # still read, but:
+        assert other_window.readiness_detail() == (
+            f"health: prometheus readable (the recording rules' window is {WINDOW_SECONDS}s, "
+            f"healthWindowSeconds {2 * WINDOW_SECONDS}s: regenerate them "
+            "(python -m ckpt_preempt.controller.health_promql))")
     finally:
         stop.set()
 

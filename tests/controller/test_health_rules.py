@@ -37,7 +37,8 @@ def test_one_recorded_finding_per_query_group_and_the_coverage_count():
     (group,) = doc["groups"]
     coverage, *findings = group["rules"]
     assert coverage == {"record": health_promql.RECORDED_REPORTING,
-                        "expr": health_promql.coverage_query(cfg.health_hostname_labels)}
+                        "expr": health_promql.coverage_query(cfg.health_hostname_labels),
+                        "labels": {health_promql.WINDOW_LABEL: "300s"}}
     direct = health_promql.rule_queries(ph.DEFAULT_RULES, cfg.health_window_seconds)
     assert {f["expr"] for f in findings} == set(direct.values())  # the same expressions
     assert {f["record"] for f in findings} == {health_promql.RECORDED_FINDING}
