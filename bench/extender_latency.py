@@ -25,10 +25,10 @@ import json
 import random
 import time
 
+from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.extender import Extender
 from ckpt_preempt.controller.extender_model import StaticView, build_view
-from ckpt_preempt.policies import argtypes
 from ckpt_preempt.policies.topology import SCHEMA
 
 GPUS_PER_NODE = 8

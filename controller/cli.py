@@ -10,12 +10,11 @@ Results go to stdout through ``emit``, so ``ckpt-preempt ... | head`` keeps the 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from importlib import metadata
 from types import ModuleType
 
-from ckpt_preempt.policies import argtypes
+from ckpt_preempt.cli import argtypes
 
 PROG = "ckpt-preempt"
 DISTRIBUTION = "ckpt-preempt"  # pyproject.toml [project] name
@@ -51,23 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
-
-
-def emit(text: str) -> None:
-    """Print a result on stdout. A reader that went away (``| head``) ends the output, not the
-    command: stdout is pointed at devnull, so nothing more fails, and the command goes on to
-    return its own exit code (docs.python.org/3/library/signal.html, "Note on SIGPIPE")."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-
-
-def one_line(err: BaseException) -> str:
-    """An exception's message on one line (the kubeconfig loader's span several)."""
-    return " ".join(str(err).split()) or type(err).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,8 @@ import sys
 import threading
 import urllib.parse
 
+from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
-from ckpt_preempt.policies import argtypes
 from ckpt_preempt_sdk import AGENT_HOST, AGENT_PORT
 
 NAME = "agent"
@@ -108,8 +108,8 @@ def build_hook(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller import agent
-    from ckpt_preempt.controller.cli import one_line
     from ckpt_preempt.controller.cmd_run import api_client
 
     try:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.output import emit, one_line
 from ckpt_preempt.controller import explain_format as fmt
-from ckpt_preempt.controller.cli import emit, one_line
-from ckpt_preempt.policies import argtypes, kube_default, preemption, snapshot_io
+from ckpt_preempt.policies import kube_default, preemption, snapshot_io
 from ckpt_preempt.policies.model import Plan
 
 NAME = "explain"

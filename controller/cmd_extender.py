@@ -15,8 +15,8 @@ import signal
 import sys
 import threading
 
+from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
-from ckpt_preempt.policies import argtypes
 
 NAME = "extender"
 HELP = "serve a kube-scheduler extender (filter, prioritize, preempt)"
@@ -43,9 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller import config as cfgmod
     from ckpt_preempt.controller import convert
-    from ckpt_preempt.controller.cli import one_line
     from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, api_client
     from ckpt_preempt.controller.extender import Extender
     from ckpt_preempt.controller.extender_model import CachedView

@@ -12,8 +12,8 @@ import socket
 import sys
 import threading
 
+from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
-from ckpt_preempt.policies import argtypes
 
 NAME = "run"
 HELP = "run the preemption controller against a cluster"
@@ -52,8 +52,8 @@ def _can_listen(host: str, port: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller import config as cfgmod
-    from ckpt_preempt.controller.cli import one_line
     from ckpt_preempt.controller.runner import Controller
 
     logs.setup(args.log_level)

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.output import emit
 from ckpt_preempt.controller import trace_files
-from ckpt_preempt.controller.cli import emit
-from ckpt_preempt.policies import argtypes
 from ckpt_preempt.policies.placement import benchmark
 from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS

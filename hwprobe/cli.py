@@ -2,7 +2,7 @@
 
 Exit codes: 0 success (verify: matches), 1 verify found differences, 2 NVML unavailable or a
 usage/spec/publish error. Errors are one line on stderr, never a traceback; bad flag values are
-refused by their argparse types (``policies.argtypes``) before anything is probed. Results go
+refused by their argparse types (``cli.argtypes``) before anything is probed. Results go
 to stdout through ``emit``, so ``hwprobe verify | head -1`` keeps verify's exit code.
 """
 
@@ -16,9 +16,10 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.output import emit
 from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable
 from ckpt_preempt.hwprobe.verify import reference_names
-from ckpt_preempt.policies import argtypes
 
 EXIT_OK, EXIT_DIFF, EXIT_ERROR = 0, 1, 2
 PROG = "hwprobe"
@@ -88,18 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=argtypes.positive_int, default=5,
                        help="timed copies per pair (default %(default)s)")
     return p
-
-
-def emit(text: str) -> None:
-    """Print a result on stdout. A reader that went away (``| head``) ends the output, not the
-    command: stdout is pointed at devnull, so nothing more fails, and the command goes on to
-    return its own exit code (docs.python.org/3/library/signal.html, "Note on SIGPIPE")."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
 
 
 def _probe():

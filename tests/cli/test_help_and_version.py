@@ -1,5 +1,5 @@
 """Both command lines: help text for every flag and subcommand, ``--version``, log levels in any
-case, and the shared value parsers (policies/argtypes.py)."""
+case, and the shared value parsers (cli/argtypes.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
 from ckpt_preempt.controller.cli import build_parser as controller_parser
 from ckpt_preempt.hwprobe.cli import build_parser as hwprobe_parser
-from ckpt_preempt.policies import argtypes
 
 REPO = Path(__file__).resolve().parents[2]
 PARSERS = {"ckpt-preempt": controller_parser, "hwprobe": hwprobe_parser}
