@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -89,3 +90,11 @@ def test_a_fresh_venv_gets_working_commands(dist, tmp_path):
         r = subprocess.run([bin_ / "python", "-c", f"import {generic}"], capture_output=True,
                            cwd=tmp_path)
         assert r.returncode != 0, f"{generic} is importable from site-packages"
+
+
+def test_the_image_build_copies_every_folder_the_wheel_maps():
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    copied = {line.split()[1] for line in (REPO / "deploy/Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") and "--" not in line.split()[1]}
+    assert folders <= copied, f"deploy/Dockerfile does not COPY {sorted(folders - copied)}"
