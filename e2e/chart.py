@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,18 +96,9 @@ def installed(c: kube.Cluster, docs: list[dict]) -> Iterator[None]:
                     raise
 
 
-@contextmanager
-def restricted_namespace(c: kube.Cluster) -> Iterator[str]:
-    name = f"e2e-r-{uuid.uuid4().hex[:8]}"
-    c.core.create_namespace({"metadata": {"name": name, "labels": RESTRICTED}})
-    try:
-        yield name
-    finally:
-        try:
-            c.core.delete_namespace(name, grace_period_seconds=0)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+def restricted_namespace(c: kube.Cluster):
+    """A temporary namespace labelled to enforce Pod Security "restricted"."""
+    return kube.temporary_namespace(c, "e2e-r", RESTRICTED)
 
 
 def sa_token(c: kube.Cluster, namespace: str, sa: str, pod: client.V1Pod | None = None) -> str:

@@ -51,8 +51,12 @@ never land on each other's (or a real cluster's) nodes.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -368,3 +372,29 @@ def own_local_cluster(workdir: Path, **options: Any):
     finally:
         lc.stop()
 
+
+@contextmanager
+def temporary_namespace(c: Cluster, prefix: str = "e2e",
+                        labels: dict[str, str] | None = None) -> Iterator[str]:
+    """A namespace of its own for the block, deleted afterwards (already gone is fine)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    c.core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+    try:
+        yield name
+    finally:
+        try:
+            c.core.delete_namespace(name, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s; a process already gone is fine."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

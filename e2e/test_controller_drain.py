@@ -34,14 +34,6 @@ from e2e.test_controller_support import (
 pytestmark = pytest.mark.e2e
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _listening(port: int) -> bool:
@@ -94,7 +86,7 @@ def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
         train.send_signal(signal.SIGTERM)  # what the kubelet sends an evicted pod
         out, _ = train.communicate(timeout=10)
     finally:
-        _stop(agent)
+        kube.stop_process(agent)
         if train.poll() is None:
             train.kill()
     assert still_training, out
@@ -149,7 +141,7 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
         # Binding and the controller's write of Done race; stop only once Done is persisted.
         after = wait_plan_done(cluster, namespace, "big")
     finally:
-        _stop(second)
+        kube.stop_process(second)
     assert after.id == before.id and after.state is lifecycle.State.DONE
     assert [v.name for v in after.victims] == ["victim"]
     assert pod.spec.node_name == nodes[0]
@@ -228,7 +220,7 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
         kube.wait_pod_running(cluster, namespace, "big", timeout=90)
         after = wait_plan_done(cluster, namespace, "big")
     finally:
-        _stop(second)
+        kube.stop_process(second)
     assert after.id == rec.id and after.state is lifecycle.State.DONE
     evicted = [e.involved_object.name for e in pod_events(cluster, namespace)
                if e.reason == "Evicted"]

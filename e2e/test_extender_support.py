@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -71,14 +70,7 @@ def running_extender(c: kube.Cluster, tmp: Path, *, log_name: str = "extender.lo
         stop(proc)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+stop = kube.stop_process
 
 
 @contextmanager

@@ -156,18 +156,9 @@ def tenant(c: kube.Cluster, namespace: str) -> Iterator[client.ApiClient]:
     yield c.client_for(TENANT_USER)
 
 
-@contextmanager
-def extra_namespace(c: kube.Cluster) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    c.core.create_namespace({"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        try:
-            c.core.delete_namespace(name, grace_period_seconds=0)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+def extra_namespace(c: kube.Cluster):
+    """A second namespace for a test (a tenant's, or one outside the controller's scope)."""
+    return kube.temporary_namespace(c)
 
 
 def store_plan(c: kube.Cluster, plan_namespace: str, record: lifecycle.PlanRecord) -> None:
