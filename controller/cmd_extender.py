@@ -44,27 +44,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller import config as cfgmod
     from ckpt_preempt.controller import convert
-    from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, api_client
+    from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, connect, load_config
     from ckpt_preempt.controller.extender import Extender
     from ckpt_preempt.controller.extender_model import CachedView
     from ckpt_preempt.controller.extender_verbs import PreemptSettings
     from ckpt_preempt.controller.watch import ClusterCache
 
     logs.setup(args.log_level)
-    try:
-        cfg = cfgmod.load(args.config)
-    except cfgmod.ConfigError as e:
-        print(f"ckpt-preempt extender: {e}", file=sys.stderr)
+    cfg = load_config(args, "ckpt-preempt extender")
+    if cfg is None:
         return 2
     host, port = args.listen
     host = host or DEFAULT_LISTEN_HOST
-    try:
-        api = api_client(args.kubeconfig, args.in_cluster)
-    except Exception as e:  # no kubeconfig, a broken one, no in-cluster environment
-        print(f"ckpt-preempt extender: cannot load cluster credentials: {one_line(e)}",
-              file=sys.stderr)
+    api = connect(args, "ckpt-preempt extender")
+    if api is None:
         return 2
     cache = ClusterCache(api, plan_namespace=cfg.plan_namespace)
     view = CachedView(cache)

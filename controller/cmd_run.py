@@ -43,6 +43,28 @@ def api_client(kubeconfig: str | None, in_cluster: bool):
     return config.new_client_from_config(config_file=kubeconfig)
 
 
+def load_config(args: argparse.Namespace, prog: str):
+    """The config file's Config, or None after one line on stderr (the caller exits 2)."""
+    from ckpt_preempt.controller import config as cfgmod
+
+    try:
+        return cfgmod.load(args.config)
+    except cfgmod.ConfigError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+
+
+def connect(args: argparse.Namespace, prog: str):
+    """An API client from --kubeconfig/--in-cluster, or None after one line on stderr."""
+    from ckpt_preempt.cli.output import one_line
+
+    try:
+        return api_client(args.kubeconfig, args.in_cluster)
+    except Exception as e:  # no kubeconfig, a broken one, no in-cluster environment
+        print(f"{prog}: cannot load cluster credentials: {one_line(e)}", file=sys.stderr)
+        return None
+
+
 def _can_listen(host: str, port: int) -> None:
     """OSError now, with one line, rather than a traceback once the watches have started."""
     with socket.create_server((host, port)):
@@ -53,14 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller import config as cfgmod
     from ckpt_preempt.controller.runner import Controller
 
     logs.setup(args.log_level)
-    try:
-        cfg = cfgmod.load(args.config)
-    except cfgmod.ConfigError as e:
-        print(f"ckpt-preempt run: {e}", file=sys.stderr)
+    cfg = load_config(args, "ckpt-preempt run")
+    if cfg is None:
         return 2
     if args.dry_run:
         cfg = replace(cfg, dry_run=True)
@@ -71,11 +90,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"ckpt-preempt run: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
         return 2
-    try:
-        api = api_client(args.kubeconfig, args.in_cluster)
-    except Exception as e:  # no kubeconfig, a broken one, no in-cluster environment
-        print(f"ckpt-preempt run: cannot load cluster credentials: {one_line(e)}",
-              file=sys.stderr)
+    api = connect(args, "ckpt-preempt run")
+    if api is None:
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -70,6 +70,17 @@ def typical_pods(
     )
 
 
+def split_free(gpu_free: tuple[int, ...], milli: int) -> tuple[int, int]:
+    """(GPUs with at least ``milli`` free, free milli-GPU on the others: FGD's fragment)."""
+    usable = small = 0
+    for g in gpu_free:
+        if g >= milli:
+            usable += 1
+        else:
+            small += g
+    return usable, small
+
+
 def node_fragmentation(
     model: str, cpu_free: int, gpu_free: tuple[int, ...], target: tuple[TargetPod, ...],
 ) -> float:
@@ -87,13 +98,7 @@ def node_fragmentation(
         if m.gpu_milli == 0 or cpu_free < m.cpu_milli or not model_allowed(model, m.gpu_spec):
             frag += m.weight * total
             continue
-        small = 0
-        usable = 0
-        for g in gpu_free:
-            if g >= m.gpu_milli:
-                usable += 1
-            else:
-                small += g
+        usable, small = split_free(gpu_free, m.gpu_milli)
         frag += m.weight * (small if usable >= m.gpu_count else total)
     return frag
 

@@ -37,6 +37,7 @@ from ckpt_preempt.policies.placement.fgd import (
     POPULARITY_THRESHOLD_PCT,
     TargetPod,
     sigmoid,
+    split_free,
     typical_pods,
 )
 
@@ -130,13 +131,7 @@ class Ours:
             if cpu_free < m.cpu_milli or not model_allowed(model, m.gpu_spec):
                 frag += m.weight * (total + w_cpu * cpu_free)
                 continue
-            small = 0
-            usable = 0
-            for g in gpus:
-                if g >= m.gpu_milli:
-                    usable += 1
-                else:
-                    small += g
+            usable, small = split_free(gpus, m.gpu_milli)
             frag += m.weight * (small if usable >= m.gpu_count else total + w_cpu * cpu_free)
         if self.config.cpu_balance_weight and self.gpu_per_cpu:  # no GPU target: no term
             starved = total - cpu_free * self.gpu_per_cpu
