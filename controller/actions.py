@@ -198,16 +198,32 @@ class Actions:
                     plan=plan_id)
 
     # --------------------------------------------------------------------------- the victims
-    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest) -> bool:
-        """True when this call wrote the request (False: terminating, asked, or dry-run)."""
+    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest, *,
+                           only_if_unchanged: bool = False) -> bool:
+        """True when this call wrote the request (False: terminating, asked, or dry-run).
+
+        ``only_if_unchanged``: write only if the pod is still at the resourceVersion this view of
+        it was read at (else False, and nothing is written). The health path uses it, so that a
+        request built from a stale view never replaces a plan's request written meanwhile; the
+        next refresh decides again on a fresh view."""
         if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
             return False
-        body = {"metadata": {"annotations": {
-            lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(request)}}}
-        done = self._write("request-checkpoint", pod.key, lambda: self.core.patch_namespaced_pod(
-            pod.name, pod.namespace, body, _content_type=MERGE, _request_timeout=self.timeout),
-            plan=request.plan)
-        return done is not None
+        metadata: dict = {"annotations": {
+            lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(request)}}
+        if only_if_unchanged:
+            metadata["resourceVersion"] = pod.resource_version
+
+        def call() -> bool:
+            try:
+                self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": metadata},
+                                               _content_type=MERGE,
+                                               _request_timeout=self.timeout)
+            except ApiException as e:
+                if only_if_unchanged and e.status == 409:  # changed since read: not written
+                    return False
+                raise
+            return True
+        return bool(self._write("request-checkpoint", pod.key, call, plan=request.plan))
 
     def withdraw_checkpoint(self, pod: PodInfo, plan_id: str) -> None:
         """Remove the drain request, only if it still names `plan_id` (the agent then tells the

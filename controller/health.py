@@ -299,7 +299,7 @@ class ProactiveCheckpoint:
         if self.cfg.dry_run:
             self.actions.emit(p, CHECKPOINT_EVENT, "(dry run) " + message)
             return False
-        if not self.actions.request_checkpoint(p, request):
+        if not self.actions.request_checkpoint(p, request, only_if_unchanged=True):
             return False
         self.metrics.health_checkpoints.inc()
         self.actions.emit(p, CHECKPOINT_EVENT, message)

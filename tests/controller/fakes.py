@@ -151,8 +151,8 @@ class FakeCache:
 
     def change_pod(self, uid: str, **changes: Any) -> None:
         p = self.pod_by_uid(uid)
-        if p is not None:
-            self.pods.put(replace(p, **changes))
+        if p is not None:  # every change is a new resourceVersion, as on the server
+            self.pods.put(replace(p, **{"resource_version": self.next_rv(), **changes}))
 
     def bind(self, uid: str, node_name: str) -> None:
         self.change_pod(uid, node=node_name, unschedulable=False, phase="Running")
@@ -338,16 +338,23 @@ class RecordingActions:
                     apply)
 
     # -------------------------------------------------------------------------- the victims
-    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest) -> bool:
+    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest, *,
+                           only_if_unchanged: bool = False) -> bool:
         if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
             return False
         raw = lifecycle.drain_to_annotation(request)
+        write = self._pod_changed(pod, True, annotations={
+            **self._live(pod).annotations, lifecycle.DRAIN_ANNOTATION: raw})
+
+        def apply() -> bool:  # like the server: a stale resourceVersion is a 409, not a write
+            if only_if_unchanged and self._live(pod).resource_version != pod.resource_version:
+                return False
+            return write()
         done = self._write(
             Call(verb="request_checkpoint", target=pod.key, plan=request.plan,
-                 args={"uid": pod.uid, "deadline": request.deadline}),
-            self._pod_changed(pod, True, annotations={
-                **self._live(pod).annotations, lifecycle.DRAIN_ANNOTATION: raw}))
-        return done is not None
+                 args={"uid": pod.uid, "deadline": request.deadline,
+                       "only_if_unchanged": only_if_unchanged}), apply)
+        return bool(done)
 
     def withdraw_checkpoint(self, pod: PodInfo, plan_id: str) -> None:
         if not lifecycle.drain_requested(pod.annotations, plan_id):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckpt_preempt.controller import health
+from ckpt_preempt.controller import convert, health
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.reconcile import Reconciler
@@ -152,3 +152,21 @@ def test_another_plans_request_is_never_replaced_and_dry_run_only_says_so():
     rec.tick()
     assert not actions.of("request_checkpoint")
     assert [c.message[:10] for c in actions.events] == ["(dry run) "]
+
+
+def test_a_request_built_from_a_stale_view_never_replaces_a_plan_request_written_meanwhile():
+    cache = _cluster(pre=False)
+    stale = cache.pod_by_uid("uid-v0")  # what the health pass read, before a plan asked
+    theirs = lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan="p-9", requested=T0,
+                                                                  deadline=T0 + 60))
+    cache.change_pod("uid-v0", annotations={**CKPT, lifecycle.DRAIN_ANNOTATION: theirs})
+    config = Config(namespaces=("team",))
+    actions = RecordingActions(cache, clock=lambda: T0)
+    proactive = health.ProactiveCheckpoint(actions, config, convert.scope(config),
+                                           convert.limits(config), Metrics())
+    proactive.step(_report(n1=Health.HEALTHY), [stale], T0)
+    assert proactive.step(_report(n1=Health.DEGRADED), [stale], T0 + 1) == []
+    (tried,) = actions.of("request_checkpoint")
+    assert tried.args["only_if_unchanged"]
+    assert cache.pod_by_uid("uid-v0").annotations[lifecycle.DRAIN_ANNOTATION] == theirs
+    assert "HealthCheckpointRequested" not in actions.event_reasons()
