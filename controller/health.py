@@ -249,6 +249,9 @@ class ProactiveCheckpoint:
         self.metrics = metrics
         self.last_known: dict[str, Health] = {}  # unknown never overwrites a known state
         self.last_round: dict[str, float] = {}  # node -> when it last got a round
+        # pod uid -> (node, request plan) of a round whose write found the pod changed since it
+        # was read: asked again, from the next pass's fresh view, within the same round
+        self.stale: dict[str, tuple[NodeHealth, str]] = {}
 
     def step(self, report: HealthReport, pods: Iterable[PodInfo], now: float,
              held: Collection[str] = ()) -> list[str]:
@@ -263,13 +266,18 @@ class ProactiveCheckpoint:
                     now - self.last_round.get(name, float("-inf"))
                     >= self.cfg.health_checkpoint_interval_seconds):
                 turned.append(node)
-        if not turned:
+        if not turned and not self.stale:
             return []
         on_node: dict[str, list[PodInfo]] = {}
+        asked = []
+        retries, self.stale = self.stale, {}  # a pod gone or moved since is not asked again
         for p in pods:
             if p.node is not None:
                 on_node.setdefault(p.node, []).append(p)
-        asked = []
+            retry = retries.get(p.uid)
+            if retry is not None and retry[0].node == p.node and \
+                    self._ask(p, retry[0], retry[1], now, held):
+                asked.append(p.key)
         for node in turned:
             self.last_round[node.node] = now
             plan = f"{HEALTH_PLAN_PREFIX}{int(now):x}-" \
@@ -300,6 +308,7 @@ class ProactiveCheckpoint:
             self.actions.emit(p, CHECKPOINT_EVENT, "(dry run) " + message)
             return False
         if not self.actions.request_checkpoint(p, request, only_if_unchanged=True):
+            self.stale[p.uid] = (node, plan)  # changed since read: the next pass decides again
             return False
         self.metrics.health_checkpoints.inc()
         self.actions.emit(p, CHECKPOINT_EVENT, message)

@@ -169,4 +169,25 @@ def test_a_request_built_from_a_stale_view_never_replaces_a_plan_request_written
     (tried,) = actions.of("request_checkpoint")
     assert tried.args["only_if_unchanged"]
     assert cache.pod_by_uid("uid-v0").annotations[lifecycle.DRAIN_ANNOTATION] == theirs
+    fresh = cache.pod_by_uid("uid-v0")  # the next pass sees the plan's request: it stands
+    assert proactive.step(_report(n1=Health.DEGRADED), [fresh], T0 + 2) == []
+    assert len(actions.of("request_checkpoint")) == 1
     assert "HealthCheckpointRequested" not in actions.event_reasons()
+
+
+def test_a_pod_changed_only_elsewhere_since_it_was_read_is_asked_on_the_next_pass():
+    cache = _cluster(pre=False)
+    stale = cache.pod_by_uid("uid-v0")
+    cache.change_pod("uid-v0", labels={"touched": "yes"})  # e.g. a label: a new resourceVersion
+    config = Config(namespaces=("team",))
+    actions = RecordingActions(cache, clock=lambda: T0)
+    proactive = health.ProactiveCheckpoint(actions, config, convert.scope(config),
+                                           convert.limits(config), Metrics())
+    proactive.step(_report(n1=Health.HEALTHY), [stale], T0)
+    assert proactive.step(_report(n1=Health.DEGRADED), [stale], T0 + 1) == []
+    fresh = cache.pod_by_uid("uid-v0")
+    assert proactive.step(_report(n1=Health.DEGRADED), [fresh], T0 + 2) == ["team/v0"]
+    assert lifecycle.drain_requested(cache.pod_by_uid("uid-v0").annotations,
+                                     actions.of("request_checkpoint")[-1].plan)
+    assert proactive.step(_report(n1=Health.DEGRADED), [cache.pod_by_uid("uid-v0")],
+                          T0 + 3) == []  # asked once
