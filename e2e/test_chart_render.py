@@ -39,6 +39,14 @@ def test_default_release_is_deploy_rbac_and_admission():
     assert sorted(policies, key=_key) == sorted(_plain(*ADMISSION.glob("*.yaml")), key=_key)
 
 
+def test_default_release_is_deploy_rbac_for_hwprobe():
+    docs = chart.render("ckpt-preempt", NAMESPACE)
+    hwprobe = [d for d in docs if d["metadata"]["name"].startswith("ckpt-preempt-hwprobe")
+               and d["kind"] != "DaemonSet"]
+    assert {d["kind"] for d in hwprobe} >= {"ClusterRole", "ValidatingAdmissionPolicy"}
+    assert sorted(hwprobe, key=_key) == sorted(_plain(DEPLOY / "rbac/hwprobe.yaml"), key=_key)
+
+
 def test_rendered_config_is_the_controllers_defaults():
     docs = chart.render("r", "ops")
     cm = chart.find(docs, "ConfigMap")
