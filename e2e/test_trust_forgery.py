@@ -70,6 +70,7 @@ def test_pods_only_tenant_cannot_make_the_controller_act(cluster, namespace, poo
             "forged-plan": {"annotations": {lifecycle.PLAN_ANNOTATION: forged}},
             "forged-drain": {"annotations": {lifecycle.DRAIN_ANNOTATION: drain}},
             "tolerates-all": {"tolerations": [{"operator": "Exists"}]},
+            "bound-directly": {"node_name": node},  # past the scheduler and any taint
         }
         got = {name: status_of(lambda name=name, kw=kw: as_tenant.create_namespaced_pod(
             tenant_ns, kube.pod_body(name, gpus=8, pool=pool, priority_class=HIGH_NEVER, **kw)))
@@ -79,7 +80,8 @@ def test_pods_only_tenant_cannot_make_the_controller_act(cluster, namespace, poo
                         "data": {lifecycle.PLAN_DATA_KEY: forged}}))
         refused = 403 if policies else 200
         assert got == {"forged-plan": refused, "forged-drain": refused,
-                       "tolerates-all": refused, "plan ConfigMap": 403}
+                       "tolerates-all": refused, "bound-directly": refused,
+                       "plan ConfigMap": 403}
 
         with running_controller(cluster, config_for(namespace), api=controller_api) as ctl:
             # A barrier: an in-scope preemptor no node can take. Once the controller has said
