@@ -87,3 +87,67 @@ def test_a_gated_gang_waits_for_its_podgroups_min_member(members, minimum, admit
 def test_fixed_groups_reads_like_group_objects():
     assert group_crds.FixedGroups({"team/volcano/a": 2}).minimums() == {"team/volcano/a": 2}
     assert group_crds.FixedGroups().minimums() == {}
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+class _Resources:
+    def __init__(self, names):
+        self.resources = [type("R", (), {"name": n})() for n in names]
+
+
+class _Custom:
+    """CustomObjectsApi's discovery and list calls, answering per group as told."""
+
+    def __init__(self, answers):
+        self.answers = answers  # group -> exception | list of resource names
+
+    def get_api_resources(self, group, version, **_):
+        got = self.answers[group]
+        if isinstance(got, BaseException):
+            raise got
+        return _Resources(got)
+
+    def list_cluster_custom_object(self, group, version, plural, **_):
+        got = self.answers.get(("list", group))
+        if isinstance(got, BaseException):
+            raise got
+        return {"items": []}
+
+
+def _objects(answers):
+    import threading
+
+    from kubernetes import client
+
+    objs = group_crds.GroupObjects(client.ApiClient(), threading.Event())
+    objs._custom = _Custom(answers)
+    return objs
+
+
+def test_absent_or_unlistable_kinds_are_answered_and_not_watched(caplog):
+    from kubernetes.client.rest import ApiException
+
+    objs = _objects({"scheduling.volcano.sh": ApiException(status=404),
+                     "scheduling.x-k8s.io": ["podgroups", "podgroups/status"],
+                     ("list", "scheduling.x-k8s.io"): ApiException(status=403)})
+    assert objs._discover_once() is True
+    assert objs.informers() == [] and objs.minimums() == {}
+    assert "podgroups.scheduling.x-k8s.io is served but this identity may not list it" in \
+        caplog.text
+
+
+def test_a_group_version_without_podgroups_is_absent():
+    objs = _objects({"scheduling.volcano.sh": ["queues"], "scheduling.x-k8s.io": ["elasticquotas"]})
+    assert objs._discover_once() is True and objs.informers() == []
+
+
+@pytest.mark.parametrize("error", [ConnectionRefusedError("refused"), "503"])
+def test_an_unanswered_discovery_is_asked_again_and_holds_sync(error):
+    from kubernetes.client.rest import ApiException
+
+    err = ApiException(status=503) if error == "503" else error
+    objs = _objects({"scheduling.volcano.sh": err, "scheduling.x-k8s.io": ApiException(status=404)})
+    assert objs._discover_once() is False
+    assert not objs.synced()
