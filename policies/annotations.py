@@ -49,7 +49,8 @@ RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (
 # Other projects' names for our last-checkpoint, read only when ours is absent (ours wins when
 # both are set). Volcano's checkpoint-aware victim ordering proposal reads this RFC 3339 (UTC)
 # time: https://github.com/volcano-sh/volcano/issues/5998, PR #5999 (plugin "checkpoint",
-# DefaultCheckpointTimeKey). Kueue discussed the idea without naming a key (kueue#477).
+# DefaultCheckpointTimeKey; closed unmerged when read). Kueue discussed the idea without naming a
+# key (kueue#477).
 LAST_CHECKPOINT_ALIASES = ("volcano.sh/last-checkpoint-time",)
 # Every key prefix whose pod annotations planning reads: ours, the gang conventions' and the
 # checkpoint aliases (whole keys, which work as prefixes of themselves).
