@@ -44,7 +44,7 @@ class PodInfo:
     resource_version: str
     created: float
     labels: Mapping[str, str]
-    annotations: Mapping[str, str]  # ours and the gang conventions' only
+    annotations: Mapping[str, str]  # ours, the gang conventions' and the checkpoint aliases
     deleting: bool
     node: str | None
     phase: str

@@ -130,6 +130,7 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
     ("config.maxCheckpointSeconds=0", "/config/maxCheckpointSeconds"),
     ("config.evictAttempts=-1", "/config/evictAttempts"),
     ("config.unknownCheckpoint=never", "/config/unknownCheckpoint"),
+    ("config.schedulerNames={}", "/config/schedulerNames"),
     ("config.fairnessWindowSeconds=7200", "must not exceed config.planHistorySeconds"),
     ("config.renewDeadlineSeconds=12", "must not exceed config.leaseDurationSeconds"),
     ("logLevel=verbose", "/logLevel"),
