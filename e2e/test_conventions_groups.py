@@ -73,7 +73,7 @@ def test_min_member_holds_a_gated_gang_until_it_is_complete(
         assert ctl.cache.wait_synced(30)
         time.sleep(4)  # several passes: two of three members are not a gang to admit
         assert _gated(cluster, namespace, first) == first
-        assert ctl.cache.groups.minimums() == {f"{namespace}/coscheduling/pg": 3}
+        assert ctl.cache.groups.minimums().get(f"{namespace}/coscheduling/pg") == 3
         _member(cluster, namespace, "w-2", pool)
         pods = [kube.wait_pod_running(cluster, namespace, n, timeout=60)
                 for n in [*first, "w-2"]]
