@@ -2,6 +2,7 @@
 
     namespaces: [team-a, team-b]     # scope: preemptors and victims (empty = all)
     priorityClasses: [training-high] # scope: preemptor priority classes (empty = all)
+    schedulerNames: [default-scheduler]  # scope: pods of other schedulers are left alone
     maxCheckpointSeconds: 600        # cap on a victim's checkpoint-seconds (drain deadline)
     maxMinRuntimeSeconds: 3600       # cap on min-runtime
     evictionTimeoutSeconds: 120      # after the deadline: give up evicting and re-plan
@@ -52,6 +53,11 @@ import yaml
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
 
+# What kube-scheduler calls itself, and what the API server writes into a pod that names no
+# scheduler (kubernetes v1.37.2 staging/src/k8s.io/api/core/v1/types.go DefaultSchedulerName;
+# pkg/apis/core/v1/defaults.go SetDefaults_PodSpec).
+DEFAULT_SCHEDULER = "default-scheduler"
+
 
 class HealthQueryMode(enum.StrEnum):
     """How a health refresh reads Prometheus (controller/health_promql.py)."""
@@ -68,6 +74,7 @@ class ConfigError(ValueError):
 class Config:
     namespaces: tuple[str, ...] = ()
     priority_classes: tuple[str, ...] = ()
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
     max_checkpoint_seconds: float = 600.0
     max_min_runtime_seconds: float = 3600.0
     eviction_timeout_seconds: float = 120.0
@@ -107,6 +114,12 @@ class Config:
 
     def __post_init__(self) -> None:
         self._check_health()
+        if not self.scheduler_names:
+            raise ConfigError("config: schedulerNames must name at least one scheduler "
+                              f"(default: [{DEFAULT_SCHEDULER}])")
+        for name in self.scheduler_names:
+            if not name or name != name.strip():
+                raise ConfigError(f"config: schedulerNames: {name!r} is not a scheduler name")
         try:
             ann.parse_unknown_checkpoint(self.unknown_checkpoint)
         except ValueError as e:

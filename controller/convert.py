@@ -15,7 +15,7 @@ from datetime import datetime
 
 from kubernetes.utils import parse_quantity
 
-from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.config import DEFAULT_SCHEDULER, Config
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
 from ckpt_preempt.policies.health import Health
@@ -44,7 +44,7 @@ class PodInfo:
     resource_version: str
     created: float
     labels: Mapping[str, str]
-    annotations: Mapping[str, str]  # ours and the gang conventions' only
+    annotations: Mapping[str, str]  # ours, the gang conventions' and the checkpoint aliases
     deleting: bool
     node: str | None
     phase: str
@@ -60,6 +60,7 @@ class PodInfo:
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping, ...]
     required_terms: tuple[Mapping, ...]  # required node affinity nodeSelectorTerms (ORed)
+    scheduler_name: str = DEFAULT_SCHEDULER  # spec.schedulerName (the API server's default)
 
     @property
     def key(self) -> str:
@@ -164,6 +165,7 @@ def pod_info(d: Mapping) -> PodInfo:
         tolerations=tuple(spec.get("tolerations") or ()),
         required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
                               or {}).get("nodeSelectorTerms") or ()),
+        scheduler_name=spec.get("schedulerName") or DEFAULT_SCHEDULER,
     )
 
 
@@ -202,14 +204,18 @@ def pdb_info(d: Mapping) -> PdbInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class Scope:
-    """Which pods this controller may plan for and evict (empty = all)."""
+    """Which pods this controller may plan for and evict (empty = all). A pod of a scheduler
+    not in ``scheduler_names`` is left alone entirely: never a preemptor, never a victim, never
+    asked to checkpoint; it still holds the capacity it uses."""
 
     namespaces: frozenset[str] = frozenset()
     priority_classes: frozenset[str] = frozenset()
+    scheduler_names: frozenset[str] = frozenset()
 
     def covers(self, p: PodInfo) -> bool:
         return ((not self.namespaces or p.namespace in self.namespaces)
-                and (not self.priority_classes or p.priority_class in self.priority_classes))
+                and (not self.priority_classes or p.priority_class in self.priority_classes)
+                and (not self.scheduler_names or p.scheduler_name in self.scheduler_names))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +230,8 @@ class Converted:
 
 def scope(cfg: Config) -> Scope:
     return Scope(namespaces=frozenset(cfg.namespaces),
-                 priority_classes=frozenset(cfg.priority_classes))
+                 priority_classes=frozenset(cfg.priority_classes),
+                 scheduler_names=frozenset(cfg.scheduler_names))
 
 
 def limits(cfg: Config) -> ann.Limits:

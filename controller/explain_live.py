@@ -74,8 +74,7 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     target = next((p for p in pods if p.namespace == namespace and p.name == name), None)
     if target is None:
         raise PodNotFound(f"pod {namespace}/{name} not found")
-    scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
-                          priority_classes=frozenset(cfg.priority_classes))
+    scope = convert.scope(cfg)
     stored = load_all(stored_plan(d) for d in _list(
         lambda **kw: core.list_namespaced_config_map(
             cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))

@@ -10,7 +10,8 @@ pass is cheap and a restarted controller rebuilds everything from the stored pla
 2. **New preemptors**, in queue order (priority, then gang size, then age, then uid):
    (a) pods ``PodScheduled=False/Unschedulable`` with ``preemptionPolicy: Never``;
    (b) gangs whose members carry the ``ckpt-preempt.io/admission`` gate, once every member of
-   the declared gang-total exists. The restriction step (``plans.restriction``) closes nodes
+   the declared gang-total exists (and at least a Volcano or coscheduling PodGroup's
+   minMember, ``controller.group_crds``). The restriction step (``plans.restriction``) closes nodes
    and victims that running plans hold; a preemptor whose aborted plan still has terminating
    victims waits for them to go.
 
@@ -49,7 +50,7 @@ from ckpt_preempt.controller.plans import (
     waiting_for_victims,
 )
 from ckpt_preempt.controller.watch import ClusterCache
-from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies import gangs, kube_default, lifecycle, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
@@ -104,8 +105,7 @@ class Reconciler:
         self.book = PlanBook()
         self._pruned = 0.0
         self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
-        self.scope = convert.Scope(namespaces=frozenset(cfg.namespaces),
-                                   priority_classes=frozenset(cfg.priority_classes))
+        self.scope = convert.scope(cfg)
         self.limits = convert.limits(cfg)
         self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
                                    self.scope, self._note_once)
@@ -223,6 +223,7 @@ class Reconciler:
             elif gang:
                 waiting.add(gang)
         out: list[Candidate] = []
+        minimums = self.cache.groups.minimums() if groups else {}  # PodGroup minMember by gang
         for (mode, key), members in groups.items():
             first = model[members[0].uid]
             if first.gang is None:
@@ -231,13 +232,14 @@ class Reconciler:
             total = first.gang_total
             bound = [u for u in conv.snapshot.gangs[key].members if model[u].node is not None]
             have = len(members) + len(bound)
-            if total is not None and have > total:
+            ready = gangs.readiness(have, total=total, minimum=minimums.get(key))
+            if ready is gangs.Readiness.OVERFULL:
                 for p in members:
                     self._warn_once(p, "GangTotalMismatch",
                                     f"gang {key} declares {total} members but {have} exist; "
                                     "not admitted until that is fixed")
                 continue
-            if key in waiting or (total is not None and have < total):
+            if key in waiting or ready is gangs.Readiness.INCOMPLETE:
                 continue  # the rest of the gang is not created, or not yet unschedulable
             out.append(Candidate(mode=mode, key=key, members=tuple(members)))
         return sorted(out, key=Candidate.order)

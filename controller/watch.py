@@ -155,11 +155,13 @@ def stored_plan(d: dict) -> StoredPlan:
 
 class ClusterCache:
     """Nodes, Pods, PDBs and our stored plans (ConfigMaps in the controller's namespace with our
-    managed-by label), each watched by its own Informer. ``changed`` wakes the loop."""
+    managed-by label), each watched by its own Informer, and other schedulers' PodGroups where
+    served (``groups``, ``controller.group_crds``). ``changed`` wakes the loop."""
 
     def __init__(self, api: client.ApiClient, *, plan_namespace: str) -> None:
         from ckpt_preempt.controller import convert
         from ckpt_preempt.controller.actions import MANAGED_BY
+        from ckpt_preempt.controller.group_crds import GroupObjects
 
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()
@@ -174,18 +176,24 @@ class ClusterCache:
             label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}"), stored_plan,
             lambda d: d["metadata"]["name"], self.changed)
         self.informers = (self.nodes, self.pods, self.pdbs, self.plans)
+        # Volcano and coscheduling PodGroups where their CRDs are served (gang minimums)
+        self.groups = GroupObjects(api, self.changed)
 
     def start(self) -> None:
         for i in self.informers:
             i.start()
+        self.groups.start()
 
     def stop(self) -> None:
         for i in self.informers:
             i.stop()
+        self.groups.stop()
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return all(i.synced.is_set() for i in self.informers) and self.groups.synced()
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic()))
+                   for i in self.informers) and self.groups.wait_synced(
+            max(0.0, deadline - time.monotonic()))

@@ -86,7 +86,8 @@ def test_namespaces_narrow_the_controllers_writes_to_them():
     assert cluster_wide == {("pods", "get"), ("pods", "list"), ("pods", "watch"),
                             ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                             ("nodes", "patch"), ("poddisruptionbudgets", "list"),
-                            ("poddisruptionbudgets", "watch")}
+                            ("poddisruptionbudgets", "watch"), ("podgroups", "list"),
+                            ("podgroups", "watch")}
     scoped = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-scope")]
     assert sorted(d["metadata"]["namespace"] for d in scoped) == ["ta", "tb"]
     for role in scoped:
@@ -137,6 +138,7 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
     ("config.maxCheckpointSeconds=0", "/config/maxCheckpointSeconds"),
     ("config.evictAttempts=-1", "/config/evictAttempts"),
     ("config.unknownCheckpoint=never", "/config/unknownCheckpoint"),
+    ("config.schedulerNames={}", "/config/schedulerNames"),
     ("config.fairnessWindowSeconds=7200", "must not exceed config.planHistorySeconds"),
     ("config.renewDeadlineSeconds=12", "must not exceed config.leaseDurationSeconds"),
     ("logLevel=verbose", "/logLevel"),

@@ -8,6 +8,8 @@ protection, and none makes it cheaper to preempt:
 
 - any bad checkpoint annotation drops *all* checkpoint information, and the pod is charged from
   its start whatever the unknown-checkpoint policy (never cheaper than reporting nothing);
+  another project's name for the last checkpoint (``LAST_CHECKPOINT_ALIASES``) is read only when
+  ours is absent, with the same parsing and the same consequence;
 - a bad ``preemptible``, ``min-runtime`` or ``nvlink`` is ignored: preemptible, no min-runtime,
   no NVLink need;
 - a bad gang name is ignored (the next convention, if any, names the gang), a bad gang total
@@ -44,8 +46,15 @@ MIN_RUNTIME = PREFIX + "min-runtime"
 PREEMPTIBLE = PREFIX + "preemptible"
 NVLINK = PREFIX + "nvlink"
 RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (the controller's)
-# Every key prefix whose pod annotations planning reads: ours and the gang conventions'.
-PREFIXES = (PREFIX, *(p for p in gangs.PREFIXES if p != PREFIX))
+# Other projects' names for our last-checkpoint, read only when ours is absent (ours wins when
+# both are set). Volcano's checkpoint-aware victim ordering proposal reads this RFC 3339 (UTC)
+# time: https://github.com/volcano-sh/volcano/issues/5998, PR #5999 (plugin "checkpoint",
+# DefaultCheckpointTimeKey; closed unmerged when read). Kueue discussed the idea without naming a
+# key (kueue#477).
+LAST_CHECKPOINT_ALIASES = ("volcano.sh/last-checkpoint-time",)
+# Every key prefix whose pod annotations planning reads: ours, the gang conventions' and the
+# checkpoint aliases (whole keys, which work as prefixes of themselves).
+PREFIXES = (PREFIX, *(p for p in gangs.PREFIXES if p != PREFIX), *LAST_CHECKPOINT_ALIASES)
 ANY = "*"  # in an opt-out list: every namespace, or every priority class
 # The default unknown-checkpoint policy, chosen from the simulator (README, "The simulator").
 UNKNOWN_CHECKPOINT = UnknownCheckpoint()
@@ -138,6 +147,13 @@ def parse_rfc3339(value: str) -> float:
     return datetime.fromisoformat(v.upper()).timestamp()
 
 
+def last_checkpoint_key(ann: Mapping[str, str]) -> str | None:
+    """The one annotation the last checkpoint time is read from: ours when present (even when
+    malformed: a bad value of ours is never rescued by an alias), else the first alias present
+    in ``LAST_CHECKPOINT_ALIASES`` order; None when there is none."""
+    return next((k for k in (LAST_CHECKPOINT, *LAST_CHECKPOINT_ALIASES) if k in ann), None)
+
+
 def _checkpoint_fields(
     ann: Mapping[str, str], now: float, limits: Limits
 ) -> tuple[CheckpointMode, float | None, float | None, AnnotationProblem | None]:
@@ -153,16 +169,17 @@ def _checkpoint_fields(
             )
             return CheckpointMode.NONE, None, None, p
     last = None
-    if LAST_CHECKPOINT in ann:
-        raw = ann[LAST_CHECKPOINT]
+    key = last_checkpoint_key(ann)
+    if key is not None:
+        raw = ann[key]
         try:
             last = parse_rfc3339(raw)
         except ValueError as e:
-            p = AnnotationProblem(key=LAST_CHECKPOINT, value=raw, problem=str(e), consequence=drop)
+            p = AnnotationProblem(key=key, value=raw, problem=str(e), consequence=drop)
             return CheckpointMode.NONE, None, None, p
         if last > now + CLOCK_SKEW_SECONDS:
             p = AnnotationProblem(
-                key=LAST_CHECKPOINT, value=raw, problem="lies in the future", consequence=drop
+                key=key, value=raw, problem="lies in the future", consequence=drop
             )
             return CheckpointMode.NONE, None, None, p
         last = min(last, now)

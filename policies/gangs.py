@@ -5,6 +5,12 @@ present with a well-formed name wins (a JobSet pod that Kueue also groups is one
 A malformed value counts as absent: a bad name lets the next convention decide, a bad total
 leaves the gang without a declared size. Each comes back as a ``GangError`` for the caller to
 report (see ``policies.annotations``); none of them ever protects a pod.
+
+A gang's size is declared in one of two ways. A pod label or annotation (``total_key``) states
+the exact number of members: more members than that is a mistake. A group object of the
+scheduler that owns the convention (a Volcano or coscheduling ``PodGroup``, read by
+``controller.group_crds``) states ``spec.minMember``, a minimum: the gang is complete once that
+many members exist, and more is fine (elastic jobs). ``readiness`` decides from both.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 class GangError(ValueError):
@@ -27,11 +34,19 @@ class GangError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class Convention:
     id: str
-    name_key: str
-    total_key: str | None = None
+    name_key: str  # label or annotation naming the gang
+    total_key: str | None = None  # label or annotation: the exact number of members
+    group_object: str | None = None  # "<plural>.<group>" whose spec.minMember is a minimum
 
 
-# Order matters: the first convention a pod carries names its gang.
+# Order matters: the first convention a pod carries names its gang. Sources (docs/design.md,
+# "Aliases we read"): Kueue kubernetes-sigs/kueue pkg/controller/jobs/pod/constants/constants.go
+# @b45bf1a (GroupNameLabel, GroupTotalCountAnnotation); Volcano
+# volcano-sh/apis pkg/apis/scheduling/v1beta1/labels.go@v1.15.0 (KubeGroupNameAnnotationKey) and
+# types.go (PodGroupSpec.MinMember); scheduler-plugins apis/scheduling/v1alpha1/types.go@903da7d
+# (PodGroupLabel, PodGroupSpec.MinMember); LWS api/leaderworkerset/v1/leaderworkerset_types.go
+# @v0.10.0-11-g060ab4d (GroupUniqueHashLabelKey, SizeAnnotationKey: LeaderWorkerTemplate.Size,
+# leader included); JobSet api/jobset/v1alpha2/jobset_types.go@08dfbdf (JobSetNameKey).
 CONVENTIONS: tuple[Convention, ...] = (
     Convention(id="seed", name_key="scheduling.ai/gang-name", total_key="scheduling.ai/gang-total"),
     Convention(
@@ -39,11 +54,17 @@ CONVENTIONS: tuple[Convention, ...] = (
         name_key="kueue.x-k8s.io/pod-group-name",
         total_key="kueue.x-k8s.io/pod-group-total-count",
     ),
-    Convention(id="volcano", name_key="scheduling.k8s.io/group-name"),
-    Convention(id="coscheduling", name_key="scheduling.x-k8s.io/pod-group"),
-    Convention(id="lws", name_key="leaderworkerset.sigs.k8s.io/group-key"),
+    Convention(id="volcano", name_key="scheduling.k8s.io/group-name",
+               group_object="podgroups.scheduling.volcano.sh"),
+    Convention(id="coscheduling", name_key="scheduling.x-k8s.io/pod-group",
+               group_object="podgroups.scheduling.x-k8s.io"),
+    Convention(id="lws", name_key="leaderworkerset.sigs.k8s.io/group-key",
+               total_key="leaderworkerset.sigs.k8s.io/size"),
+    # No total: jobset.sigs.k8s.io/global-replicas counts Jobs, and a Job's parallelism (pods
+    # per Job) is on no pod, so a JobSet's pod count cannot be derived from its pods.
     Convention(id="jobset", name_key="jobset.sigs.k8s.io/jobset-name"),
 )
+BY_ID: dict[str, Convention] = {c.id: c for c in CONVENTIONS}
 # The key prefixes of every convention, in convention order, each once ("kueue.x-k8s.io/").
 PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(
     key.split("/", 1)[0] + "/"
@@ -54,6 +75,28 @@ PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?")  # used with fullmatch
 _COUNT = re.compile(r"[1-9][0-9]{0,5}")
 MAX_GANG_SIZE = 100_000
+
+
+def gang_key(namespace: str, convention: str, name: str) -> str:
+    """The gang's key: unique across namespaces and conventions."""
+    return f"{namespace}/{convention}/{name}"
+
+
+class Readiness(StrEnum):
+    """Whether a gang has the members its declared size asks for."""
+
+    COMPLETE = "complete"  # no size declared, or every declared member exists
+    INCOMPLETE = "incomplete"  # fewer than the exact total or the minimum: wait for the rest
+    OVERFULL = "overfull"  # more than the exact total: a mistake, never admitted
+
+
+def readiness(members: int, *, total: int | None, minimum: int | None) -> Readiness:
+    """``total``: the exact size a pod declares; ``minimum``: a group object's minMember."""
+    if total is not None and members > total:
+        return Readiness.OVERFULL
+    if any(need is not None and members < need for need in (total, minimum)):
+        return Readiness.INCOMPLETE
+    return Readiness.COMPLETE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +142,7 @@ def detect(
                 except GangError as e:
                     problems.append(e)
         member = GangMembership(
-            key=f"{namespace}/{conv.id}/{name}", convention=conv.id, name=name, total=total
+            key=gang_key(namespace, conv.id, name), convention=conv.id, name=name, total=total
         )
         return member, tuple(problems)
     return None, tuple(problems)

@@ -29,6 +29,7 @@ from ckpt_preempt.controller.actions import (
     plan_object_name,
 )
 from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.controller.group_crds import FixedGroups
 from ckpt_preempt.controller.watch import StoredPlan
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.lifecycle import PlanRecord
@@ -118,10 +119,13 @@ class Store:
 
 class FakeCache:
     """``ClusterCache``'s shape: ``pods`` (by ns/name), ``nodes`` (by name), ``pdbs`` (by
-    ns/name) and ``plans`` (``StoredPlan`` by ConfigMap name)."""
+    ns/name), ``plans`` (``StoredPlan`` by ConfigMap name) and ``groups`` (PodGroup minimums
+    by gang key)."""
 
     def __init__(self, *, pods: Iterable[PodInfo] = (), nodes: Iterable[NodeInfo] = (),
-                 pdbs: Iterable[PdbInfo] = ()) -> None:
+                 pdbs: Iterable[PdbInfo] = (), group_minimums: Mapping[str, int] | None = None,
+                 ) -> None:
+        self.groups = FixedGroups(group_minimums)
         self.pods = Store(lambda p: p.key)
         self.nodes = Store(lambda n: n.name)
         self.pdbs = Store(lambda b: f"{b.namespace}/{b.name}")
