@@ -15,6 +15,7 @@ from datetime import datetime
 
 from kubernetes.utils import parse_quantity
 
+from ckpt_preempt.controller import gpu_resources
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
@@ -32,7 +33,6 @@ from ckpt_preempt.policies.model import (
 from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 from ckpt_preempt.policies.topology import TopologyError, parse_node_topology
 
-GPU = "nvidia.com/gpu"
 ADMISSION_GATE = ann.PREFIX + "admission"
 
 
@@ -60,6 +60,7 @@ class PodInfo:
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping, ...]
     required_terms: tuple[Mapping, ...]  # required node affinity nodeSelectorTerms (ORed)
+    claims: tuple[str, ...] = ()  # its ResourceClaims' names (its namespace), for DRA GPUs
 
     @property
     def key(self) -> str:
@@ -104,16 +105,20 @@ def _qty(value: object) -> float:
     return float(parse_quantity(str(value)))
 
 
-def pod_requests(spec: Mapping) -> Resources | None:
-    """Effective requests: containers summed, then the max with each init container."""
+def pod_requests(spec: Mapping,
+                 gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> Resources | None:
+    """Effective requests: containers summed, then the max with each init container. GPUs
+    are the resources ``gpus`` names (whole GPUs and MIG slices, ``controller.gpu_resources``);
+    DRA GPUs are added later, from the pod's claims (``controller.resource_claims``)."""
     def one(c: Mapping) -> Resources | None:
         req = (c.get("resources") or {}).get("requests")
         if not req:
             return None
+        whole, milli = gpus.count(req)
         return Resources(
             cpu_milli=math.ceil(_qty(req.get("cpu", 0)) * 1000),
             memory_mib=math.ceil(_qty(req.get("memory", 0)) / 2**20),
-            gpus=int(_qty(req.get(GPU, 0))),
+            gpus=whole, gpu_milli=milli,
         )
     total, seen = Resources(), False
     for c in spec.get("containers") or []:
@@ -126,17 +131,34 @@ def pod_requests(spec: Mapping) -> Resources | None:
             seen = True
             total = Resources(cpu_milli=max(total.cpu_milli, r.cpu_milli),
                               memory_mib=max(total.memory_mib, r.memory_mib),
-                              gpus=max(total.gpus, r.gpus))
+                              gpus=max(total.gpus, r.gpus),
+                              gpu_milli=max(total.gpu_milli, r.gpu_milli))
     return total if seen else None
 
 
-def pod_info(d: Mapping) -> PodInfo:
+def _claim_names(spec: Mapping, status: Mapping) -> tuple[str, ...]:
+    """The names of the ResourceClaims a pod uses: ``spec.resourceClaims`` entries naming a
+    claim directly, and those from a template, named in ``status.resourceClaimStatuses``
+    (k8s.io/api/core/v1 PodResourceClaim / PodResourceClaimStatus)."""
+    made = {s.get("name"): s.get("resourceClaimName")
+            for s in status.get("resourceClaimStatuses") or () if isinstance(s, Mapping)}
+    out = []
+    for c in spec.get("resourceClaims") or ():
+        if not isinstance(c, Mapping):
+            continue
+        name = c.get("resourceClaimName") or made.get(c.get("name"))
+        if isinstance(name, str) and name:
+            out.append(name)
+    return tuple(sorted(set(out)))
+
+
+def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> PodInfo:
     meta, spec, status = d["metadata"], d.get("spec") or {}, d.get("status") or {}
     cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"),
                 None)
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {})
     try:
-        requests = pod_requests(spec)
+        requests = pod_requests(spec, gpus)
     except (ValueError, ArithmeticError):
         requests = None
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
@@ -164,16 +186,18 @@ def pod_info(d: Mapping) -> PodInfo:
         tolerations=tuple(spec.get("tolerations") or ()),
         required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
                               or {}).get("nodeSelectorTerms") or ()),
+        claims=_claim_names(spec, status) if gpus.dra else (),
     )
 
 
-def node_info(d: Mapping) -> NodeInfo:
+def node_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> NodeInfo:
     meta, spec, status = d["metadata"], d.get("spec") or {}, d.get("status") or {}
     alloc = status.get("allocatable") or {}
     try:
+        whole, milli = gpus.count(alloc)
         res = Resources(cpu_milli=math.floor(_qty(alloc.get("cpu", 0)) * 1000),
                         memory_mib=math.floor(_qty(alloc.get("memory", 0)) / 2**20),
-                        gpus=int(_qty(alloc.get(GPU, 0))))
+                        gpus=whole, gpu_milli=milli)
     except (ValueError, ArithmeticError):
         res = Resources()
     return NodeInfo(
