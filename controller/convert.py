@@ -61,6 +61,7 @@ class PodInfo:
     tolerations: tuple[Mapping, ...]
     required_terms: tuple[Mapping, ...]  # required node affinity nodeSelectorTerms (ORed)
     claims: tuple[str, ...] = ()  # its ResourceClaims' names (its namespace), for DRA GPUs
+    mig: frozenset[str] = frozenset()  # the MIG resources it requests (gpu_resources)
 
     @property
     def key(self) -> str:
@@ -79,6 +80,7 @@ class NodeInfo:
     topology: str | None
     unschedulable: bool
     taints: tuple[Mapping, ...]
+    mig: frozenset[str] = frozenset()  # the MIG resources it advertises (gpu_resources)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -187,6 +189,10 @@ def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAUL
         required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
                               or {}).get("nodeSelectorTerms") or ()),
         claims=_claim_names(spec, status) if gpus.dra else (),
+        mig=frozenset().union(*(gpu_resources.mig_names(
+            (c.get("resources") or {}).get("requests") or {})
+            for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+            if isinstance(c, Mapping))),
     )
 
 
@@ -204,6 +210,7 @@ def node_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAU
         name=meta["name"], labels=dict(meta.get("labels") or {}), allocatable=res,
         topology=(meta.get("annotations") or {}).get(TOPOLOGY_ANNOTATION),
         unschedulable=bool(spec.get("unschedulable")), taints=tuple(spec.get("taints") or ()),
+        mig=gpu_resources.mig_names(alloc),
     )
 
 
@@ -377,8 +384,13 @@ def _term(term: Mapping, n: NodeInfo) -> bool:
 def node_exclusion(n: NodeInfo, pods: Iterable[PodInfo]) -> RejectReason | None:
     """Why some preemptor pod may not use node ``n``: its nodeSelector, its required node
     affinity, or a NoSchedule/NoExecute taint it does not tolerate (another plan's reservation
-    taint named as such); None when every pod may (inter-pod affinity is not evaluated)."""
+    taint named as such), or MIG slices of other profiles than the one asked for (the planner
+    pools a node's MIG slices, which is exact only while they are all of one profile); None
+    when every pod may (inter-pod affinity is not evaluated)."""
     pods = list(pods)
+    mig = frozenset().union(*(p.mig for p in pods))
+    if mig and (len(mig) > 1 or n.mig != mig):
+        return RejectReason.MIG_PROFILE
     for p in pods:
         if any(n.labels.get(k) != v for k, v in p.node_selector.items()):
             return RejectReason.NODE_SELECTOR

@@ -94,6 +94,19 @@ class GpuResources:
         return whole, milli
 
 
+def mig_names(amounts: Mapping[str, object]) -> frozenset[str]:
+    """The MIG resources of a requests or allocatable map with a non-zero amount."""
+    out = set()
+    for name, value in amounts.items():
+        if mig_milli(name) is not None:
+            try:
+                if parse_quantity(str(value)) > 0:
+                    out.add(name)
+            except (ValueError, ArithmeticError):
+                continue
+    return frozenset(out)
+
+
 DEFAULT = GpuResources()
 
 

@@ -91,6 +91,7 @@ class RejectReason(enum.StrEnum):
     NODE_TAINT = "node-taint-not-tolerated"
     NODE_RESERVED = "node-reserved-for-another-plan"  # carries another plan's reservation taint
     NODE_HELD = "node-held-by-another-plan"  # the target of another active plan
+    MIG_PROFILE = "node-mig-profiles-differ"  # its MIG slices are not all the profile asked for
     NOT_ENOUGH_PREEMPTIBLE = "not-enough-preemptible-capacity"
     NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
     NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller import config, convert, gpu_resources
 from ckpt_preempt.controller.gpu_resources import GpuResources, mig_milli
-from ckpt_preempt.policies import cost, preemption
+from ckpt_preempt.policies import cost, preemption, snapshot_io
 from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, Pod, Resources, Snapshot
 
 NOW = 1_800_000_000.0
@@ -131,3 +131,34 @@ def test_a_mig_preemptor_that_fits_evicts_nobody():
     pre = Pod(uid="pre", name="pre", priority=10, requests=Resources(gpu_milli=142))
     got = preemption.plan(_mig_snapshot(_pod("v", Resources(gpu_milli=142), 60.0), pre), [pre])
     assert got.feasible and not got.victims
+
+
+def test_snapshot_documents_carry_mig_slices():
+    doc = {"now": NOW, "nodes": [{"name": "n", "gpus": 0, "gpu_milli": 994}],
+           "pods": [{"name": "v", "node": "n", "gpu_milli": 994, "start_time": NOW - 3600},
+                    {"name": "pre", "gpu_milli": 142, "priority": 10}],
+           "preemptor": "default/pre"}
+    snap, pre, problems = snapshot_io.from_dict(doc)
+    assert not problems and snap.nodes[0].allocatable.gpu_milli == 994
+    assert snapshot_io.node_to_dict(snap.nodes[0])["gpu_milli"] == 994
+    got = preemption.plan(snap, pre)
+    assert got.victim_groups[0].lost_gpu_seconds == pytest.approx(3600 * 0.994)
+
+
+@pytest.mark.parametrize(("alloc", "asked", "want"), [
+    ({"nvidia.com/mig-3g.40gb": "2"}, {"nvidia.com/mig-3g.40gb": "1"}, None),
+    ({"nvidia.com/mig-3g.40gb": "2", "nvidia.com/gpu": "4"}, {"nvidia.com/mig-3g.40gb": "1"},
+     None),
+    ({"nvidia.com/mig-1g.10gb": "7"}, {"nvidia.com/mig-3g.40gb": "1"}, "MIG_PROFILE"),
+    ({"nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-1g.10gb": "4"},
+     {"nvidia.com/mig-3g.40gb": "1"}, "MIG_PROFILE"),  # pooled slices: not exact, closed
+    ({"nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-1g.10gb": "4"}, {"nvidia.com/gpu": "1"},
+     None),
+    ({"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "0"},
+     {"nvidia.com/mig-3g.40gb": "1"}, None),  # a profile with none left is no other profile
+])
+def test_a_mig_preemptor_only_uses_nodes_whose_slices_are_all_its_profile(alloc, asked, want):
+    n = convert.node_info({"metadata": {"name": "n"}, "status": {"allocatable": alloc}})
+    p = convert.pod_info(pod_json(asked))
+    got = convert.node_exclusion(n, [p])
+    assert (got.name if got else None) == want
