@@ -11,6 +11,7 @@ from ckpt_preempt.controller import config, convert, gpu_resources
 from ckpt_preempt.controller.gpu_resources import GpuResources, mig_milli
 from ckpt_preempt.policies import cost, preemption, snapshot_io
 from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, Pod, Resources, Snapshot
+from tests.controller import test_extender as ext
 
 NOW = 1_800_000_000.0
 AMD = GpuResources(whole=frozenset({"amd.com/gpu", "nvidia.com/gpu"}))
@@ -162,3 +163,24 @@ def test_a_mig_preemptor_only_uses_nodes_whose_slices_are_all_its_profile(alloc,
     p = convert.pod_info(pod_json(asked))
     got = convert.node_exclusion(n, [p])
     assert (got.name if got else None) == want
+
+
+def test_extender_preempt_frees_the_mig_slices_the_preemptor_asks_for():
+    """Two 3g slices asked: the extender keeps both offered victims, not the cheaper alone."""
+    mig = {"nvidia.com/mig-3g.40gb": "2"}
+    node = ext.node_json("n0", gpus=0)
+    node["status"]["allocatable"].update(mig)
+    pods = []
+    for name, ago in (("old", 5 * ext.HOUR), ("new", ext.HOUR / 10)):
+        p = ext.pod_json(name, node="n0", started_ago=ago)
+        p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/mig-3g.40gb"] = "1"
+        pods.append(p)
+    server, url = ext.serve([node], pods)
+    pre = ext.pod_json("p", priority=1000)
+    pre["spec"]["containers"][0]["resources"]["requests"].update(mig)
+    try:
+        code, out = ext.post(url + "/preempt", {
+            "Pod": pre, "NodeNameToMetaVictims": ext._victims(n0=["old", "new"])})
+    finally:
+        server.stop()
+    assert code == 200 and out == {"NodeNameToMetaVictims": ext._victims(n0=["old", "new"])}
