@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller import explain_live
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -112,8 +113,9 @@ def _claim_pod(name: str, pool: str, priority_class: str) -> dict:
 def test_dra_pods_count_the_gpus_of_their_claims(cluster, namespace, pool):
     """A kwok node with two DRA GPUs (a ResourceSlice of gpu.nvidia.com) held by a low-priority
     pod's allocated claim; a pending preemptor's claim asks for two more. The controller counts
-    both (the node advertises no nvidia.com/gpu at all), evicts the victim, charges its two
-    GPUs, and the scheduler allocates the freed devices to the preemptor."""
+    both (the node advertises no nvidia.com/gpu at all): `explain` on the live cluster shows
+    the victim and its two GPUs; the controller evicts it, charges its two GPUs, and the
+    scheduler allocates the freed devices to the preemptor."""
     if not cluster.has_kwok:
         pytest.skip("needs kwok nodes")
     priority_classes(cluster)
@@ -139,8 +141,11 @@ def test_dra_pods_count_the_gpus_of_their_claims(cluster, namespace, pool):
         starts = {"victim": _start(kube.wait_pod_running(cluster, namespace, "victim",
                                                          timeout=60))}
         time.sleep(RUN_SECONDS)
+        cluster.core.create_namespaced_pod(namespace, _claim_pod("pre", pool, HIGH_NEVER))
+        kube.wait_pod_unschedulable(cluster, namespace, "pre")
+        shown = explain_live.explain(cluster.api, namespace, "pre", config_for(namespace))
+        assert [(v.name, v.gpus) for v in shown.plan.victims] == [("victim", 2)], shown.plan
         with running_controller(cluster, config_for(namespace)) as ctl:
-            cluster.core.create_namespaced_pod(namespace, _claim_pod("pre", pool, HIGH_NEVER))
             plan, low, high = _lost_per_second(cluster, namespace, "pre", starts)
             assert low <= 2 * 1.01 and high >= 2 * 0.99, plan  # two whole GPUs for its run
             assert kube.wait_pod_running(cluster, namespace, "pre", timeout=90).spec.node_name \
