@@ -189,10 +189,7 @@ def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAUL
         required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
                               or {}).get("nodeSelectorTerms") or ()),
         claims=_claim_names(spec, status) if gpus.dra else (),
-        mig=frozenset().union(*(gpu_resources.mig_names(
-            (c.get("resources") or {}).get("requests") or {})
-            for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
-            if isinstance(c, Mapping))),
+        mig=gpu_resources.requested_mig(spec),
     )
 
 

@@ -107,6 +107,15 @@ def mig_names(amounts: Mapping[str, object]) -> frozenset[str]:
     return frozenset(out)
 
 
+def requested_mig(spec: Mapping) -> frozenset[str]:
+    """The MIG resources any container or init container of a pod spec requests."""
+    out: frozenset[str] = frozenset()
+    for c in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        if isinstance(c, Mapping):
+            out |= mig_names((c.get("resources") or {}).get("requests") or {})
+    return out
+
+
 DEFAULT = GpuResources()
 
 
