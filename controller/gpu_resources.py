@@ -13,8 +13,9 @@ Three kinds are counted:
   MIG User Guide, "Supported MIG Profiles":
   https://docs.nvidia.com/datacenter/tesla/mig-user-guide/). Counted in ``Resources.gpu_milli``,
   thousandths of a GPU, so a ``1g`` slice is 142 and a ``7g`` slice a whole 1000. hwprobe
-  publishes MIG device uuids, not profiles, so the fraction comes from the profile name; an
-  A30 (4 slices per GPU) is counted as if it had 7, which undercounts its slices.
+  reads MIG device uuids but publishes no MIG data on the Node, and no profiles, so the
+  fraction comes from the profile name; an A30 (4 slices per GPU) is counted as if it had 7,
+  which undercounts its slices.
 - **DRA devices**: counted by ``controller.resource_claims`` from ResourceClaims and
   ResourceSlices of the drivers and DeviceClasses in ``gpuDraDrivers`` / ``gpuDeviceClasses``.
 """
