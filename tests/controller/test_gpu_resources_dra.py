@@ -129,3 +129,17 @@ def test_an_api_not_served_reads_as_empty_and_other_errors_propagate():
     assert b'"items": []' in resp.data and list(resp.stream()) == []
     with pytest.raises(ApiException):
         rc.tolerant(broken, stop)()
+
+
+def test_the_cache_watches_claims_and_slices_only_with_dra_on():
+    from kubernetes import client
+
+    from ckpt_preempt.controller.watch import ClusterCache
+
+    on = ClusterCache(client.ApiClient(), plan_namespace="ns")
+    assert [i.kind for i in on.informers][-2:] == ["resourceclaims", "resourceslices"]
+    assert isinstance(on.pods, rc.PodsWithClaims) and isinstance(on.nodes, rc.NodesWithSlices)
+    off = ClusterCache(client.ApiClient(), plan_namespace="ns", gpus=GpuResources(
+        dra_drivers=frozenset(), device_classes=frozenset()))
+    assert "resourceclaims" not in [i.kind for i in off.informers]
+    assert off.pods in off.informers and off.nodes in off.informers
