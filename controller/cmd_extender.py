@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller import convert
+    from ckpt_preempt.controller import convert, gpu_resources
     from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, connect, load_config
     from ckpt_preempt.controller.extender import Extender
     from ckpt_preempt.controller.extender_model import CachedView
@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     api = connect(args, "ckpt-preempt extender")
     if api is None:
         return 2
-    cache = ClusterCache(api, plan_namespace=cfg.plan_namespace)
+    cache = ClusterCache(api, plan_namespace=cfg.plan_namespace,
+                         gpus=gpu_resources.from_config(cfg))
     view = CachedView(cache)
     ext = Extender(view, budget_seconds=args.prioritize_budget_ms / 1000,
                    settings=PreemptSettings(limits=convert.limits(cfg),

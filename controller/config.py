@@ -39,6 +39,10 @@
     healthNodeNames: []              # "exporter-host=node-name" where they differ
     healthCheckpoint: true           # ask on-request pods to checkpoint when a node degrades
     healthCheckpointIntervalSeconds: 1800   # at most one such round per node this often
+    # what counts as a GPU (controller/gpu_resources.py; MIG slices count as their fraction)
+    gpuResources: [nvidia.com/gpu]   # whole-GPU extended resources (amd.com/gpu, ...)
+    gpuDraDrivers: [gpu.nvidia.com]  # DRA drivers whose allocated devices are GPUs ([]: off)
+    gpuDeviceClasses: [gpu.nvidia.com]   # DeviceClasses a pending claim's GPUs are asked from
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from pathlib import Path
 
 import yaml
 
+from ckpt_preempt.controller import gpu_resources as gpu_names
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
 
@@ -111,6 +116,9 @@ class Config:
     health_node_names: tuple[str, ...] = ()
     health_checkpoint: bool = True
     health_checkpoint_interval_seconds: float = 1800.0
+    gpu_resources: tuple[str, ...] = gpu_names.DEFAULT_WHOLE
+    gpu_dra_drivers: tuple[str, ...] = gpu_names.DEFAULT_DRA_DRIVERS
+    gpu_device_classes: tuple[str, ...] = gpu_names.DEFAULT_DEVICE_CLASSES
 
     def __post_init__(self) -> None:
         self._check_health()
@@ -120,6 +128,11 @@ class Config:
         for name in self.scheduler_names:
             if not name or name != name.strip():
                 raise ConfigError(f"config: schedulerNames: {name!r} is not a scheduler name")
+        why = (gpu_names.check_names(self.gpu_resources, "gpuResources")
+               or gpu_names.check_driver_names(self.gpu_dra_drivers, "gpuDraDrivers")
+               or gpu_names.check_driver_names(self.gpu_device_classes, "gpuDeviceClasses"))
+        if why:
+            raise ConfigError(f"config: {why}")
         try:
             ann.parse_unknown_checkpoint(self.unknown_checkpoint)
         except ValueError as e:

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from kubernetes.utils import parse_quantity
 
+from ckpt_preempt.controller import gpu_resources
 from ckpt_preempt.controller.config import DEFAULT_SCHEDULER, Config
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import preemption
@@ -32,7 +33,6 @@ from ckpt_preempt.policies.model import (
 from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 from ckpt_preempt.policies.topology import TopologyError, parse_node_topology
 
-GPU = "nvidia.com/gpu"
 ADMISSION_GATE = ann.PREFIX + "admission"
 
 
@@ -61,6 +61,8 @@ class PodInfo:
     tolerations: tuple[Mapping, ...]
     required_terms: tuple[Mapping, ...]  # required node affinity nodeSelectorTerms (ORed)
     scheduler_name: str = DEFAULT_SCHEDULER  # spec.schedulerName (the API server's default)
+    claims: tuple[str, ...] = ()  # its ResourceClaims' names (its namespace), for DRA GPUs
+    mig: frozenset[str] = frozenset()  # the MIG resources it requests (gpu_resources)
 
     @property
     def key(self) -> str:
@@ -79,6 +81,7 @@ class NodeInfo:
     topology: str | None
     unschedulable: bool
     taints: tuple[Mapping, ...]
+    mig: frozenset[str] = frozenset()  # the MIG resources it advertises (gpu_resources)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,16 +108,20 @@ def _qty(value: object) -> float:
     return float(parse_quantity(str(value)))
 
 
-def pod_requests(spec: Mapping) -> Resources | None:
-    """Effective requests: containers summed, then the max with each init container."""
+def pod_requests(spec: Mapping,
+                 gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> Resources | None:
+    """Effective requests: containers summed, then the max with each init container. GPUs
+    are the resources ``gpus`` names (whole GPUs and MIG slices, ``controller.gpu_resources``);
+    DRA GPUs are added later, from the pod's claims (``controller.resource_claims``)."""
     def one(c: Mapping) -> Resources | None:
         req = (c.get("resources") or {}).get("requests")
         if not req:
             return None
+        whole, milli = gpus.count(req)
         return Resources(
             cpu_milli=math.ceil(_qty(req.get("cpu", 0)) * 1000),
             memory_mib=math.ceil(_qty(req.get("memory", 0)) / 2**20),
-            gpus=int(_qty(req.get(GPU, 0))),
+            gpus=whole, gpu_milli=milli,
         )
     total, seen = Resources(), False
     for c in spec.get("containers") or []:
@@ -127,17 +134,34 @@ def pod_requests(spec: Mapping) -> Resources | None:
             seen = True
             total = Resources(cpu_milli=max(total.cpu_milli, r.cpu_milli),
                               memory_mib=max(total.memory_mib, r.memory_mib),
-                              gpus=max(total.gpus, r.gpus))
+                              gpus=max(total.gpus, r.gpus),
+                              gpu_milli=max(total.gpu_milli, r.gpu_milli))
     return total if seen else None
 
 
-def pod_info(d: Mapping) -> PodInfo:
+def _claim_names(spec: Mapping, status: Mapping) -> tuple[str, ...]:
+    """The names of the ResourceClaims a pod uses: ``spec.resourceClaims`` entries naming a
+    claim directly, and those from a template, named in ``status.resourceClaimStatuses``
+    (k8s.io/api/core/v1 PodResourceClaim / PodResourceClaimStatus)."""
+    made = {s.get("name"): s.get("resourceClaimName")
+            for s in status.get("resourceClaimStatuses") or () if isinstance(s, Mapping)}
+    out = []
+    for c in spec.get("resourceClaims") or ():
+        if not isinstance(c, Mapping):
+            continue
+        name = c.get("resourceClaimName") or made.get(c.get("name"))
+        if isinstance(name, str) and name:
+            out.append(name)
+    return tuple(sorted(set(out)))
+
+
+def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> PodInfo:
     meta, spec, status = d["metadata"], d.get("spec") or {}, d.get("status") or {}
     cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"),
                 None)
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {})
     try:
-        requests = pod_requests(spec)
+        requests = pod_requests(spec, gpus)
     except (ValueError, ArithmeticError):
         requests = None
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
@@ -166,22 +190,26 @@ def pod_info(d: Mapping) -> PodInfo:
         required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
                               or {}).get("nodeSelectorTerms") or ()),
         scheduler_name=spec.get("schedulerName") or DEFAULT_SCHEDULER,
+        claims=_claim_names(spec, status) if gpus.dra else (),
+        mig=gpu_resources.requested_mig(spec),
     )
 
 
-def node_info(d: Mapping) -> NodeInfo:
+def node_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> NodeInfo:
     meta, spec, status = d["metadata"], d.get("spec") or {}, d.get("status") or {}
     alloc = status.get("allocatable") or {}
     try:
+        whole, milli = gpus.count(alloc)
         res = Resources(cpu_milli=math.floor(_qty(alloc.get("cpu", 0)) * 1000),
                         memory_mib=math.floor(_qty(alloc.get("memory", 0)) / 2**20),
-                        gpus=int(_qty(alloc.get(GPU, 0))))
+                        gpus=whole, gpu_milli=milli)
     except (ValueError, ArithmeticError):
         res = Resources()
     return NodeInfo(
         name=meta["name"], labels=dict(meta.get("labels") or {}), allocatable=res,
         topology=(meta.get("annotations") or {}).get(TOPOLOGY_ANNOTATION),
         unschedulable=bool(spec.get("unschedulable")), taints=tuple(spec.get("taints") or ()),
+        mig=gpu_resources.mig_names(alloc),
     )
 
 
@@ -360,8 +388,13 @@ def _term(term: Mapping, n: NodeInfo) -> bool:
 def node_exclusion(n: NodeInfo, pods: Iterable[PodInfo]) -> RejectReason | None:
     """Why some preemptor pod may not use node ``n``: its nodeSelector, its required node
     affinity, or a NoSchedule/NoExecute taint it does not tolerate (another plan's reservation
-    taint named as such); None when every pod may (inter-pod affinity is not evaluated)."""
+    taint named as such), or MIG slices of other profiles than the one asked for (the planner
+    pools a node's MIG slices, which is exact only while they are all of one profile); None
+    when every pod may (inter-pod affinity is not evaluated)."""
     pods = list(pods)
+    mig = frozenset().union(*(p.mig for p in pods))
+    if mig and (len(mig) > 1 or n.mig != mig):
+        return RejectReason.MIG_PROFILE
     for p in pods:
         if any(n.labels.get(k) != v for k, v in p.node_selector.items()):
             return RejectReason.NODE_SELECTOR

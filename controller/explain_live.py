@@ -14,14 +14,16 @@ For the CLI (controller/cmd_explain.py)::
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 
 import urllib3
 from kubernetes import client
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, gpu_resources
 from ckpt_preempt.controller import explain_format as fmt
+from ckpt_preempt.controller import resource_claims as rc
 from ckpt_preempt.controller.actions import MANAGED_BY
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.health import explain_health
@@ -67,8 +69,17 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     cfg = cfg or Config()
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     now = time.time() if now is None else now
-    pods = [convert.pod_info(d) for d in _list(core.list_pod_for_all_namespaces)]
-    nodes = [convert.node_info(d) for d in _list(core.list_node)]
+    gpus = gpu_resources.from_config(cfg)
+    pods = [convert.pod_info(d, gpus) for d in _list(core.list_pod_for_all_namespaces)]
+    nodes = [convert.node_info(d, gpus) for d in _list(core.list_node)]
+    if gpus.dra:
+        dra, off = client.ResourceV1Api(api), threading.Event()
+        off.set()  # an API not served reads as empty at once
+        pods, nodes = rc.with_dra(
+            pods, nodes,
+            [rc.claim_info(d, gpus) for d in _list(rc.tolerant(
+                dra.list_resource_claim_for_all_namespaces, off))],
+            [rc.slice_info(d, gpus) for d in _list(rc.tolerant(dra.list_resource_slice, off))])
     pdbs = [convert.pdb_info(d) for d in
             _list(policy.list_pod_disruption_budget_for_all_namespaces)]
     target = next((p for p in pods if p.namespace == namespace and p.name == name), None)

@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.extender_model import (
@@ -294,8 +294,7 @@ def choose_on_node(view: ClusterView, pod: Pod, node: str, offered: tuple[str, .
     need_gpus, why = preemption.nvlink_gpus(pod, nv.node, nv.node.allocatable.gpus)
     if why is not None:
         return None, why.value
-    need = Resources(cpu_milli=pod.requests.cpu_milli, memory_mib=pod.requests.memory_mib,
-                     gpus=need_gpus)
+    need = replace(pod.requests, gpus=need_gpus)  # MIG slices (gpu_milli) kept
     models = [convert.to_pod(i, now, settings.limits, True)[0] for i in infos]
     lost = [cost.lost_gpu_seconds(m, now, drain=False, max_checkpoint_seconds=0.0,
                                   unknown_age=unknown_age,

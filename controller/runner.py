@@ -17,6 +17,7 @@ import uuid
 
 from kubernetes import client
 
+from ckpt_preempt.controller import gpu_resources
 from ckpt_preempt.controller.actions import Actions, NotLeader, WriteGuard
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.health import PrometheusHealth
@@ -37,7 +38,8 @@ class Controller:
         self.cfg = cfg
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
-        self.cache = ClusterCache(api, plan_namespace=cfg.plan_namespace)
+        self.cache = ClusterCache(api, plan_namespace=cfg.plan_namespace,
+                                  gpus=gpu_resources.from_config(cfg))
         self.elector = LeaseElector(
             api, name=cfg.lease_name, namespace=cfg.lease_namespace, identity=self.identity,
             duration=cfg.lease_duration_seconds, renew_deadline=cfg.renew_deadline_seconds,

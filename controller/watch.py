@@ -23,6 +23,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.backoff import keep_running
+from ckpt_preempt.controller.gpu_resources import DEFAULT as DEFAULT_GPUS
+from ckpt_preempt.controller.gpu_resources import GpuResources
 
 log = logging.getLogger("ckpt_preempt.watch")
 PAGE = 500
@@ -156,19 +158,23 @@ def stored_plan(d: dict) -> StoredPlan:
 class ClusterCache:
     """Nodes, Pods, PDBs and our stored plans (ConfigMaps in the controller's namespace with our
     managed-by label), each watched by its own Informer, and other schedulers' PodGroups where
-    served (``groups``, ``controller.group_crds``). ``changed`` wakes the loop."""
+    served (``groups``, ``controller.group_crds``). ``changed`` wakes the loop. With DRA
+    on (``gpus.dra``), ResourceClaims and ResourceSlices too, whose GPUs ``pods`` and ``nodes``
+    add as they are read (``controller.resource_claims``)."""
 
-    def __init__(self, api: client.ApiClient, *, plan_namespace: str) -> None:
+    def __init__(self, api: client.ApiClient, *, plan_namespace: str,
+                 gpus: GpuResources = DEFAULT_GPUS) -> None:
         from ckpt_preempt.controller import convert
         from ckpt_preempt.controller.actions import MANAGED_BY
         from ckpt_preempt.controller.group_crds import GroupObjects
 
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()
-        self.nodes = Informer("nodes", core.list_node, convert.node_info,
+        self.nodes = Informer("nodes", core.list_node,
+                              functools.partial(convert.node_info, gpus=gpus),
                               lambda d: d["metadata"]["name"], self.changed)
-        self.pods = Informer("pods", core.list_pod_for_all_namespaces, convert.pod_info,
-                             _ns_key, self.changed)
+        self.pods = Informer("pods", core.list_pod_for_all_namespaces,
+                             functools.partial(convert.pod_info, gpus=gpus), _ns_key, self.changed)
         self.pdbs = Informer("pdbs", policy.list_pod_disruption_budget_for_all_namespaces,
                              convert.pdb_info, _ns_key, self.changed)
         self.plans = Informer("plans", functools.partial(
@@ -178,6 +184,23 @@ class ClusterCache:
         self.informers = (self.nodes, self.pods, self.pdbs, self.plans)
         # Volcano and coscheduling PodGroups where their CRDs are served (gang minimums)
         self.groups = GroupObjects(api, self.changed)
+        self._stopping = threading.Event()
+        if gpus.dra:  # DRA GPUs: added to pods' requests and nodes' allocatable as read
+            self.informers += self._watch_dra(api, gpus)
+
+    def _watch_dra(self, api: client.ApiClient, gpus: GpuResources) -> tuple[Informer, ...]:
+        from ckpt_preempt.controller import resource_claims as rc
+
+        dra = client.ResourceV1Api(api)
+        claims = Informer("resourceclaims", rc.tolerant(
+            dra.list_resource_claim_for_all_namespaces, self._stopping),
+            functools.partial(rc.claim_info, gpus=gpus), _ns_key, self.changed)
+        slices = Informer("resourceslices", rc.tolerant(dra.list_resource_slice, self._stopping),
+                          functools.partial(rc.slice_info, gpus=gpus),
+                          lambda d: d["metadata"]["name"], self.changed)
+        self.pods, self.nodes = rc.PodsWithClaims(self.pods, claims), rc.NodesWithSlices(
+            self.nodes, slices)
+        return claims, slices
 
     def start(self) -> None:
         for i in self.informers:
@@ -185,6 +208,7 @@ class ClusterCache:
         self.groups.start()
 
     def stop(self) -> None:
+        self._stopping.set()
         for i in self.informers:
             i.stop()
         self.groups.stop()

@@ -59,6 +59,8 @@ CONTROLLERS = ",".join([
     # The TaintNodesByCondition admission plugin taints every new node not-ready; this controller
     # lifts the taint once kwok reports Ready (and taints/evicts as in a real cluster otherwise).
     "node-lifecycle-controller", "taint-eviction-controller",
+    # DRA: makes a pod's ResourceClaims from its templates, and deletes them after the pod
+    "resourceclaim-controller",
 ])
 # First matching rule wins. Reads are never recorded; stage RequestReceived is omitted, so each
 # request is one line (ResponseComplete: both timestamps and the response code).

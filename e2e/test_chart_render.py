@@ -87,7 +87,9 @@ def test_namespaces_narrow_the_controllers_writes_to_them():
                             ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                             ("nodes", "patch"), ("poddisruptionbudgets", "list"),
                             ("poddisruptionbudgets", "watch"), ("podgroups", "list"),
-                            ("podgroups", "watch")}
+                            ("podgroups", "watch"), ("resourceclaims", "list"),
+                            ("resourceclaims", "watch"), ("resourceslices", "list"),
+                            ("resourceslices", "watch")}
     scoped = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-scope")]
     assert sorted(d["metadata"]["namespace"] for d in scoped) == ["ta", "tb"]
     for role in scoped:
@@ -150,6 +152,8 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
     ("extender.port=0", "/extender/port"),
     ("extender.replicas=0", "/extender/replicas"),
     ("extender.prioritizeBudgetMs=0", "/extender/prioritizeBudgetMs"),
+    ("config.gpuResources={gpu}", "/config/gpuResources"),
+    ("config.gpuDraDrivers={Bad_Driver}", "/config/gpuDraDrivers"),
 ])
 def test_schema_refuses_bad_values(bad, says):
     done = chart.template("r", "ops", None, "--set", bad)

@@ -53,12 +53,13 @@ def lost_gpu_seconds(
     unknown_age: float | None = None, restart_seconds: float = 0.0,
 ) -> tuple[float, bool]:
     """(lost GPU-seconds, whether the pod is drained first); a restart is charged either way."""
-    restart = pod.gpus * restart_seconds
-    full = pod.gpus * work_since_checkpoint(pod, now, unknown_age)
+    share = pod.gpu_share  # a MIG slice is charged as its fraction of a GPU
+    restart = share * restart_seconds
+    full = share * work_since_checkpoint(pod, now, unknown_age)
     if drain:
         secs = drain_seconds(pod, max_checkpoint_seconds)
-        if secs is not None and pod.gpus * secs < full:
-            return pod.gpus * secs + restart, True
+        if secs is not None and share * secs < full:
+            return share * secs + restart, True
     return full + restart, False
 
 

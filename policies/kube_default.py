@@ -308,14 +308,16 @@ def victim_groups(snapshot: Snapshot, victims: Sequence[Pod]) -> tuple[VictimGro
     for gang, pods in by_gang.items():
         for evicted in [[p] for p in pods] if gang is None else [pods]:
             if gang is None:
-                lost = sum(p.gpus * cost.work_since_checkpoint(p, now, unknown) for p in evicted)
+                lost = sum(p.gpu_share * cost.work_since_checkpoint(p, now, unknown)
+                           for p in evicted)
                 why = "lowest priority, started latest"
             else:
                 running = [
                     snapshot.pod_by_uid[u] for u in snapshot.gangs[gang].members
                     if snapshot.pod_by_uid[u].node is not None
                 ]
-                lost = sum(p.gpus * cost.work_since_checkpoint(p, now, unknown) for p in running)
+                lost = sum(p.gpu_share * cost.work_since_checkpoint(p, now, unknown)
+                           for p in running)
                 why = f"breaks gang {gang}: {len(running)} running member(s) lose their work"
             out.append(VictimGroup(
                 gang=gang,
@@ -330,7 +332,7 @@ def as_victim(p: Pod, now: float, unknown_age: float | None) -> Victim:
     return Victim(
         uid=p.uid, name=p.name, namespace=p.namespace, node=p.node or "", gpus=p.gpus,
         priority=p.priority,
-        lost_gpu_seconds=p.gpus * cost.work_since_checkpoint(p, now, unknown_age),
+        lost_gpu_seconds=p.gpu_share * cost.work_since_checkpoint(p, now, unknown_age),
         drain=False, workload=p.workload,
     )
 

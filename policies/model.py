@@ -2,7 +2,8 @@
 
 Times are plain floats (seconds on one shared axis, e.g. the Unix epoch); the caller passes
 ``Snapshot.now``, so nothing in ``policies`` reads a clock. Resources use kube units:
-CPU in millicores, memory in MiB, GPUs as whole ``nvidia.com/gpu`` devices.
+CPU in millicores, memory in MiB, GPUs as whole devices (``nvidia.com/gpu`` and the other
+names configured), and MIG slices as thousandths of their parent GPU (``gpu_milli``).
 """
 
 from __future__ import annotations
@@ -33,17 +34,25 @@ class NvlinkNeed(enum.StrEnum):
     REQUIRED = "required"
 
 
+MILLI_PER_GPU = 1000  # gpu_milli of one whole GPU
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Resources:
+    """``gpus``: whole GPUs. ``gpu_milli``: MIG slices, as thousandths of their parent GPU; a
+    separate dimension, since a MIG request fits only in MIG capacity, never in whole GPUs."""
+
     cpu_milli: int = 0
     memory_mib: int = 0
     gpus: int = 0
+    gpu_milli: int = 0
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(
             cpu_milli=self.cpu_milli + other.cpu_milli,
             memory_mib=self.memory_mib + other.memory_mib,
             gpus=self.gpus + other.gpus,
+            gpu_milli=self.gpu_milli + other.gpu_milli,
         )
 
     def __sub__(self, other: Resources) -> Resources:
@@ -51,6 +60,7 @@ class Resources:
             cpu_milli=self.cpu_milli - other.cpu_milli,
             memory_mib=self.memory_mib - other.memory_mib,
             gpus=self.gpus - other.gpus,
+            gpu_milli=self.gpu_milli - other.gpu_milli,
         )
 
     def fits_in(self, free: Resources) -> bool:
@@ -58,7 +68,13 @@ class Resources:
             self.gpus <= free.gpus
             and self.cpu_milli <= free.cpu_milli
             and self.memory_mib <= free.memory_mib
+            and self.gpu_milli <= free.gpu_milli
         )
+
+    @property
+    def gpu_share(self) -> float:
+        """Whole GPUs plus MIG slices as fractions of a GPU: what lost work is charged per."""
+        return self.gpus + self.gpu_milli / MILLI_PER_GPU
 
 
 ZERO = Resources()
@@ -75,6 +91,7 @@ class RejectReason(enum.StrEnum):
     NODE_TAINT = "node-taint-not-tolerated"
     NODE_RESERVED = "node-reserved-for-another-plan"  # carries another plan's reservation taint
     NODE_HELD = "node-held-by-another-plan"  # the target of another active plan
+    MIG_PROFILE = "node-mig-profiles-differ"  # its MIG slices are not all the profile asked for
     NOT_ENOUGH_PREEMPTIBLE = "not-enough-preemptible-capacity"
     NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
     NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
@@ -188,6 +205,11 @@ class Pod:
     def gpus(self) -> int:
         return self.requests.gpus
 
+    @property
+    def gpu_share(self) -> float:
+        """Whole GPUs plus MIG fractions: the GPUs its lost work is charged for."""
+        return self.requests.gpu_share
+
 
 @dataclass(frozen=True, kw_only=True)
 class PodDisruptionBudget:
@@ -297,16 +319,18 @@ class Snapshot:
                 r = p.requests
                 h = held.get(p.node)
                 if h is None:
-                    held[p.node] = [r.cpu_milli, r.memory_mib, r.gpus]
+                    held[p.node] = [r.cpu_milli, r.memory_mib, r.gpus, r.gpu_milli]
                 else:
                     h[0] += r.cpu_milli
                     h[1] += r.memory_mib
                     h[2] += r.gpus
+                    h[3] += r.gpu_milli
             if p.gang is not None:
                 gang_pods.setdefault(p.gang, []).append(p)
         return (
             {k: tuple(v) for k, v in on_node.items()},
-            {k: Resources(cpu_milli=c, memory_mib=m, gpus=g) for k, (c, m, g) in held.items()},
+            {k: Resources(cpu_milli=c, memory_mib=m, gpus=g, gpu_milli=f)
+             for k, (c, m, g, f) in held.items()},
             gang_pods,
         )
 
@@ -409,6 +433,7 @@ class Snapshot:
             cpu_milli=max(a.cpu_milli for a in alloc),
             memory_mib=max(a.memory_mib for a in alloc),
             gpus=max(a.gpus for a in alloc),
+            gpu_milli=max(a.gpu_milli for a in alloc),
         )
 
     def free(self, node: str) -> Resources:

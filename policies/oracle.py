@@ -60,7 +60,7 @@ def _members_fit(snapshot: Snapshot, members: Sequence[Pod], free: dict[str, Res
                 continue  # an identical node state was already tried
             seen.add((f, gpus))
             if pod.requests.cpu_milli <= f.cpu_milli and pod.requests.memory_mib <= f.memory_mib \
-                    and gpus <= f.gpus:
+                    and gpus <= f.gpus and pod.requests.gpu_milli <= f.gpu_milli:
                 free[name] = f - pod.requests
                 ok = place(i + 1)
                 free[name] = f

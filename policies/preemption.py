@@ -136,9 +136,7 @@ class _Search:
         gpus, why = nvlink_gpus(pod, node, node.allocatable.gpus)
         if gpus is None:
             return None, why
-        return Resources(
-            cpu_milli=pod.requests.cpu_milli, memory_mib=pod.requests.memory_mib, gpus=gpus
-        ), None
+        return replace(pod.requests, gpus=gpus), None
 
     def reject(self, pod: Pod, node: str, reason: RejectReason, detail: str = "") -> None:
         if self.cfg.record_rejections:
@@ -161,7 +159,8 @@ class _Search:
         best = None
         for node in nodes:
             f = self.free.get(node.name) or free[node.name]
-            if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib:
+            if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib \
+                    or f.gpu_milli < r.gpu_milli:
                 continue
             if node.closed is not None:
                 continue
@@ -202,6 +201,7 @@ class _Search:
         gap_gpus = max(0, need.gpus - free.gpus)
         gap_cpu = max(0, need.cpu_milli - free.cpu_milli)
         gap_mem = max(0, need.memory_mib - free.memory_mib)
+        gap_milli = max(0, need.gpu_milli - free.gpu_milli)
         ev = self.units.evictable_on(node.name)
         if node.name in self.touched:  # an earlier member's victims were here: drop them
             pieces, cpu, mem, gpus = [], 0, 0, 0
@@ -216,10 +216,11 @@ class _Search:
             pieces.sort()
         else:
             pieces, cpu, mem, gpus = ev.pieces, ev.cpu_milli, ev.memory_mib, ev.gpus
-        if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem:
+        # MIG slices are not tracked per unit chosen here: min_cover checks them exactly
+        if gap_gpus > gpus or gap_cpu > cpu or gap_mem > mem or gap_milli > ev.gpu_milli:
             held = ", ".join(f"{n} pod(s) {why}" for why, n in sorted(ev.held.items()))
             return RejectReason.NOT_ENOUGH_PREEMPTIBLE, held
-        gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus)
+        gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus, gpu_milli=gap_milli)
         return units.gpu_lower_bound(pieces, gap_gpus), gap
 
     def _cover(self, name: str, gap: Resources) -> tuple:

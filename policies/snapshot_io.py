@@ -1,7 +1,7 @@
 """Snapshots and plans as plain data (JSON/YAML documents), parsed strictly.
 
 Document shape (times are RFC 3339 strings or Unix seconds; resources in millicores, MiB and
-whole GPUs)::
+whole GPUs; optional ``gpu_milli`` on nodes and pods: MIG slices in thousandths of a GPU)::
 
     now: 2026-12-02T10:00:00Z
     nodes:
@@ -113,6 +113,7 @@ def _node(d: dict, i: int, problems: list[str]) -> Node:
             cpu_milli=_int(d, "cpu_milli", where, 1_000_000),
             memory_mib=_int(d, "memory_mib", where, 1 << 30),
             gpus=_int(d, "gpus", where, 0),
+            gpu_milli=_int(d, "gpu_milli", where, 0),
         ),
         topology=topo,
         unschedulable=bool(d.get("unschedulable", False)),
@@ -132,6 +133,7 @@ def node_to_dict(node: Node) -> dict:
     """A node as a snapshot document's entry (``_node`` reads it back to an equal Node; the
     topology travels as its annotation, which this does not write)."""
     return {"name": node.name, "gpus": node.allocatable.gpus,
+            **({"gpu_milli": node.allocatable.gpu_milli} if node.allocatable.gpu_milli else {}),
             "cpu_milli": node.allocatable.cpu_milli, "memory_mib": node.allocatable.memory_mib,
             "unschedulable": node.unschedulable, "health": node.health.value}
 
@@ -157,6 +159,7 @@ def _pod(d: dict, i: int, now: float, limits: ann.Limits, problems: list[str]) -
             cpu_milli=_int(d, "cpu_milli", where, 0),
             memory_mib=_int(d, "memory_mib", where, 0),
             gpus=_int(d, "gpus", where, 0),
+            gpu_milli=_int(d, "gpu_milli", where, 0),
         ),
         node=str(node) if node else None,
         start_time=None if start is None else _time(start, f"{where}.start_time"),

@@ -102,6 +102,7 @@ class Evictable:
     pieces: list[tuple[float, int]]  # (GPU-s charged per GPU, gpus) of GPU pods, cheapest first
     held: Mapping[str, int]  # pods that are no candidates only because another plan holds them
     #                          or their eviction was blocked: count per reason
+    gpu_milli: int = 0  # MIG slices (thousandths of a GPU) all of them together hold
 
 
 class UnitBuilder:
@@ -189,7 +190,7 @@ class UnitBuilder:
         """The fairness penalty charged for evicting ``pod`` (GPU-seconds)."""
         if not self.recent:
             return 0.0
-        return pod.gpus * self.penalty_seconds * self.recent.get(pod.workload, 0)
+        return pod.gpu_share * self.penalty_seconds * self.recent.get(pod.workload, 0)
 
     def unit(self, pod: Pod) -> Unit:
         uid = self.unit_id(pod)
@@ -213,7 +214,7 @@ class UnitBuilder:
         """What preempting on ``node`` could free: each evictable pod, and the totals."""
         got = self._evictable.get(node)
         if got is None:
-            entries, pieces, cpu, mem, gpus = [], [], 0, 0, 0
+            entries, pieces, cpu, mem, gpus, milli = [], [], 0, 0, 0, 0
             held: dict[str, int] = {}
             prio, now, recent = self.priority, self.s.now, self.recent
             for p in self.s.pods_on_node.get(node, ()):
@@ -232,12 +233,13 @@ class UnitBuilder:
                 entries.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
                 cpu += r.cpu_milli
                 mem += r.memory_mib
+                milli += r.gpu_milli
                 if r.gpus:
                     gpus += r.gpus
                     pieces.append((rate, r.gpus))
             pieces.sort()
             got = Evictable(entries=entries, cpu_milli=cpu, memory_mib=mem, gpus=gpus,
-                            pieces=pieces, held=held)
+                            pieces=pieces, held=held, gpu_milli=milli)
             self._evictable[node] = got
         return got
 
@@ -321,6 +323,7 @@ def min_cover(
             (need.gpus > 0 and r.gpus > 0)
             or (need.cpu_milli > 0 and r.cpu_milli > 0)
             or (need.memory_mib > 0 and r.memory_mib > 0)
+            or (need.gpu_milli > 0 and r.gpu_milli > 0)
         )
 
     order = sorted(
