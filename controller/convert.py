@@ -8,6 +8,7 @@ emits them as Warning Events) and a safe choice, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from kubernetes.utils import parse_quantity
 
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies import native_gangs, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     LabelRequirement,
@@ -60,6 +61,9 @@ class PodInfo:
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping, ...]
     required_terms: tuple[Mapping, ...]  # required node affinity nodeSelectorTerms (ORed)
+    # The native group it names (policies.native_gangs.group_ref): spec.schedulingGroup or the
+    # 1.35 spec.workloadRef; None when it names none.
+    pod_group: str | None = None
 
     @property
     def key(self) -> str:
@@ -164,6 +168,7 @@ def pod_info(d: Mapping) -> PodInfo:
         tolerations=tuple(spec.get("tolerations") or ()),
         required_terms=tuple((affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
                               or {}).get("nodeSelectorTerms") or ()),
+        pod_group=native_gangs.group_ref(spec.get("schedulingGroup"), spec.get("workloadRef")),
     )
 
 
@@ -246,7 +251,10 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
     )
 
 
-def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool) -> tuple[Pod, list[str]]:
+def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
+           podgroups: Mapping[str, native_gangs.NativeGroup] | None = None,
+           ) -> tuple[Pod, list[str]]:
+    """``podgroups``: the native PodGroups by ``<namespace>/<name>`` (absent: unknown)."""
     requests = p.requests
     pod, found = ann.build_pod(
         uid=p.uid, name=p.name, namespace=p.namespace, labels=p.labels,
@@ -256,6 +264,11 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool) -> tuple[
         owner_uid=p.owner_uid, terminating=p.deleting, in_scope=in_scope,
     )
     problems = [str(x) for x in found]
+    if p.pod_group is not None:  # the native convention comes first (policies.native_gangs)
+        gang, total = native_gangs.membership(
+            namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
+            group=(podgroups or {}).get(f"{p.namespace}/{p.pod_group}"))
+        pod = dataclasses.replace(pod, gang=gang, gang_total=total)
     if requests is None:
         problems.append("pod states no resource requests; planned as requesting nothing")
     return pod, problems
@@ -282,12 +295,14 @@ def to_pdb(b: PdbInfo) -> PodDisruptionBudget:
 def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
              pdbs: Iterable[PdbInfo], scope: Scope, limits: ann.Limits,
              recent_preemptions: Mapping[str, int] | None = None,
-             health: Mapping[str, Health] | None = None) -> Converted:
+             health: Mapping[str, Health] | None = None,
+             podgroups: Mapping[str, native_gangs.NativeGroup] | None = None) -> Converted:
     """Bound, unfinished pods hold capacity; pending pods are listed too (for gang membership).
     Pods outside the scope are never candidates (``preemptible=False``).
     ``recent_preemptions``: per workload key (``Victim.workload``, ``Pod.workload``), how
     often it was preempted within the fairness window, from the stored plan history.
-    ``health``: each node's GPU health (``controller.health``; absent: unknown)."""
+    ``health``: each node's GPU health (``controller.health``; absent: unknown).
+    ``podgroups``: native PodGroups by ``<namespace>/<name>`` (``controller.podgroups``)."""
     model_nodes, node_problems = [], {}
     states = health or {}
     for n in nodes:
@@ -299,7 +314,7 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
     for p in pods:
         if p.done:
             continue
-        pod, pp = to_pod(p, now, limits, scope.covers(p))
+        pod, pp = to_pod(p, now, limits, scope.covers(p), podgroups)
         model_pods.append(pod)
         if pp:
             problems[p.uid] = tuple(pp)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, podgroups
 from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
 from ckpt_preempt.controller.advance import Memory, PlanStepper, World
 from ckpt_preempt.controller.config import Config
@@ -256,7 +256,8 @@ class Reconciler:
         conv = convert.snapshot(
             now=now, nodes=world.nodes.values(), pods=pods, pdbs=world.pdbs, scope=self.scope,
             limits=self.limits, recent_preemptions=recent_preemptions(
-                stored, since=now - self.cfg.fairness_window_seconds), health=health)
+                stored, since=now - self.cfg.fairness_window_seconds), health=health,
+            podgroups=podgroups.index(self.cache.podgroups))
         with cycle_objects_frozen():
             self._plan_queue(pods, world, conv, active, planned, now)
 

@@ -154,8 +154,9 @@ def stored_plan(d: dict) -> StoredPlan:
 
 
 class ClusterCache:
-    """Nodes, Pods, PDBs and our stored plans (ConfigMaps in the controller's namespace with our
-    managed-by label), each watched by its own Informer. ``changed`` wakes the loop."""
+    """Nodes, Pods, PDBs, our stored plans (ConfigMaps in the controller's namespace with our
+    managed-by label) and native PodGroups where served (``controller.podgroups``), each
+    watched by its own Informer. ``changed`` wakes the loop."""
 
     def __init__(self, api: client.ApiClient, *, plan_namespace: str) -> None:
         from ckpt_preempt.controller import convert
@@ -173,7 +174,11 @@ class ClusterCache:
             core.list_namespaced_config_map, plan_namespace,
             label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}"), stored_plan,
             lambda d: d["metadata"]["name"], self.changed)
-        self.informers = (self.nodes, self.pods, self.pdbs, self.plans)
+        from ckpt_preempt.controller import podgroups
+
+        self.podgroups = podgroups.informer(api, self.changed)  # None: the API is not served
+        self.informers = (self.nodes, self.pods, self.pdbs, self.plans,
+                          *([self.podgroups] if self.podgroups is not None else []))
 
     def start(self) -> None:
         for i in self.informers:
