@@ -78,7 +78,8 @@ def test_namespaces_narrow_the_controllers_writes_to_them():
     assert cluster_wide == {("pods", "get"), ("pods", "list"), ("pods", "watch"),
                             ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
                             ("nodes", "patch"), ("poddisruptionbudgets", "list"),
-                            ("poddisruptionbudgets", "watch")}
+                            ("poddisruptionbudgets", "watch"), ("podgroups", "list"),
+                            ("podgroups", "watch")}
     scoped = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-scope")]
     assert sorted(d["metadata"]["namespace"] for d in scoped) == ["ta", "tb"]
     for role in scoped:

@@ -138,3 +138,26 @@ def test_native_victim_group_follows_its_disruption_mode(
     for m in gone:
         assert reasons(cluster, namespace, m) == ["Evicted"]
     assert exists(cluster, namespace, "solo")
+
+
+def test_controller_rbac_lets_the_cache_watch_podgroups(cluster, namespace):
+    """With exactly deploy/rbac/controller.yaml's rules, the PodGroup informer lists and
+    watches: a group created afterwards reaches the cache with its minCount and mode."""
+    from ckpt_preempt.controller.watch import ClusterCache
+    from ckpt_preempt.policies.native_gangs import Disruption
+    from e2e.test_trust_support import controller_rbac
+
+    with controller_rbac(cluster, namespace) as api:
+        cache = ClusterCache(api, plan_namespace=namespace)
+        assert cache.podgroups is not None
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            create_podgroup(cluster, namespace, "seen", min_count=3, mode="all",
+                            priority_class="")
+            group = kube.wait_for("the PodGroup in the cache",
+                                  lambda: cache.podgroups.get(f"{namespace}/seen"), timeout=30)
+        finally:
+            cache.stop()
+    assert (group.min_count, group.disruption) == (3, Disruption.ALL)
+    assert cache.podgroups.relists == 1  # no retry loop: one list, then the watch
