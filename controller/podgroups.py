@@ -31,15 +31,20 @@ def podgroup_info(d: Mapping) -> NativeGroup:
     """A PodGroup as the cache keeps it. A malformed minCount counts as unknown (None); a
     malformed or missing disruptionMode as the API's default, ``single`` (types.go:
     ``+default={"single": {}}``), unless ``all`` is set."""
-    meta, spec = d["metadata"], d.get("spec") or {}
-    gang = ((spec.get("schedulingPolicy") or {}).get("gang") or None)
-    raw = gang.get("minCount") if isinstance(gang, dict) else None
-    min_count = raw if isinstance(raw, int) and 0 < raw <= MAX_MIN_COUNT else None
-    mode = spec.get("disruptionMode") or {}
-    disruption = (Disruption.ALL if isinstance(mode, dict) and mode.get("all") is not None
+    meta = d["metadata"]
+    spec = _field(d, "spec")
+    raw = _field(_field(spec, "schedulingPolicy"), "gang").get("minCount")
+    min_count = (raw if isinstance(raw, int) and not isinstance(raw, bool)
+                 and 0 < raw <= MAX_MIN_COUNT else None)
+    disruption = (Disruption.ALL if _field(spec, "disruptionMode").get("all") is not None
                   else Disruption.SINGLE)
     return NativeGroup(namespace=meta.get("namespace", ""), name=meta["name"],
                        min_count=min_count, disruption=disruption)
+
+
+def _field(d: Mapping, key: str) -> Mapping:
+    value = d.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def served(api: client.ApiClient) -> bool:
