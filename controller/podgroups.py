@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Mapping
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -61,7 +62,7 @@ def served(api: client.ApiClient) -> bool:
             log.warning("native PodGroups: discovery of %s/%s failed (%s %s); running without "
                         "them until restart", GROUP, VERSION, e.status, e.reason)
         return False
-    except OSError as e:  # urllib3 errors are OSErrors
+    except (urllib3.exceptions.HTTPError, OSError) as e:
         log.warning("native PodGroups: discovery of %s/%s failed (%s); running without them "
                     "until restart", GROUP, VERSION, e)
         return False
@@ -72,19 +73,28 @@ def served(api: client.ApiClient) -> bool:
     return True
 
 
+def list_fn(api: client.ApiClient):
+    """The list/watch call for every PodGroup (the keywords of any list call), or None when the
+    API is not served."""
+    if not served(api):
+        return None
+    objects = client.CustomObjectsApi(api)
+
+    def call(**kw):
+        return objects.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+
+    return call
+
+
 def informer(api: client.ApiClient, changed: threading.Event):
     """A ``watch.Informer`` over every PodGroup (key ``<namespace>/<name>``), or None when the
     API is not served."""
     from ckpt_preempt.controller.watch import Informer
 
-    if not served(api):
+    call = list_fn(api)
+    if call is None:
         return None
-    objects = client.CustomObjectsApi(api)
-
-    def list_fn(**kw):
-        return objects.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
-
-    return Informer(PLURAL, list_fn, podgroup_info,
+    return Informer(PLURAL, call, podgroup_info,
                     lambda d: f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}",
                     changed)
 
