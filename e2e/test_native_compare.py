@@ -9,6 +9,11 @@ it needs two whole nodes. kube-scheduler preempts for it when its class may pree
 PodGroup's priority, pods' preemptionPolicy PreemptLowerPriority); ours is the same group with
 preemptionPolicy Never, planned by the controller. A pod's lost work is its GPUs times the time
 since its last checkpoint (else since it started); a group that goes loses every member's.
+
+The simulator's model of that preemption (``policies.kube_workload``) runs on the same state,
+converted as the controller converts it; its victims are reported next to the real ones (not
+asserted: it places the gang by best fit and a seeded random tie-break, where the real
+scheduler runs its placement plugins, so the two can differ; see controller/README.md).
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
+from ckpt_preempt.controller import convert, podgroups
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import kube_workload
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_KUBE,
@@ -98,6 +107,30 @@ def _preemptor(c, ns, pool, suffix, pc) -> list[str]:
     return names
 
 
+def simulated_kube_victims(c, ns: str, pool: str, suffix: str) -> list[str]:
+    """``kube_workload.plan`` on the pool's state as the controller converts it (the preemptor
+    pending), victims by workload name."""
+    def items(call) -> list[dict]:
+        return json.loads(call(_preload_content=False).data)["items"]
+
+    nodes = [convert.node_info(d) for d in items(lambda **kw: c.core.list_node(
+        label_selector=f"{kube.POOL_LABEL}={pool}", **kw))]
+    names = {n.name for n in nodes}
+    pods = [p for p in map(convert.pod_info, items(
+        lambda **kw: c.core.list_namespaced_pod(ns, **kw)))
+        if p.name.endswith(f"-{suffix}") and (p.node in names or not p.node)]
+    groups = {g.key: g for g in map(podgroups.podgroup_info, items(
+        lambda **kw: client.CustomObjectsApi(c.api).list_namespaced_custom_object(
+            podgroups.GROUP, podgroups.VERSION, ns, podgroups.PLURAL, **kw)))}
+    snap = convert.snapshot(now=time.time(), nodes=nodes, pods=pods, pdbs=[],
+                            scope=convert.Scope(), limits=ann.Limits(),
+                            podgroups=groups).snapshot
+    plan = kube_workload.plan(snap, [p for p in snap.pods if p.node is None])
+    assert plan.feasible, plan.reason
+    return sorted(v.name.removesuffix(f"-{suffix}") for g in plan.victim_groups
+                  for v in g.victims)
+
+
 def lost_gpu_hours(pods: list[dict], gone: list[str]) -> float:
     by = {p["name"]: p for p in pods}
     return round(sum(by[n]["gpus"] * (by[n]["ckpt"] if by[n]["ckpt"] is not None
@@ -122,6 +155,7 @@ def test_native_gangs_gpu_hours_lost_workload_aware_preemption_vs_ckpt_preempt(
         gone["kube-workload-aware"] = [p["name"] for p in pods
                                        if not exists(cluster, namespace, f"{p['name']}-k")]
         members = _preemptor(cluster, namespace, pool, "o", HIGH_NEVER)
+        simulated = simulated_kube_victims(cluster, namespace, pool, "o")
         with running_controller(cluster, config_for(namespace)):
             for n in members:
                 kube.wait_pod_running(cluster, namespace, n, timeout=90)
@@ -132,7 +166,8 @@ def test_native_gangs_gpu_hours_lost_workload_aware_preemption_vs_ckpt_preempt(
         kube.delete_nodes(cluster, theirs)
 
     lost = {k: lost_gpu_hours(pods, v) for k, v in gone.items()}
-    report = {"seed": SEED, "workload": pods, "victims": gone, "lost_gpu_hours": lost}
+    report = {"seed": SEED, "workload": pods, "victims": gone, "lost_gpu_hours": lost,
+              "simulated_kube_workload_victims": simulated}
     print("native compare:", json.dumps(report))
     if os.environ.get("CKPT_E2E_REPORT_DIR"):
         Path(os.environ["CKPT_E2E_REPORT_DIR"], f"native-compare-{SEED}.json").write_text(
