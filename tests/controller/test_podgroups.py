@@ -3,6 +3,7 @@ planner makes of disruptionMode."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -165,3 +166,20 @@ def test_gang_preemptor_takes_the_victim_group_that_frees_two_nodes_at_once():
 
 def _ago(hours: float) -> str:
     return datetime.fromtimestamp(NOW - hours * 3600, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_discovery_that_cannot_reach_the_server_is_absent_with_one_warning(caplog):
+    import socket
+
+    from kubernetes import client
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    cfg.retries = 0
+    caplog.set_level("INFO", logger="ckpt_preempt.podgroups")
+    assert podgroups.informer(client.ApiClient(cfg), threading.Event()) is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "discovery of scheduling.k8s.io/v1beta1 failed" in lines[0]
