@@ -6,11 +6,11 @@ decision here comes from the native convention and the PodGroup's minCount/disru
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from kubernetes import client
 
+from ckpt_preempt.controller import explain_live
+from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE
 from e2e import kube
 from e2e.test_controller_support import (
@@ -101,7 +101,7 @@ def test_native_preemptor_gang_not_gated_is_planned_whole(cluster, namespace, po
 
 def _victim_group(c, ns, pool, nodes, mode: str) -> list[str]:
     """PodGroup `v` (minCount 4): 4 members of 4 GPUs, two on each of nodes[0], nodes[1], all
-    checkpointed just now; `solo` (8 GPUs, never checkpointed) on nodes[2]."""
+    checkpointed just now; `solo` (8 GPUs, started 2 h ago, never checkpointed) on nodes[2]."""
     create_podgroup(c, ns, "v", min_count=4, mode=mode, priority_class=LOW)
     for i in range(4):
         create_member(c, ns, f"v-{i}", "v", gpus=4, pool=pool, priority_class=LOW,
@@ -110,7 +110,7 @@ def _victim_group(c, ns, pool, nodes, mode: str) -> list[str]:
     names = [f"v-{i}" for i in range(4)]
     for name in (*names, "solo"):
         kube.wait_pod_running(c, ns, name)
-    time.sleep(3)
+    c.core.patch_namespaced_pod_status("solo", ns, {"status": {"startTime": rfc3339(7200)}})
     for name in names:
         c.core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {
             "ckpt-preempt.io/last-checkpoint": rfc3339()}}})
@@ -125,8 +125,11 @@ def test_native_victim_group_follows_its_disruption_mode(
     priority_classes(cluster)
     nodes = gpu_nodes(3)
     members = _victim_group(cluster, namespace, pool, nodes, mode)
+    kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
+    kube.wait_pod_unschedulable(cluster, namespace, "big")
+    text = explain_live.render(explain_live.explain(cluster.api, namespace, "big", Config()))
+    assert f"ckpt-preempt: evict {4 if mode == 'all' else 2} pod(s)" in text, text
     with running_controller(cluster, config_for(namespace)):
-        kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
         pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
     assert pod.spec.node_name in nodes[:2]
     gone = sorted(m for m in members if not exists(cluster, namespace, m))
