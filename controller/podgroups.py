@@ -75,7 +75,8 @@ def served(api: client.ApiClient) -> bool:
 
 def list_fn(api: client.ApiClient):
     """The list/watch call for every PodGroup (the keywords of any list call), or None when the
-    API is not served."""
+    API is not served or RBAC does not let us list it (a chart older than this code): then one
+    warning, and the controller runs as without the API rather than never becoming ready."""
     if not served(api):
         return None
     objects = client.CustomObjectsApi(api)
@@ -83,6 +84,18 @@ def list_fn(api: client.ApiClient):
     def call(**kw):
         return objects.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
 
+    try:
+        call(limit=1, _preload_content=False, _request_timeout=30).release_conn()
+    except ApiException as e:
+        hint = (": grant list/watch as deploy/rbac/controller.yaml does"
+                if e.status in (401, 403) else " until restart")
+        log.warning("native PodGroups: %s/%s is served but listing %s failed (%s %s); running "
+                    "without them%s", GROUP, VERSION, PLURAL, e.status, e.reason, hint)
+        return None
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        log.warning("native PodGroups: listing %s failed (%s); running without them until "
+                    "restart", PLURAL, e)
+        return None
     return call
 
 

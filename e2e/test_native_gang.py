@@ -164,3 +164,18 @@ def test_controller_rbac_lets_the_cache_watch_podgroups(cluster, namespace):
             cache.stop()
     assert (group.min_count, group.disruption) == (3, Disruption.ALL)
     assert cache.podgroups.relists == 1  # no retry loop: one list, then the watch
+
+
+def test_served_but_forbidden_podgroups_are_one_warning_and_no_informer(cluster, caplog):
+    """RBAC without podgroups (a chart older than the controller): run as without the API
+    instead of retrying a forbidden list forever and never becoming ready."""
+    import logging
+    import threading
+
+    from ckpt_preempt.controller import podgroups
+
+    caplog.set_level(logging.INFO, logger="ckpt_preempt.podgroups")
+    api = cluster.client_for("ckpt-preempt-tenant")  # no RBAC binding at all here
+    assert podgroups.informer(api, threading.Event()) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "ckpt_preempt.podgroups"]
+    assert len(lines) == 1 and "403" in lines[0] and "deploy/rbac" in lines[0], lines
