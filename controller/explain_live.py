@@ -80,9 +80,7 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
         lambda **kw: core.list_namespaced_config_map(
             cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))
     health = tuple(explain_health(cfg, [n.name for n in nodes]))
-    groups = podgroups.list_fn(api)
-    native = {} if groups is None else {
-        g.key: g for g in map(podgroups.podgroup_info, _list(groups))}
+    native = podgroups.listed(api)
     conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
                             limits=convert.limits(cfg), recent_preemptions=recent_preemptions(
                                 stored, since=now - cfg.fairness_window_seconds),

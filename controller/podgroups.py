@@ -2,10 +2,12 @@
 
 The API is served only where the ``GenericWorkload`` gate is on and the group version enabled
 (both off by default in 1.37; kubernetes@v1.37.2 pkg/features/kube_features.go and
-pkg/registry/scheduling/rest/storage_scheduling.go). So the controller asks discovery once at
-start: when ``podgroups`` is not listed, it logs one line and runs without the informer (pods
-naming a group are then gangs of unknown size, evicted whole: ``policies.native_gangs``). No
-list is ever sent to an API that is not there, so nothing retries.
+pkg/registry/scheduling/rest/storage_scheduling.go). So ``PodGroupInformer`` first asks
+discovery, in its own thread (constructing it touches no network): when ``podgroups`` is not
+listed, or RBAC forbids listing them, it logs one line, reports synced with nothing in it, and
+stops (pods naming a group are then gangs of unknown size, evicted whole:
+``policies.native_gangs``). A connection failure or a server error is retried with the project's
+backoff, like every watch. Otherwise it lists and watches like the other informers.
 
 Each PodGroup is trimmed right away to a ``policies.native_gangs.NativeGroup`` (namespace,
 name, ``spec.schedulingPolicy.gang.minCount``, ``spec.disruptionMode``).
@@ -13,6 +15,8 @@ name, ``spec.schedulingPolicy.gang.minCount``, ``spec.disruptionMode``).
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -21,6 +25,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller.backoff import retrying
+from ckpt_preempt.controller.watch import Informer
 from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
 
 log = logging.getLogger("ckpt_preempt.podgroups")
@@ -48,70 +54,71 @@ def _field(d: Mapping, key: str) -> Mapping:
     return value if isinstance(value, Mapping) else {}
 
 
-def served(api: client.ApiClient) -> bool:
-    """Whether the API server lists ``podgroups`` in scheduling.k8s.io/v1beta1 (discovery).
-    Not served, or discovery failing, is logged once and answered False."""
+def _list_call(api: client.ApiClient):
+    return functools.partial(client.CustomObjectsApi(api).list_cluster_custom_object,
+                             GROUP, VERSION, PLURAL)
+
+
+def available(api: client.ApiClient) -> bool:
+    """True when PodGroups are served and we may list them. False (one log line) when they are
+    not served or RBAC forbids the list. Raises on anything else (connection, server errors)."""
     try:
         found = client.CustomObjectsApi(api).get_api_resources(GROUP, VERSION,
                                                                _request_timeout=30)
     except ApiException as e:
-        if e.status == 404:
-            log.info("native PodGroups: %s/%s is not served; pods naming a PodGroup are gangs "
-                     "of unknown size, evicted whole", GROUP, VERSION)
-        else:
-            log.warning("native PodGroups: discovery of %s/%s failed (%s %s); running without "
-                        "them until restart", GROUP, VERSION, e.status, e.reason)
+        if e.status != 404:
+            raise
+        found = None
+    if found is None or PLURAL not in {r.name for r in found.resources or ()}:
+        log.info("native PodGroups: %s %s/%s is not served; pods naming a PodGroup are gangs "
+                 "of unknown size, evicted whole", PLURAL, GROUP, VERSION)
         return False
-    except (urllib3.exceptions.HTTPError, OSError) as e:
-        log.warning("native PodGroups: discovery of %s/%s failed (%s); running without them "
-                    "until restart", GROUP, VERSION, e)
-        return False
-    names = {r.name for r in found.resources or ()}
-    if PLURAL not in names:
-        log.info("native PodGroups: %s/%s is served without %s", GROUP, VERSION, PLURAL)
+    try:
+        _list_call(api)(limit=1, _preload_content=False, _request_timeout=30).release_conn()
+    except ApiException as e:
+        if e.status not in (401, 403):
+            raise
+        log.warning("native PodGroups: %s/%s is served but listing %s is forbidden (HTTP %s); "
+                    "running without them: grant list/watch as deploy/rbac/controller.yaml does",
+                    GROUP, VERSION, PLURAL, e.status)
         return False
     return True
 
 
-def list_fn(api: client.ApiClient):
-    """The list/watch call for every PodGroup (the keywords of any list call), or None when the
-    API is not served or RBAC does not let us list it (a chart older than this code): then one
-    warning, and the controller runs as without the API rather than never becoming ready."""
-    if not served(api):
-        return None
-    objects = client.CustomObjectsApi(api)
+class PodGroupInformer(Informer):
+    """Every PodGroup, by ``<namespace>/<name>``; ``served`` is None until discovery answers,
+    then whether the informer lists and watches (False: synced, empty, stopped)."""
 
-    def call(**kw):
-        return objects.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+    def __init__(self, api: client.ApiClient, changed: threading.Event) -> None:
+        super().__init__(PLURAL, _list_call(api), podgroup_info,
+                         lambda d: f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}",
+                         changed)
+        self._api = api
+        self.served: bool | None = None
 
+    def _run(self) -> None:
+        policy = retrying(self._stop, what="discovery of native PodGroups", logger=log)
+        self.served = policy(lambda: available(self._api))
+        if self.served:
+            super()._run()
+        elif self.served is False:
+            self.synced.set()
+
+
+def index(informer: Informer | None) -> dict[str, NativeGroup]:
+    """``{"<namespace>/<name>": NativeGroup}`` from an informer (None: there is none)."""
+    return {} if informer is None else {g.key: g for g in informer.items()}
+
+
+def listed(api: client.ApiClient) -> dict[str, NativeGroup]:
+    """Every PodGroup now, for one-shot readers (``explain``): empty when they are not served,
+    not listable, or the list fails (logged; the caller goes on without them)."""
     try:
-        call(limit=1, _preload_content=False, _request_timeout=30).release_conn()
-    except ApiException as e:
-        hint = (": grant list/watch as deploy/rbac/controller.yaml does"
-                if e.status in (401, 403) else " until restart")
-        log.warning("native PodGroups: %s/%s is served but listing %s failed (%s %s); running "
-                    "without them%s", GROUP, VERSION, PLURAL, e.status, e.reason, hint)
-        return None
-    except (urllib3.exceptions.HTTPError, OSError) as e:
-        log.warning("native PodGroups: listing %s failed (%s); running without them until "
-                    "restart", PLURAL, e)
-        return None
-    return call
-
-
-def informer(api: client.ApiClient, changed: threading.Event):
-    """A ``watch.Informer`` over every PodGroup (key ``<namespace>/<name>``), or None when the
-    API is not served."""
-    from ckpt_preempt.controller.watch import Informer
-
-    call = list_fn(api)
-    if call is None:
-        return None
-    return Informer(PLURAL, call, podgroup_info,
-                    lambda d: f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}",
-                    changed)
-
-
-def index(podgroups) -> dict[str, NativeGroup]:
-    """``{"<namespace>/<name>": NativeGroup}`` from an informer (None: the API is absent)."""
-    return {} if podgroups is None else {g.key: g for g in podgroups.items()}
+        if not available(api):
+            return {}
+        body = json.loads(_list_call(api)(_preload_content=False, _request_timeout=30).data)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+        log.warning("native PodGroups: listing %s failed (%s); going on without them", PLURAL,
+                    getattr(e, "status", None) or type(e).__name__)
+        return {}
+    return {g.key: g for g in map(podgroup_info, body.get("items") or [])}

@@ -174,11 +174,10 @@ class ClusterCache:
             core.list_namespaced_config_map, plan_namespace,
             label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}"), stored_plan,
             lambda d: d["metadata"]["name"], self.changed)
-        from ckpt_preempt.controller import podgroups
+        from ckpt_preempt.controller.podgroups import PodGroupInformer
 
-        self.podgroups = podgroups.informer(api, self.changed)  # None: the API is not served
-        self.informers = (self.nodes, self.pods, self.pdbs, self.plans,
-                          *([self.podgroups] if self.podgroups is not None else []))
+        self.podgroups = PodGroupInformer(api, self.changed)  # empty where not served
+        self.informers = (self.nodes, self.pods, self.pdbs, self.plans, self.podgroups)
 
     def start(self) -> None:
         for i in self.informers:

@@ -152,10 +152,9 @@ def test_controller_rbac_lets_the_cache_watch_podgroups(cluster, namespace):
 
     with controller_rbac(cluster, namespace) as api:
         cache = ClusterCache(api, plan_namespace=namespace)
-        assert cache.podgroups is not None
         cache.start()
         try:
-            assert cache.wait_synced(30)
+            assert cache.wait_synced(30) and cache.podgroups.served is True
             create_podgroup(cluster, namespace, "seen", min_count=3, mode="all",
                             priority_class="")
             group = kube.wait_for("the PodGroup in the cache",
@@ -166,7 +165,7 @@ def test_controller_rbac_lets_the_cache_watch_podgroups(cluster, namespace):
     assert cache.podgroups.relists == 1  # no retry loop: one list, then the watch
 
 
-def test_served_but_forbidden_podgroups_are_one_warning_and_no_informer(cluster, caplog):
+def test_served_but_forbidden_podgroups_are_one_warning_and_an_empty_sync(cluster, caplog):
     """RBAC without podgroups (a chart older than the controller): run as without the API
     instead of retrying a forbidden list forever and never becoming ready."""
     import logging
@@ -176,6 +175,12 @@ def test_served_but_forbidden_podgroups_are_one_warning_and_no_informer(cluster,
 
     caplog.set_level(logging.INFO, logger="ckpt_preempt.podgroups")
     api = cluster.client_for("ckpt-preempt-tenant")  # no RBAC binding at all here
-    assert podgroups.informer(api, threading.Event()) is None
+    informer = podgroups.PodGroupInformer(api, threading.Event())
+    informer.start()
+    try:
+        assert informer.synced.wait(30)
+    finally:
+        informer.stop()
+    assert informer.served is False and informer.items() == [] and informer.relists == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "ckpt_preempt.podgroups"]
     assert len(lines) == 1 and "403" in lines[0] and "deploy/rbac" in lines[0], lines

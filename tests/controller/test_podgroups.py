@@ -168,8 +168,11 @@ def _ago(hours: float) -> str:
     return datetime.fromtimestamp(NOW - hours * 3600, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_discovery_that_cannot_reach_the_server_is_absent_with_one_warning(caplog):
+def test_an_unreachable_server_is_retried_and_never_taken_for_absent(caplog):
+    """Constructing the informer touches no network; while the server cannot be reached,
+    discovery is retried (never concluded "not served") and nothing reports synced."""
     import socket
+    import time
 
     from kubernetes import client
 
@@ -177,9 +180,14 @@ def test_discovery_that_cannot_reach_the_server_is_absent_with_one_warning(caplo
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{port}"
-    cfg.retries = 0
+    cfg.host, cfg.retries = f"http://127.0.0.1:{port}", 0
     caplog.set_level("INFO", logger="ckpt_preempt.podgroups")
-    assert podgroups.informer(client.ApiClient(cfg), threading.Event()) is None
+    informer = podgroups.PodGroupInformer(client.ApiClient(cfg), threading.Event())
+    informer.start()
+    try:
+        time.sleep(1.5)  # the first retries wait up to 0.5 s, 1 s, ...
+        assert informer.served is None and not informer.synced.is_set()
+    finally:
+        informer.stop()
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "discovery of scheduling.k8s.io/v1beta1 failed" in lines[0]
+    assert lines and all("discovery of native PodGroups failed" in m for m in lines), lines
