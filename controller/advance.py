@@ -34,6 +34,7 @@ from ckpt_preempt.controller.plans import PlanBook
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle, preemption
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State, StepKind
+from ckpt_preempt.policies.native_gangs import NativeGroup
 
 log = logging.getLogger("ckpt_preempt.advance")
 MAX_STEPS_PER_PASS = 8  # transitions chain within a pass; an action that needs the world to
@@ -63,6 +64,7 @@ class World:
     nodes: Mapping[str, NodeInfo]
     pdbs: tuple[PdbInfo, ...]
     now: float
+    podgroups: Mapping[str, NativeGroup] = field(default_factory=dict)  # by <namespace>/<name>
 
 
 class PlanStepper:
@@ -99,7 +101,7 @@ class PlanStepper:
         """``policies.preemption.gang_pdb_problem`` on the live PDBs and this plan's victims."""
         victims = [world.by_uid[v.uid] for v in r.victims if v.uid in world.by_uid]
         conv = convert.snapshot(now=world.now, pods=victims, pdbs=world.pdbs, scope=self.scope,
-                                limits=self.limits,
+                                limits=self.limits, podgroups=world.podgroups,
                                 nodes=[world.nodes[p.node] for p in victims
                                        if p.node in world.nodes])
         return preemption.gang_pdb_problem(conv.snapshot, [p.uid for p in victims])

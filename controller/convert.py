@@ -8,6 +8,7 @@ emits them as Warning Events) and a safe choice, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from kubernetes.utils import parse_quantity
 from ckpt_preempt.controller import gpu_resources
 from ckpt_preempt.controller.config import DEFAULT_SCHEDULER, Config
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies import native_gangs, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     LabelRequirement,
@@ -63,6 +64,9 @@ class PodInfo:
     scheduler_name: str = DEFAULT_SCHEDULER  # spec.schedulerName (the API server's default)
     claims: tuple[str, ...] = ()  # its ResourceClaims' names (its namespace), for DRA GPUs
     mig: frozenset[str] = frozenset()  # the MIG resources it requests (gpu_resources)
+    # The native group it names (policies.native_gangs.group_ref): spec.schedulingGroup or the
+    # 1.35 spec.workloadRef; None when it names none.
+    pod_group: str | None = None
 
     @property
     def key(self) -> str:
@@ -192,6 +196,7 @@ def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAUL
         scheduler_name=spec.get("schedulerName") or DEFAULT_SCHEDULER,
         claims=_claim_names(spec, status) if gpus.dra else (),
         mig=gpu_resources.requested_mig(spec),
+        pod_group=native_gangs.group_ref(spec.get("schedulingGroup"), spec.get("workloadRef")),
     )
 
 
@@ -281,7 +286,10 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
     )
 
 
-def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool) -> tuple[Pod, list[str]]:
+def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
+           podgroups: Mapping[str, native_gangs.NativeGroup] | None = None,
+           ) -> tuple[Pod, list[str]]:
+    """``podgroups``: the native PodGroups by ``<namespace>/<name>`` (absent: unknown)."""
     requests = p.requests
     pod, found = ann.build_pod(
         uid=p.uid, name=p.name, namespace=p.namespace, labels=p.labels,
@@ -291,6 +299,11 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool) -> tuple[
         owner_uid=p.owner_uid, terminating=p.deleting, in_scope=in_scope,
     )
     problems = [str(x) for x in found]
+    if p.pod_group is not None:  # the native convention comes first (policies.native_gangs)
+        gang, total = native_gangs.membership(
+            namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
+            group=(podgroups or {}).get(f"{p.namespace}/{p.pod_group}"))
+        pod = dataclasses.replace(pod, gang=gang, gang_total=total)
     if requests is None:
         problems.append("pod states no resource requests; planned as requesting nothing")
     return pod, problems
@@ -317,12 +330,14 @@ def to_pdb(b: PdbInfo) -> PodDisruptionBudget:
 def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
              pdbs: Iterable[PdbInfo], scope: Scope, limits: ann.Limits,
              recent_preemptions: Mapping[str, int] | None = None,
-             health: Mapping[str, Health] | None = None) -> Converted:
+             health: Mapping[str, Health] | None = None,
+             podgroups: Mapping[str, native_gangs.NativeGroup] | None = None) -> Converted:
     """Bound, unfinished pods hold capacity; pending pods are listed too (for gang membership).
     Pods outside the scope are never candidates (``preemptible=False``).
     ``recent_preemptions``: per workload key (``Victim.workload``, ``Pod.workload``), how
     often it was preempted within the fairness window, from the stored plan history.
-    ``health``: each node's GPU health (``controller.health``; absent: unknown)."""
+    ``health``: each node's GPU health (``controller.health``; absent: unknown).
+    ``podgroups``: native PodGroups by ``<namespace>/<name>`` (``controller.podgroups``)."""
     model_nodes, node_problems = [], {}
     states = health or {}
     for n in nodes:
@@ -334,7 +349,7 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
     for p in pods:
         if p.done:
             continue
-        pod, pp = to_pod(p, now, limits, scope.covers(p))
+        pod, pp = to_pod(p, now, limits, scope.covers(p), podgroups)
         model_pods.append(pod)
         if pp:
             problems[p.uid] = tuple(pp)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import urllib3
 from kubernetes import client
 
-from ckpt_preempt.controller import convert, gpu_resources
+from ckpt_preempt.controller import convert, gpu_resources, podgroups
 from ckpt_preempt.controller import explain_format as fmt
 from ckpt_preempt.controller import resource_claims as rc
 from ckpt_preempt.controller.actions import MANAGED_BY
@@ -90,10 +90,11 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
         lambda **kw: core.list_namespaced_config_map(
             cfg.plan_namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}", **kw)))
     health = tuple(explain_health(cfg, [n.name for n in nodes]))
+    native = podgroups.listed(api)
     conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
                             limits=convert.limits(cfg), recent_preemptions=recent_preemptions(
                                 stored, since=now - cfg.fairness_window_seconds),
-                            health={h.node: h.state for h in health})
+                            health={h.node: h.state for h in health}, podgroups=native)
     model = conv.snapshot.pod_by_uid
     gang = model[target.uid].gang
     members = [p for p in pods if not p.node and not p.done and (

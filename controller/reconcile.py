@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, podgroups
 from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
 from ckpt_preempt.controller.advance import Memory, PlanStepper, World
 from ckpt_preempt.controller.config import Config
@@ -117,7 +117,8 @@ class Reconciler:
         pods = [p for p in self.cache.pods.items() if not p.done]
         world = World(by_uid={p.uid: p for p in pods},
                       nodes={n.name: n for n in self.cache.nodes.items()},
-                      pdbs=tuple(self.cache.pdbs.items()), now=now)
+                      pdbs=tuple(self.cache.pdbs.items()), now=now,
+                      podgroups=podgroups.index(self.cache.podgroups))
         stored, unreadable = self.book.load(self.cache.plans.items())
         for name, why in unreadable:
             self._log_once(("unreadable-plan", name, why), "stored plan %s is unreadable and "
@@ -258,7 +259,8 @@ class Reconciler:
         conv = convert.snapshot(
             now=now, nodes=world.nodes.values(), pods=pods, pdbs=world.pdbs, scope=self.scope,
             limits=self.limits, recent_preemptions=recent_preemptions(
-                stored, since=now - self.cfg.fairness_window_seconds), health=health)
+                stored, since=now - self.cfg.fairness_window_seconds), health=health,
+            podgroups=world.podgroups)
         with cycle_objects_frozen():
             self._plan_queue(pods, world, conv, active, planned, now)
 

@@ -156,17 +156,19 @@ def stored_plan(d: dict) -> StoredPlan:
 
 
 class ClusterCache:
-    """Nodes, Pods, PDBs and our stored plans (ConfigMaps in the controller's namespace with our
-    managed-by label), each watched by its own Informer, and other schedulers' PodGroups where
-    served (``groups``, ``controller.group_crds``). ``changed`` wakes the loop. With DRA
-    on (``gpus.dra``), ResourceClaims and ResourceSlices too, whose GPUs ``pods`` and ``nodes``
-    add as they are read (``controller.resource_claims``)."""
+    """Nodes, Pods, PDBs, our stored plans (ConfigMaps in the controller's namespace with our
+    managed-by label) and native PodGroups where served (``controller.podgroups``), each
+    watched by its own Informer; other schedulers' PodGroups where served (``groups``,
+    ``controller.group_crds``). ``changed`` wakes the loop. With DRA on (``gpus.dra``),
+    ResourceClaims and ResourceSlices too, whose GPUs ``pods`` and ``nodes`` add as they
+    are read (``controller.resource_claims``)."""
 
     def __init__(self, api: client.ApiClient, *, plan_namespace: str,
                  gpus: GpuResources = DEFAULT_GPUS) -> None:
         from ckpt_preempt.controller import convert
         from ckpt_preempt.controller.actions import MANAGED_BY
         from ckpt_preempt.controller.group_crds import GroupObjects
+        from ckpt_preempt.controller.podgroups import PodGroupInformer
 
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()
@@ -181,7 +183,8 @@ class ClusterCache:
             core.list_namespaced_config_map, plan_namespace,
             label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}"), stored_plan,
             lambda d: d["metadata"]["name"], self.changed)
-        self.informers = (self.nodes, self.pods, self.pdbs, self.plans)
+        self.podgroups = PodGroupInformer(api, self.changed)  # empty where not served
+        self.informers = (self.nodes, self.pods, self.pdbs, self.plans, self.podgroups)
         # Volcano and coscheduling PodGroups where their CRDs are served (gang minimums)
         self.groups = GroupObjects(api, self.changed)
         self._stopping = threading.Event()

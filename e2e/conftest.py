@@ -201,3 +201,12 @@ def nvml(tmp_path_factory) -> MockNvml:
             pytest.fail(f"{why} [CKPT_REQUIRE_TESTBIN=1, so this is a failure]", pytrace=False)
         pytest.skip(why)
     return MockNvml(library=library, workdir=tmp_path_factory.mktemp("mocknvml"))
+
+
+@pytest.fixture(scope="module")
+def native_cluster(tmp_path_factory):
+    """A control plane of its own with Kubernetes' native gang scheduling: GenericWorkload on
+    and scheduling.k8s.io/v1beta1 (PodGroup) served (LocalCluster(native_workload=True)).
+    Module-scoped; a test module uses it as its `cluster` with
+    `@pytest.fixture(scope="module") def cluster(native_cluster): return native_cluster`."""
+    yield from kube.own_local_cluster(tmp_path_factory.mktemp("native"), native_workload=True)

@@ -9,6 +9,7 @@ kube-controller-manager and kwok, from the binaries `e2e/testbin/build.sh` cache
 
     LocalCluster(bins, workdir, audit=True)         # + an audit log of every write (below)
     LocalCluster(bins, workdir, watch_cache=False)  # kube-apiserver serves watches from etcd
+    LocalCluster(bins, workdir, native_workload=True)  # + native PodGroups (NATIVE_WORKLOAD_*)
         read_audit(lc.audit_log)        # -> [AuditEvent], oldest first
         lc.compact_etcd()               # compact etcd's history up to its current revision
 
@@ -76,6 +77,13 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
+# Native gang scheduling (issue 13): the GenericWorkload gate (beta in 1.37, off by default;
+# kubernetes@v1.37.2 pkg/features/kube_features.go) enables the Workload/PodGroup storage
+# (pkg/registry/scheduling/rest/storage_scheduling.go), kube-scheduler's GangScheduling plugin and
+# its PodGroup preemption (pkg/scheduler/framework/preemption/podgrouppreemption.go). Beta APIs
+# are not served by default, so the group version is switched on with --runtime-config.
+NATIVE_WORKLOAD_GATES = "GenericWorkload=true"
+NATIVE_WORKLOAD_API = "scheduling.k8s.io/v1beta1=true"
 HOW_TO_GET = ("build it with `make testbin` (needs Go >= 1.26), or run against kind with Docker "
               "and E2E_CLUSTER=kind, or against your own cluster with E2E_CLUSTER=existing")
 
@@ -148,10 +156,12 @@ class LocalCluster:
 
     def __init__(self, bins: Path, workdir: Path, *, scheduler_config: dict | None = None,
                  kwok_only_for: Path | None = None, audit: bool = False,
-                 watch_cache: bool = True):
+                 watch_cache: bool = True, native_workload: bool = False):
         """`kwok_only_for`: an existing cluster's kubeconfig; start only kwok against it.
         `audit`: kube-apiserver writes `audit_log` (AUDIT_POLICY). `watch_cache=False`: watches
-        and lists are served from etcd, so a compacted resourceVersion answers 410 Gone."""
+        and lists are served from etcd, so a compacted resourceVersion answers 410 Gone.
+        `native_workload`: GenericWorkload on in apiserver, scheduler and controller-manager,
+        and scheduling.k8s.io/v1beta1 (PodGroup, Workload) served."""
         self.bins, self.dir = bins, Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen] = {}
@@ -164,6 +174,12 @@ class LocalCluster:
         self.scheduler_config = scheduler_config
         self.audit_log = self.dir / "audit.jsonl" if audit else None
         self.watch_cache = watch_cache
+        self.gates = ([f"--feature-gates={NATIVE_WORKLOAD_GATES}"] if native_workload else [])
+        # PodGroups carry a deletion finalizer that this controller removes.
+        self.controllers = CONTROLLERS + (",podgroup-protection-controller"
+                                          if native_workload else "")
+        self.runtime_config = ([f"--runtime-config={NATIVE_WORKLOAD_API}"]
+                               if native_workload else [])
         self.etcd_url = f"http://127.0.0.1:{self.port['etcd']}"
 
     def __enter__(self) -> LocalCluster:
@@ -224,7 +240,7 @@ class LocalCluster:
         self.scheduler_config = config
         self._spawn("kube-scheduler", f"--config={path}", "--bind-address=127.0.0.1",
                     f"--secure-port={self.port['scheduler']}", f"--cert-dir={self.dir}/sched-certs",
-                    "--authentication-tolerate-lookup-failure", "-v=2")
+                    "--authentication-tolerate-lookup-failure", "-v=2", *self.gates)
         self._wait("kube-scheduler", f"https://127.0.0.1:{self.port['scheduler']}/healthz", timeout)
 
     # -- components ------------------------------------------------------------------------------
@@ -252,7 +268,8 @@ class LocalCluster:
 
     def _start_apiserver(self) -> None:
         sa = self.dir / "sa.key"
-        extra = [] if self.watch_cache else ["--watch-cache=false"]
+        extra = [*self.gates, *self.runtime_config]
+        extra += [] if self.watch_cache else ["--watch-cache=false"]
         if self.audit_log is not None:  # the log backend blocks: a line is on disk before the
             # response is sent; no rotation, so one file holds the whole run
             extra += [f"--audit-policy-file={self.dir / 'audit-policy.yaml'}",
@@ -274,9 +291,10 @@ class LocalCluster:
         self._spawn("kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
                     "--leader-elect=false", "--bind-address=127.0.0.1",
                     f"--secure-port={self.port['kcm']}", f"--cert-dir={self.dir}/kcm-certs",
-                    f"--controllers={CONTROLLERS}", "--use-service-account-credentials=false",
+                    f"--controllers={self.controllers}",
+                    "--use-service-account-credentials=false",
                     f"--service-account-private-key-file={self.dir / 'sa.key'}",
-                    "--authentication-tolerate-lookup-failure", "-v=2")
+                    "--authentication-tolerate-lookup-failure", "-v=2", *self.gates)
 
     def _start_kwok(self) -> None:
         self._spawn("kwok", f"--kubeconfig={self.kubeconfig}",

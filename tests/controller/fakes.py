@@ -130,6 +130,7 @@ class FakeCache:
         self.nodes = Store(lambda n: n.name)
         self.pdbs = Store(lambda b: f"{b.namespace}/{b.name}")
         self.plans = Store(lambda s: s.name)
+        self.podgroups = None  # native PodGroups: the API is not served
         self.pods.put(*pods)
         self.nodes.put(*nodes)
         self.pdbs.put(*pdbs)

@@ -1,0 +1,193 @@
+"""Native PodGroups: the trim, pod membership (schedulingGroup, 1.35 workloadRef), and what the
+planner makes of disruptionMode."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckpt_preempt.controller import convert, podgroups
+from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies import native_gangs, preemption
+from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
+from tests.controller.test_convert import NOW, pod_json
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+
+
+def group_json(name="g", *, ns="team", min_count=4, mode: str | None = "all") -> dict:
+    spec: dict = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if mode:
+        spec["disruptionMode"] = {mode: {}}
+    return {"metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+def member(name, *, group="g", node=None, labels=None, workload_ref=None, **kw) -> dict:
+    d = pod_json(name, node=node, labels=labels, **kw)
+    if workload_ref is not None:
+        d["spec"]["workloadRef"] = workload_ref
+    elif group is not None:
+        d["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return d
+
+
+def test_podgroup_trim_reads_min_count_and_mode_defaulting_to_single():
+    assert podgroups.podgroup_info(group_json()) == NativeGroup(
+        namespace="team", name="g", min_count=4, disruption=Disruption.ALL)
+    assert podgroups.podgroup_info(group_json(mode="single")).disruption is Disruption.SINGLE
+    assert podgroups.podgroup_info(group_json(mode=None)).disruption is Disruption.SINGLE
+    basic = {"metadata": {"name": "b", "namespace": "t"},
+             "spec": {"schedulingPolicy": {"basic": {}}}}
+    assert podgroups.podgroup_info(basic).min_count is None
+
+
+@given(spec=JSON)
+def test_podgroup_trim_never_raises_and_bounds_min_count(spec):
+    g = podgroups.podgroup_info({"metadata": {"name": "x", "namespace": "n"}, "spec": spec})
+    assert g.min_count is None or 1 <= g.min_count <= podgroups.MAX_MIN_COUNT
+    assert g.disruption in (Disruption.ALL, Disruption.SINGLE)
+
+
+def test_pod_names_its_group_by_scheduling_group_or_workload_ref():
+    assert convert.pod_info(member("a")).pod_group == "g"
+    ref = {"name": "w", "podGroup": "workers", "podGroupReplicaKey": "r1"}
+    assert convert.pod_info(member("b", workload_ref=ref)).pod_group == "w/workers/r1"
+    assert convert.pod_info(member("c", workload_ref={"name": "w", "podGroup": "p"})
+                            ).pod_group == "w/p"
+    assert convert.pod_info(member("d", group=None)).pod_group is None
+    for bad in ({"podGroupName": ""}, {"podGroupName": "a/b"}, {"podGroupName": 3}, "x"):
+        d = member("e", group=None)
+        d["spec"]["schedulingGroup"] = bad
+        assert convert.pod_info(d).pod_group is None
+
+
+@given(ref=st.text(max_size=30), known=st.booleans(), single=st.booleans(),
+       min_count=st.none() | st.integers(1, 9), bound=st.booleans())
+def test_only_a_bound_member_of_a_known_single_group_leaves_the_gang(
+        ref, known, single, min_count, bound):
+    """Never cheaper: an unknown group is evicted whole; membership is dropped only where the
+    PodGroup itself says members are disrupted one by one."""
+    group = (NativeGroup(namespace="n", name=ref, min_count=min_count,
+                         disruption=Disruption.SINGLE if single else Disruption.ALL)
+             if known else None)
+    gang, total = native_gangs.membership(namespace="n", ref=ref, group=group, bound=bound)
+    assert (gang is None) == (known and single and bound)
+    if gang is not None:
+        assert gang == native_gangs.gang_key("n", ref)
+    assert total == (min_count if known and not single else None)
+
+
+def _started_an_hour_ago(d: dict) -> dict:
+    d["metadata"]["creationTimestamp"] = "2027-01-15T07:00:00Z"  # NOW - 3600
+    return d
+
+
+def _snapshot(mode: str | None, *, labelled: bool = False):
+    """Group g: v-0..v-3 (4 GPUs each, two per node on n0, n1); `solo` on n2; preemptor `pre`
+    (8 GPUs). All started an hour ago; members checkpointed just now, `solo` never."""
+    from tests.controller.fakes import node
+
+    pods = [convert.pod_info(_started_an_hour_ago(member(
+        f"v-{i}", node=f"n{i // 2}", gpus=4,
+        labels={"scheduling.ai/gang-name": "other"} if labelled else None,
+        annotations={"ckpt-preempt.io/last-checkpoint": "2027-01-15T08:00:00Z"})))
+        for i in range(4)]
+    pods.append(convert.pod_info(_started_an_hour_ago(pod_json("solo", node="n2", gpus=8))))
+    pods.append(convert.pod_info(pod_json("pre", gpus=8, priority=1000)))
+    groups = {} if mode is None else {"team/g": podgroups.podgroup_info(group_json(mode=mode))}
+    conv = convert.snapshot(now=NOW, nodes=[node(f"n{i}") for i in range(3)], pods=pods,
+                            pdbs=[], scope=convert.Scope(), limits=ann.Limits(),
+                            podgroups=groups)
+    return conv.snapshot
+
+
+def _victims(snap) -> list[str]:
+    plan = preemption.plan(snap, [snap.pod_by_uid["uid-pre"]])
+    assert plan.feasible
+    return sorted(v.name for g in plan.victim_groups for v in g.victims)
+
+
+def test_all_group_is_one_victim_unit_and_wins_over_labels():
+    snap = _snapshot("all", labelled=True)
+    assert {snap.pod_by_uid[f"uid-v-{i}"].gang for i in range(4)} == {"team/native/g"}
+    assert snap.pod_by_uid["uid-v-0"].gang_total == 4
+    assert _victims(snap) == ["v-0", "v-1", "v-2", "v-3"]
+
+
+def test_single_group_members_are_evicted_alone():
+    snap = _snapshot("single")
+    assert {snap.pod_by_uid[f"uid-v-{i}"].gang for i in range(4)} == {None}
+    assert _victims(snap) in (["v-0", "v-1"], ["v-2", "v-3"])
+
+
+def test_unknown_group_is_evicted_whole():
+    snap = _snapshot(None)
+    assert snap.pod_by_uid["uid-v-0"].gang_total is None
+    assert _victims(snap) == ["v-0", "v-1", "v-2", "v-3"]
+
+
+@pytest.mark.xfail(strict=True, reason="the planner places a gang preemptor member by member "
+                   "(policies/preemption.py), so it misses one victim group that frees room on "
+                   "two nodes at once; e2e/test_native_compare.py seed 1 shows it live")
+def test_gang_preemptor_takes_the_victim_group_that_frees_two_nodes_at_once():
+    """Seed 1 of e2e/test_native_compare.py: groups ga (39.84 GPU-h unsaved) and gb
+    (10 GPU-h) straddle n0 and n1; s2 (44.48) and s3 (35.28) fill n2 and n3. Two 8-GPU members
+    need two nodes: ga + gb (49.84 GPU-h) beats s2 + s3 (79.76)."""
+    from tests.controller.fakes import node
+
+    def started(d: dict, hours: float, ckpt: float | None) -> dict:
+        d["metadata"]["creationTimestamp"] = d["status"]["startTime"] = _ago(hours)
+        if ckpt is not None:
+            d["metadata"]["annotations"]["ckpt-preempt.io/last-checkpoint"] = _ago(ckpt)
+        return d
+
+    pods = [convert.pod_info(started(member(f"{g}-{i}", group=g, node=f"n{i}", gpus=4,
+                                            priority=100), h, c))
+            for g, h, c in (("ga", 4.98, None), ("gb", 2.79, 1.25)) for i in (0, 1)]
+    pods += [convert.pod_info(started(pod_json(n, node=f"n{i}", gpus=8, priority=p), h, None))
+             for n, i, p, h in (("s2", 2, 100, 5.56), ("s3", 3, 50, 4.41))]
+    pods += [convert.pod_info(member(f"big-{i}", group="big", gpus=8, priority=1000))
+             for i in (0, 1)]
+    groups = {f"team/{g}": podgroups.podgroup_info(group_json(g, min_count=2))
+              for g in ("ga", "gb", "big")}
+    snap = convert.snapshot(now=NOW, nodes=[node(f"n{i}") for i in range(4)], pods=pods,
+                            pdbs=[], scope=convert.Scope(), limits=ann.Limits(),
+                            podgroups=groups).snapshot
+    plan = preemption.plan(snap, [snap.pod_by_uid["uid-big-0"], snap.pod_by_uid["uid-big-1"]])
+    assert sorted(v.name for g in plan.victim_groups for v in g.victims) == [
+        "ga-0", "ga-1", "gb-0", "gb-1"]
+
+
+def _ago(hours: float) -> str:
+    return datetime.fromtimestamp(NOW - hours * 3600, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_an_unreachable_server_is_retried_and_never_taken_for_absent(caplog):
+    """Constructing the informer touches no network; while the server cannot be reached,
+    discovery is retried (never concluded "not served") and nothing reports synced."""
+    import socket
+    import time
+
+    from kubernetes import client
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = client.Configuration()
+    cfg.host, cfg.retries = f"http://127.0.0.1:{port}", 0
+    caplog.set_level("INFO", logger="ckpt_preempt.podgroups")
+    informer = podgroups.PodGroupInformer(client.ApiClient(cfg), threading.Event())
+    informer.start()
+    try:
+        time.sleep(1.5)  # the first retries wait up to 0.5 s, 1 s, ...
+        assert informer.served is None and not informer.synced.is_set()
+    finally:
+        informer.stop()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and all("discovery of native PodGroups failed" in m for m in lines), lines
