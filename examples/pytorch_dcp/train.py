@@ -157,7 +157,9 @@ def worker(args: argparse.Namespace) -> int:
         path = ckpts / (ckpts / LATEST).read_text().strip()
         model_sd, optim_sd = get_state_dict(model, optim)
         state = {"model": model_sd, "optim": optim_sd, "step": torch.tensor(0)}
-        dcp.load(state, checkpoint_id=path)
+        dcp.load(state, checkpoint_id=path)  # in place, into each rank's own tensors
+        # get/load/set is DCP's documented resume sequence; set_state_dict also covers state
+        # that get_state_dict had to copy (sharded models, optimisers keyed by name).
         set_state_dict(model, optim, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
         step = int(state["step"])
