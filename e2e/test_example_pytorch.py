@@ -49,8 +49,9 @@ INSTALL_TIMEOUT_SECONDS = 35 * 60  # torch_venv.py gives pip 30 min; a cold inst
 START_SECONDS = 180  # importing torch twice on a loaded 2-core machine took up to 40 s
 STEPS_AFTER_ACK = 5  # the loop trains on after its ack; these steps are recomputed on resume
 # The resumed run recomputes those steps from the loaded weights and Adam state, with the same
-# batches (a function of seed, step and rank), deterministic kernels and a two-operand gloo sum:
-# the losses come out bit for bit the same. The tolerance only allows for float64 printing.
+# batches (a function of seed, step and rank), deterministic kernels, the same thread count (the
+# launcher sets OMP_NUM_THREADS=1) and a two-operand gloo sum: the losses come out bit for bit
+# the same. The tolerance only allows for float64 printing.
 SAME_LOSS = {"rel": 1e-9, "abs": 1e-12}
 # A fresh start would begin at the untrained loss (1.9 here); after >= 50 steps of Adam it is
 # below 0.25 (0.02-0.07 measured), so a resume that restored nothing could not pass this.

@@ -74,7 +74,8 @@ def free_port() -> int:
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Start the workers as torchrun would; forward SIGTERM; exit 143 when evicted."""
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+    env = {"OMP_NUM_THREADS": "1",  # as torchrun does: one thread per worker unless told
+           **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "WORLD_SIZE": str(args.nproc)}
     workers = [subprocess.Popen([sys.executable, __file__, *argv],
                                 env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
