@@ -28,7 +28,7 @@ REQUIREMENTS = HERE / "requirements.txt"
 CACHE_ENV = "CKPT_TORCH_VENV_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache/ckpt-preempt/torch-venv"
 STAMP = ".installed"
-INSTALL_TIMEOUT_SECONDS = 30 * 60  # a cold install measured 4 min; a stuck one must end
+INSTALL_TIMEOUT_SECONDS = 30 * 60  # cold: 7 min measured; a stuck one must end
 
 
 class InstallFailed(RuntimeError):
@@ -61,7 +61,7 @@ def ensure(file: Path = REQUIREMENTS, log=sys.stderr) -> Path:
         if (d / STAMP).exists():
             return d / "bin/python"
         shutil.rmtree(d, ignore_errors=True)
-        print(f"installing {file.name} into {d} (cold: about 3 GB, 4 min)", file=log,
+        print(f"installing {file.name} into {d} (cold: 2.8 GB, 4-7 min)", file=log,
               flush=True)
         try:
             venv.create(d, with_pip=True)
