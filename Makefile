@@ -50,8 +50,8 @@ chart: testbin
 
 # The PyTorch DCP example (examples/pytorch_dcp) runs real torch from its own venv, cached in
 # ~/.cache/ckpt-preempt/torch-venv (never the product's venv). Cold: 2.8 GB from PyPI, 4-7 min
-# measured on 2 cores (7 min with other jobs loading them); cached afterwards. If it cannot be installed its test skips, unless
-# CKPT_REQUIRE_TORCH=1 (CI), where that is an error.
+# measured on 2 cores (7 min with other jobs loading them); cached afterwards. If it cannot be
+# installed its test skips, unless CKPT_REQUIRE_TORCH=1 (CI), where that is an error.
 torch-venv: $(STAMP)
 	@$(BIN)/python examples/pytorch_dcp/torch_venv.py >/dev/null || { \
 	  [ "$$CKPT_REQUIRE_TORCH" != 1 ] || { echo "CKPT_REQUIRE_TORCH=1: failing"; exit 1; }; \
