@@ -59,7 +59,7 @@ torch-venv: $(STAMP)
 
 # Only the PyTorch example: checkpoint on request -> evict -> resume (see its README).
 example: $(STAMP) testbin torch-venv
-	@$(BIN)/python -m pytest e2e/test_example_pytorch.py $(PYTEST_ARGS)
+	@$(BIN)/python -m pytest tests/examples e2e/test_example_pytorch.py $(PYTEST_ARGS)
 
 test: $(STAMP) lint testbin chart torch-venv
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \

@@ -7,22 +7,15 @@ acknowledges through the SDK; the controller evicts, and the SIGTERM a kubelet w
 the trainer (143). Started again it loads the checkpoint: it goes on from the step it saved at,
 and recomputes the steps the evicted run did after the checkpoint with the same losses.
 
-torch lives in its own cached venv (examples/pytorch_dcp/torch_venv.py), never in the product's.
-When it cannot be installed this skips, unless CKPT_REQUIRE_TORCH=1 (CI), where it fails.
+torch comes from the example's own cached venv (tests/examples/pytorch_env.py: skipped when it
+cannot be installed, unless CKPT_REQUIRE_TORCH=1).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import re
 import signal
 import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +23,6 @@ from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
     LOW,
-    REPO,
     config_for,
     free_port,
     grant_agent,
@@ -40,13 +32,12 @@ from e2e.test_controller_support import (
     start_agent,
     user_kubeconfig,
 )
+from tests.examples.pytorch_env import START_SECONDS, Output, losses, torch_python, trainer
+
+_ = torch_python  # a fixture, used by name
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = REPO / "examples/pytorch_dcp"
-REQUIRE_TORCH_ENV = "CKPT_REQUIRE_TORCH"
-INSTALL_TIMEOUT_SECONDS = 35 * 60  # torch_venv.py gives pip 30 min; a cold install took 7
-START_SECONDS = 180  # importing torch twice on a loaded 2-core machine took up to 40 s
 STEPS_AFTER_ACK = 5  # the loop trains on after its ack; these steps are recomputed on resume
 # The resumed run recomputes those steps from the loaded weights and Adam state, with the same
 # batches (a function of seed, step and rank), deterministic kernels, the same thread count (the
@@ -57,56 +48,6 @@ SAME_LOSS = {"rel": 1e-9, "abs": 1e-12}
 # below 0.25 (0.02-0.07 measured), so a resume that restored nothing could not pass this.
 FRESH_START_RATIO = 0.25
 MIN_STEPS_BEFORE_REQUEST = 50
-
-
-@pytest.fixture(scope="module")
-def torch_python() -> Path:
-    """The example venv's python, installed on first use (cold 4-7 min, then cached)."""
-    try:
-        r = subprocess.run([sys.executable, str(EXAMPLE / "torch_venv.py")], capture_output=True,
-                           text=True, timeout=INSTALL_TIMEOUT_SECONDS)
-        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-    except subprocess.TimeoutExpired:
-        r, why = None, f"torch_venv.py took over {INSTALL_TIMEOUT_SECONDS} s"
-    if r is None or r.returncode != 0:
-        if os.environ.get(REQUIRE_TORCH_ENV) == "1":
-            pytest.fail(f"{why} [{REQUIRE_TORCH_ENV}=1, so this is a failure]", pytrace=False)
-        pytest.skip(f"the PyTorch example's venv could not be installed: {why}")
-    return Path(r.stdout.strip())
-
-
-class Output:
-    """A process's output lines, read in the background."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.q: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=lambda: [self.q.put(line) for line in proc.stdout],
-                         daemon=True).start()
-
-    def wait_for(self, pattern: str, timeout: float) -> re.Match:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            try:
-                line = self.q.get(timeout=max(0.0, end - time.monotonic()))
-            except queue.Empty:
-                break
-            self.seen.append(line)
-            if m := re.search(pattern, line):
-                return m
-        raise AssertionError(f"no line matching {pattern!r} in {self.seen}")
-
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    path = run / "loss.jsonl"
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-    return [(r["step"], r["loss"]) for r in rows]
-
-
-def trainer(python: Path, run: Path, *args: str) -> list[str]:
-    return [str(python), str(EXAMPLE / "train.py"), "--dir", str(run), *args]
 
 
 def test_dcp_checkpoint_on_request_then_evict_then_resume(torch_python, cluster, namespace, pool,
