@@ -53,9 +53,9 @@ chart: testbin
 # measured on 2 cores (7 min with other jobs loading them); cached afterwards. If it cannot be
 # installed its test skips, unless CKPT_REQUIRE_TORCH=1 (CI), where that is an error.
 torch-venv: $(STAMP)
-	@$(BIN)/python examples/pytorch_dcp/torch_venv.py >/dev/null || { \
+	@py=$$($(BIN)/python examples/pytorch_dcp/torch_venv.py) && echo "torch venv: $$py" || { \
 	  [ "$$CKPT_REQUIRE_TORCH" != 1 ] || { echo "CKPT_REQUIRE_TORCH=1: failing"; exit 1; }; \
-	  echo "torch venv not installed: the PyTorch example test will be skipped"; }
+	  echo "torch venv not installed: the PyTorch example tests will be skipped"; }
 
 # Only the PyTorch example: checkpoint on request -> evict -> resume (see its README).
 example: $(STAMP) testbin torch-venv
