@@ -49,15 +49,34 @@ KEEP_CHECKPOINTS = 2
 COLLECTIVE_TIMEOUT_SECONDS = 120  # a dead peer fails the collective instead of hanging
 
 
+def at_least(low: float, kind=int):
+    def parse_value(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
+        return value
+    return parse_value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump: the project's bad-input rule
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True, help="checkpoints and loss.jsonl go here")
-    ap.add_argument("--steps", type=int, default=100_000)
-    ap.add_argument("--nproc", type=int, default=2, help="worker processes (launcher only)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--every", type=int, default=0, help="periodic checkpoint interval (0: off)")
-    ap.add_argument("--step-seconds", type=float, default=0.0, help="sleep after each step")
+    ap.add_argument("--steps", type=at_least(0), default=100_000)
+    ap.add_argument("--nproc", type=at_least(1), default=2, help="workers (launcher only)")
+    ap.add_argument("--seed", type=at_least(0), default=0)
+    ap.add_argument("--lr", type=at_least(0.0, float), default=0.01)
+    ap.add_argument("--every", type=at_least(0), default=0,
+                    help="periodic checkpoint interval (0: off)")
+    ap.add_argument("--step-seconds", type=at_least(0.0, float), default=0.0,
+                    help="sleep after each step")
     ap.add_argument("--pidfile", help="rank 0 writes its pid here for the agent's signals")
     ap.add_argument("--agent-url", help="the agent's endpoint (default: the SDK's)")
     return ap.parse_args(argv)
@@ -74,6 +93,11 @@ def free_port() -> int:
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Start the workers as torchrun would; forward SIGTERM; exit 143 when evicted."""
+    try:
+        (Path(args.dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"train.py: cannot use --dir {args.dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
     env = {"OMP_NUM_THREADS": "1",  # as torchrun does: one thread per worker unless told
            **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "WORLD_SIZE": str(args.nproc)}
@@ -90,20 +114,20 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    codes: dict[int, int] = {}
-    while len(codes) < len(workers):
-        for i, w in enumerate(workers):
-            if i not in codes and w.poll() is not None:
-                codes[i] = w.returncode
-                if w.returncode != 0:  # one gone: the others cannot go on alone
-                    for other in workers:
-                        with contextlib.suppress(ProcessLookupError):
-                            other.terminate()
+    first_failure: int | None = None  # the exit code of the first worker that failed
+    running = list(workers)
+    while running:
+        for w in [w for w in running if w.poll() is not None]:
+            running.remove(w)
+            if w.returncode != 0 and first_failure is None:
+                first_failure = w.returncode
+                for other in running:  # one gone: the others cannot go on alone
+                    with contextlib.suppress(ProcessLookupError):
+                        other.terminate()
         time.sleep(0.05)
-    if evicted.is_set() or EXIT_EVICTED in codes.values() or -signal.SIGTERM in codes.values():
-        return EXIT_EVICTED
-    failed = [c for c in codes.values() if c != 0]
-    return (abs(failed[0]) or 1) if failed else 0
+    if evicted.is_set() or first_failure in (EXIT_EVICTED, -signal.SIGTERM):
+        return EXIT_EVICTED  # SIGTERM to the launcher, or to the workers themselves
+    return 0 if first_failure is None else abs(first_failure) or 1
 
 
 # ---------------------------------------------------------------------------- the workers

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import threading
+
+import pytest
 
 from ckpt_preempt.controller import agent
 from tests.controller.test_agent import DONE, Pod
-from tests.examples.pytorch_env import START_SECONDS, Output, torch_python, trainer
+from tests.examples.pytorch_env import EXAMPLE, START_SECONDS, Output, torch_python, trainer
 
 _ = torch_python  # a fixture, used by name
 ANSWER_SECONDS = 60
@@ -60,3 +63,19 @@ def test_request_cancel_request_then_sigterm(torch_python, tmp_path):
         stop.set()
         server.shutdown()
     assert pod.writer.writes == [("ack", "p1"), ("ack", "p2")]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--dir", "/proc/no-such-dir"], "cannot use --dir /proc/no-such-dir"),
+    (["--dir", "{tmp}", "--nproc", "0"], "argument --nproc: must be >= 1"),
+    (["--dir", "{tmp}", "--steps", "many"], "argument --steps: not a number"),
+    (["--dir", "{tmp}", "--lr", "nan"], "argument --lr: must be >= 0.0"),
+    (["--steps", "5"], "the following arguments are required: --dir"),
+])
+def test_bad_input_is_one_line_before_torch_is_imported(tmp_path, args, says):
+    """The launcher checks its input with the standard library only (the product's python)."""
+    r = subprocess.run([sys.executable, str(EXAMPLE / "train.py"),
+                        *(a.format(tmp=tmp_path) for a in args)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
