@@ -58,7 +58,7 @@ torch-venv: $(STAMP)
 	  echo "torch venv not installed: the PyTorch example tests will be skipped"; }
 
 # Only the PyTorch example: checkpoint on request -> evict -> resume (see its README).
-# 2 min 57 s measured with the venv cached (5 tests; the 2 cores shared with other jobs).
+# 2 min 55 s measured with the venv cached (10 tests; the 2 cores shared with other jobs).
 example: $(STAMP) testbin torch-venv
 	@$(BIN)/python -m pytest tests/examples e2e/test_example_pytorch.py $(PYTEST_ARGS)
 
