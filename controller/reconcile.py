@@ -50,7 +50,7 @@ from ckpt_preempt.controller.plans import (
     waiting_for_victims,
 )
 from ckpt_preempt.controller.watch import ClusterCache
-from ckpt_preempt.policies import gangs, kube_default, lifecycle, preemption
+from ckpt_preempt.policies import gangs, kube_default, lifecycle, native_gangs, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
@@ -233,7 +233,10 @@ class Reconciler:
             total = first.gang_total
             bound = [u for u in conv.snapshot.gangs[key].members if model[u].node is not None]
             have = len(members) + len(bound)
-            ready = gangs.readiness(have, total=total, minimum=minimums.get(key))
+            if native_gangs.is_native(key):  # minCount: at least that many, more are fine
+                ready = gangs.readiness(have, total=None, minimum=total)
+            else:
+                ready = gangs.readiness(have, total=total, minimum=minimums.get(key))
             if ready is gangs.Readiness.OVERFULL:
                 for p in members:
                     self._warn_once(p, "GangTotalMismatch",

@@ -78,6 +78,12 @@ def gang_key(namespace: str, ref: str) -> str:
     return f"{namespace}/{CONVENTION}/{ref}"
 
 
+def is_native(gang_key_: str) -> bool:
+    """Whether a gang key (``<namespace>/<convention>/<name>``) names a native PodGroup, whose
+    declared size (``minCount``) is a minimum: more members may exist."""
+    return gang_key_.split("/", 2)[1:2] == [CONVENTION]
+
+
 def membership(*, namespace: str, ref: str, group: NativeGroup | None,
                bound: bool) -> tuple[str | None, int | None]:
     """(gang key, declared size) of a pod naming native group ``ref``; ``group`` is the PodGroup

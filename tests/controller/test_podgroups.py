@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert, podgroups
+from ckpt_preempt.controller import convert, podgroups, reconcile
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import native_gangs, preemption
+from ckpt_preempt.policies import lifecycle, native_gangs, preemption
 from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
 from tests.controller.test_convert import NOW, pod_json
 
@@ -191,3 +191,26 @@ def test_an_unreachable_server_is_retried_and_never_taken_for_absent(caplog):
         informer.stop()
     lines = [r.getMessage() for r in caplog.records]
     assert lines and all("discovery of native PodGroups failed" in m for m in lines), lines
+
+
+def _gated_members(n: int) -> list:
+    from dataclasses import replace
+
+    from tests.controller.fakes import pod
+    return [replace(pod(f"m{i}", priority=1000, gpus=4, gates=(reconcile.ADMISSION_GATE,)),
+                    pod_group="pg") for i in range(n)]
+
+
+@pytest.mark.parametrize("members, admitted", [(3, 3), (2, 2), (1, 0)])
+def test_min_count_is_a_minimum_more_members_are_admitted_together(members, admitted):
+    from tests.controller.fakes import T0, FakeCache, Rig, Store, node
+    cache = FakeCache(nodes=[node("n1"), node("n2")], pods=_gated_members(members))
+    cache.podgroups = Store(lambda g: g.key)
+    cache.podgroups.put(NativeGroup(namespace="team", name="pg", min_count=2,
+                                    disruption=Disruption.ALL))
+    rig = Rig(cache)
+    rig.tick(T0)
+    plans = [lifecycle.plan_from_annotation(o.raw) for o in cache.plans.items()]
+    assert sum(len(p.placements) for p in plans) == admitted
+    assert len(plans) == (1 if admitted else 0)  # the whole group in one plan, or none yet
+    assert "GangTotalMismatch" not in rig.actions.event_reasons()
