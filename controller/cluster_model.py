@@ -86,8 +86,10 @@ class ClusterModel:
         self._live: dict[str, PodInfo] = {}  # uid -> unfinished pod
         self._model: dict[str, Pod] = {}  # uid -> Pod
         self._problems: dict[str, tuple[str, ...]] = {}
-        self._on_node: dict[str, dict[str, Pod]] = {}
-        self._in_gang: dict[str, dict[str, Pod]] = {}
+        # node / gang -> key -> (seq, Pod): sorting the pairs gives the cache's order
+        self._on_node: dict[str, dict[str, tuple[int, Pod]]] = {}
+        self._in_gang: dict[str, dict[str, tuple[int, Pod]]] = {}
+        self._held_sum: dict[str, list[int]] = {}  # node -> [cpu, memory, gpus] held
         self._pending: dict[str, _PodEntry] = {}
         self._terminating: set[str] = set()
         self._annotated: dict[str, _PodEntry] = {}
@@ -192,12 +194,16 @@ class ClusterModel:
         if e.problems:
             self._problems[p.uid] = e.problems
         if p.node is not None:
-            self._on_node.setdefault(p.node, {})[key] = p
+            self._on_node.setdefault(p.node, {})[key] = (e.seq, p)
             self._dirty_nodes.add(p.node)
+            r, held = p.requests, self._held_sum.setdefault(p.node, [0, 0, 0])
+            held[0] += r.cpu_milli
+            held[1] += r.memory_mib
+            held[2] += r.gpus
             if self._median and p.last_checkpoint is not None:
                 bisect.insort(self._ages, _age_base(p))
         if p.gang is not None:
-            self._in_gang.setdefault(p.gang, {})[key] = p
+            self._in_gang.setdefault(p.gang, {})[key] = (e.seq, p)
             self._dirty_gangs.add(p.gang)
         if info.deleting:
             self._terminating.add(p.uid)
@@ -217,6 +223,10 @@ class ClusterModel:
         if p.node is not None:
             self._on_node[p.node].pop(key, None)
             self._dirty_nodes.add(p.node)
+            r, held = p.requests, self._held_sum[p.node]
+            held[0] -= r.cpu_milli
+            held[1] -= r.memory_mib
+            held[2] -= r.gpus
             if self._median and p.last_checkpoint is not None:
                 i = bisect.bisect_left(self._ages, _age_base(p))
                 del self._ages[i]
@@ -244,20 +254,17 @@ class ClusterModel:
 
     def _finish(self) -> None:
         """Rebuild the per-node and per-gang entries that changed, in the cache's order."""
-        seq = self._seq_of
         for name in self._dirty_nodes:
             on = self._on_node.get(name)
             if not on:
                 self._on_node.pop(name, None)
+                self._held_sum.pop(name, None)
                 self._pods_on_node.pop(name, None)
                 self._held.pop(name, None)
             else:
-                ps = tuple(on[k] for k in sorted(on, key=seq))
-                self._pods_on_node[name] = ps
-                self._held[name] = Resources(
-                    cpu_milli=sum(p.requests.cpu_milli for p in ps),
-                    memory_mib=sum(p.requests.memory_mib for p in ps),
-                    gpus=sum(p.requests.gpus for p in ps))
+                self._pods_on_node[name] = tuple(p for _, p in sorted(on.values()))
+                c, m, g = self._held_sum[name]
+                self._held[name] = Resources(cpu_milli=c, memory_mib=m, gpus=g)
             self._set_free(name)
         self._dirty_nodes.clear()
         for gang in self._dirty_gangs:
@@ -267,13 +274,10 @@ class ClusterModel:
                 self._gang_pods.pop(gang, None)
                 self._gangs.pop(gang, None)
             else:
-                ps = [members[k] for k in sorted(members, key=seq)]
+                ps = [p for _, p in sorted(members.values())]
                 self._gang_pods[gang] = ps
                 self._gangs[gang] = Gang(key=gang, members=tuple(sorted(p.uid for p in ps)))
         self._dirty_gangs.clear()
-
-    def _seq_of(self, key: str) -> int:
-        return self._pods[key].seq
 
     # ----------------------------------------------------------------------------- nodes
     def _apply_nodes(self, ch: Changes) -> None:
