@@ -28,11 +28,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.synthetic_cluster import trace, uniform  # noqa: E402
+from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
 from ckpt_preempt.controller import convert  # noqa: E402
 from ckpt_preempt.controller.cluster_model import ClusterModel  # noqa: E402
 from ckpt_preempt.controller.config import Config  # noqa: E402
 from ckpt_preempt.controller.watch import ChangeLog, Changes  # noqa: E402
+from ckpt_preempt.policies import annotations as ann  # noqa: E402
 
 NOW = 2_000_000_000.0
 SIZES = {"small": (4278, 40_000), "large": (12_500, 100_000)}
@@ -88,8 +89,9 @@ def change(pods: Store, fraction: float, rng: random.Random, round_: int) -> Non
     for i, key in enumerate(keys):
         p = pods.items[key]
         if i % 4 < 2:  # a new checkpoint reported
+            saved = rfc3339(NOW - 60 - round_)
             pods.put(key, replace(p, resource_version=f"{p.resource_version}.{round_}",
-                                  annotations={**p.annotations}))
+                                  annotations={**p.annotations, ann.LAST_CHECKPOINT: saved}))
         elif i % 4 == 2:  # finished and gone
             pods.delete(key)
         else:  # a new pod in the place of one that went

@@ -71,6 +71,11 @@ def _checkpoint_at(info: PodInfo) -> float:
 
 
 _POD = attrgetter("pod")
+# what convert.to_pod (and Scope.covers) read: a change elsewhere (resourceVersion, status
+# conditions, nomination) leaves the converted pod as it was
+_inputs = attrgetter("uid", "name", "namespace", "labels", "annotations", "priority",
+                     "priority_class", "requests", "node", "start_time", "created", "owner_uid",
+                     "deleting", "done")
 
 
 class ClusterModel:
@@ -166,8 +171,9 @@ class ClusterModel:
         else:
             seq = old.seq
         e = _PodEntry(info, seq)
-        if reuse is not None and reuse.info == info and min(reuse.converted_at, now) >= \
-                reuse.checkpoint_at:
+        reuse = reuse or old
+        if reuse is not None and _inputs(reuse.info) == _inputs(info) and \
+                min(reuse.converted_at, now) >= reuse.checkpoint_at:
             e.pod, e.problems, e.converted_at = reuse.pod, reuse.problems, reuse.converted_at
         else:
             self._convert(e, now)

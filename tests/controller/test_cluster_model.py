@@ -164,3 +164,17 @@ def test_the_informer_logs_what_each_event_did_to_its_order():
     assert inf.drain().changed == ()
     inf._relist()  # after a 410: everything again, in the list's order
     assert inf.drain().relist == (("a", "1"), ("b", "2"))
+
+
+def test_a_status_only_change_keeps_the_converted_pod():
+    cache = FakeCache(pods=[pod("v", node="n1")], nodes=[node("n1")])
+    model = model_of(cache)
+    model.sync(T0)
+    before = model.snapshot(now=T0).snapshot.pod_by_uid["uid-v"]
+    cache.pods.put(replace(cache.pods.get("team/v"), resource_version="2", nominated="n1"))
+    view = model.sync(T0 + 1)
+    assert view.by_uid["uid-v"].resource_version == "2"
+    assert model.snapshot(now=T0 + 1).snapshot.pod_by_uid["uid-v"] is before
+    cache.pods.put(replace(cache.pods.get("team/v"), labels={"app": "z"}))
+    model.sync(T0 + 2)
+    assert model.snapshot(now=T0 + 2).snapshot.pod_by_uid["uid-v"].labels == {"app": "z"}
