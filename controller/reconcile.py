@@ -1,7 +1,8 @@
 """The reconcile pass: carry every stored plan one step further, then plan for new preemptors.
 
-One ``tick()`` reads the watch cache (never the API server, except inside ``Actions``), so a
-pass is cheap and a restarted controller rebuilds everything from the stored plans:
+One ``tick()`` reads the watch cache through ``controller.cluster_model`` (never the API server,
+except inside ``Actions``), so a pass costs what changed since the last one, and a restarted
+controller rebuilds everything from the stored plans:
 
 1. **Stored plans** (ConfigMaps in the controller's own namespace, see ``controller.plans``).
    Every plan not yet Done or Aborted is re-validated against live state and advanced one step
