@@ -18,7 +18,9 @@ pytestmark = pytest.mark.e2e
 NODES, PER_NODE = 12, 4
 
 
-def _equal(cache: ClusterCache, model: ClusterModel, scope: convert.Scope, now: float):
+def _equal(cache: ClusterCache, model: ClusterModel, scope: convert.Scope, now: float,
+           settled=lambda snap: True):
+    """The model's snapshot once it equals a rebuild and ``settled`` holds for it."""
     view = model.sync(now)
     got = model.snapshot(now=now)
     live = [p for p in cache.pods.items() if not p.done]
@@ -26,7 +28,7 @@ def _equal(cache: ClusterCache, model: ClusterModel, scope: convert.Scope, now: 
                             pdbs=cache.pdbs.items(), scope=scope, limits=ann.Limits())
     if got != want or dict(view.by_uid) != {p.uid: p for p in live}:
         return kube.NotYet(f"{len(got.snapshot.pods)} pods in the model, {len(live)} cached")
-    return got
+    return got if settled(got.snapshot) else kube.NotYet("the changes are not all seen yet")
 
 
 def test_the_model_fed_by_real_watches_equals_a_full_rebuild(cluster, namespace, pool):
@@ -50,11 +52,15 @@ def test_the_model_fed_by_real_watches_equals_a_full_rebuild(cluster, namespace,
         cluster.core.patch_namespaced_pod(f"{names[4]}-1", namespace, {"metadata": {
             "annotations": {ann.LAST_CHECKPOINT: "2026-01-01T00:00:00Z"}}})
         cluster.core.delete_node(names[-1])
-        after = kube.wait_for("model == rebuild after the changes",
-                              lambda: _equal(cache, model, scope, 2.0), timeout=30)
-        snap = after.snapshot
-        assert names[-1] not in snap.node_by_name and snap.pods_on_node[names[-1]]
-        assert len(snap.gangs[f"{namespace}/seed/llm"].members) == 3
+        gang = f"{namespace}/seed/llm"
+
+        def settled(snap) -> bool:  # every change above has reached the cache
+            return (names[-1] not in snap.node_by_name and gang in snap.gangs
+                    and len(snap.gangs[gang].members) == 3
+                    and all(f"{n}-0" not in {p.name for p in snap.pods} for n in names[:3])
+                    and any(p.last_checkpoint is not None for p in snap.pods))
+        kube.wait_for("model == rebuild after the changes",
+                      lambda: _equal(cache, model, scope, 2e9, settled), timeout=30)
     finally:
         cache.stop()
         kube.delete_nodes(cluster, names)
