@@ -79,6 +79,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_refresh.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/differential.py --cases 220 --out bench/results/differential.json
+	$(BIN)/python bench/scale_pass.py
+	$(BIN)/python bench/scale_kwok.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

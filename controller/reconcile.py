@@ -1,7 +1,8 @@
 """The reconcile pass: carry every stored plan one step further, then plan for new preemptors.
 
-One ``tick()`` reads the watch cache (never the API server, except inside ``Actions``), so a
-pass is cheap and a restarted controller rebuilds everything from the stored plans:
+One ``tick()`` reads the watch cache through ``controller.cluster_model`` (never the API server,
+except inside ``Actions``), so a pass costs what changed since the last one, and a restarted
+controller rebuilds everything from the stored plans:
 
 1. **Stored plans** (ConfigMaps in the controller's own namespace, see ``controller.plans``).
    Every plan not yet Done or Aborted is re-validated against live state and advanced one step
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import convert, podgroups
+from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
 from ckpt_preempt.controller.advance import Memory, PlanStepper, World
+from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.health import ProactiveCheckpoint, PrometheusHealth, states
@@ -107,6 +109,10 @@ class Reconciler:
         self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
         self.scope = convert.scope(cfg)
         self.limits = convert.limits(cfg)
+        # the cluster as the planner sees it, kept up to date from the cache's changes
+        self.model = ClusterModel(pods=cache.pods, nodes=cache.nodes, pdbs=cache.pdbs,
+                                  podgroups=cache.podgroups, scope=self.scope,
+                                  limits=self.limits)
         self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
                                    self.scope, self._note_once)
         self.proactive = ProactiveCheckpoint(actions, cfg, self.scope, self.limits, metrics)
@@ -114,17 +120,15 @@ class Reconciler:
     # ----------------------------------------------------------------------------- one pass
     def tick(self) -> None:
         now = self.clock()
-        pods = [p for p in self.cache.pods.items() if not p.done]
-        world = World(by_uid={p.uid: p for p in pods},
-                      nodes={n.name: n for n in self.cache.nodes.items()},
-                      pdbs=tuple(self.cache.pdbs.items()), now=now,
-                      podgroups=podgroups.index(self.cache.podgroups))
+        view = self.model.sync(now)
+        world = World(by_uid=view.by_uid, nodes=view.nodes, pdbs=view.pdbs, now=now,
+                      podgroups=view.podgroups)
         stored, unreadable = self.book.load(self.cache.plans.items())
         for name, why in unreadable:
             self._log_once(("unreadable-plan", name, why), "stored plan %s is unreadable and "
                            "never acted on: %s", name, why)
-        for p in pods:
-            if lifecycle.PLAN_ANNOTATION in p.annotations and self.scope.covers(p):
+        for p in view.plan_annotated:
+            if self.scope.covers(p):
                 self._warn_once(p, "InvalidAnnotation", f"{lifecycle.PLAN_ANNOTATION} on a pod "
                                 "is ignored: plans are kept only in the controller's namespace")
         active = [s for s in stored if not s.record.state.terminal]
@@ -141,8 +145,9 @@ class Reconciler:
         report = self.health.report() if self.health is not None else None
         if report is not None:
             held = {v.uid for s in stored if not s.record.state.terminal for v in s.record.victims}
-            self._run_guarded("health checkpoints", self.proactive.step, report, pods, now, held)
-        self._plan_new(pods, world, [s.record for s in stored], now, states(report))
+            self._run_guarded("health checkpoints", self.proactive.step, report,
+                              view.by_uid.values(), now, held)
+        self._plan_new(view, world, [s.record for s in stored], now, states(report))
         if now - self._pruned > PRUNE_SECONDS:
             self._prune(world.by_uid, stored, now)
 
@@ -248,22 +253,19 @@ class Reconciler:
             out.append(Candidate(mode=mode, key=key, members=tuple(members)))
         return sorted(out, key=Candidate.order)
 
-    def _plan_new(self, pods: list[PodInfo], world: World, stored: list[PlanRecord],
+    def _plan_new(self, view: View, world: World, stored: list[PlanRecord],
                   now: float, health: Mapping[str, Health]) -> None:
         active = [r for r in stored if not r.state.terminal]
         planned = {pl.uid for r in active for pl in r.placements}
-        planned |= waiting_for_victims(stored, {p.uid for p in pods if p.deleting})
-        if not any(not p.node and not p.deleting and p.uid not in planned
-                   and self.mem.next_try.get(p.uid, 0.0) <= now
+        planned |= waiting_for_victims(stored, set(view.terminating))
+        pods = list(view.pending)  # the only pods that can be preemptors
+        if not any(p.uid not in planned and self.mem.next_try.get(p.uid, 0.0) <= now
                    and (ADMISSION_GATE in p.gates
                         or (p.unschedulable and p.preemption_policy == "Never"))
                    for p in pods):
-            return  # nothing due: skip converting the whole cluster
-        conv = convert.snapshot(
-            now=now, nodes=world.nodes.values(), pods=pods, pdbs=world.pdbs, scope=self.scope,
-            limits=self.limits, recent_preemptions=recent_preemptions(
-                stored, since=now - self.cfg.fairness_window_seconds), health=health,
-            podgroups=world.podgroups)
+            return  # nothing due: no snapshot needed
+        conv = self.model.snapshot(now=now, recent_preemptions=recent_preemptions(
+            stored, since=now - self.cfg.fairness_window_seconds), health=health)
         with cycle_objects_frozen():
             self._plan_queue(pods, world, conv, active, planned, now)
 

@@ -159,9 +159,48 @@ class PodsWithClaims:
 
     def __init__(self, pods: Any, claims: Any) -> None:
         self._pods, self._claims = pods, claims
+        self._by_claim: dict[str, set[str]] = {}  # <namespace>/<claim> -> pod keys naming it
+        self._claims_of: dict[str, tuple[str, ...]] = {}  # pod key -> the claims it names
 
     def items(self) -> list[Any]:
         return [_pod_with(p, self._claims.get) for p in self._pods.items()]
+
+    def drain(self) -> Any:
+        """The pods' changes (``watch.Changes``) with their DRA GPUs, plus every pod whose
+        claims changed since the last drain (``controller.cluster_model`` reads this)."""
+        from ckpt_preempt.controller.watch import Changes
+
+        pods, claims = self._pods.drain(), self._claims.drain()
+        if pods.relist is not None:
+            self._by_claim, self._claims_of = {}, {}
+            for key, p in pods.relist:
+                self._note(key, p)
+            return Changes(relist=tuple((k, _pod_with(p, self._claims.get))
+                                        for k, p in pods.relist))
+        out: dict[str, tuple[Any, bool]] = {}
+        for key, p, moved in pods.changed:
+            self._note(key, p)
+            out[key] = (p, moved)
+        touched = (claims.relist if claims.relist is not None else claims.changed)
+        for claim_key in {t[0] for t in touched}:
+            for key in self._by_claim.get(claim_key, ()):
+                if key not in out:
+                    out[key] = (self._pods.get(key), False)
+        return Changes(changed=tuple((k, _pod_with(p, self._claims.get), moved)
+                                     for k, (p, moved) in out.items()))
+
+    def _note(self, key: str, p: Any) -> None:
+        """Index pod ``key`` by the claims it names (``<namespace>/<claim>``)."""
+        for claim_key in self._claims_of.pop(key, ()):
+            named = self._by_claim.get(claim_key)
+            if named is not None:
+                named.discard(key)
+                if not named:
+                    del self._by_claim[claim_key]
+        if p is not None and p.claims:
+            self._claims_of[key] = tuple(f"{p.namespace}/{c}" for c in p.claims)
+            for claim_key in self._claims_of[key]:
+                self._by_claim.setdefault(claim_key, set()).add(key)
 
     def get(self, key: str) -> Any:
         return _pod_with(self._pods.get(key), self._claims.get)
@@ -175,10 +214,29 @@ class NodesWithSlices:
 
     def __init__(self, nodes: Any, slices: Any) -> None:
         self._nodes, self._slices = nodes, slices
+        self._extra: dict[str, int] = {}  # node -> DRA GPUs, as of the last drain
 
     def items(self) -> list[Any]:
         extra = node_gpus(self._slices.items())
         return [_node_with(n, extra) for n in self._nodes.items()]
+
+    def drain(self) -> Any:
+        """The nodes' changes with their DRA GPUs, plus every node whose DRA GPUs changed
+        since the last drain."""
+        from ckpt_preempt.controller.watch import Changes
+
+        nodes, slices = self._nodes.drain(), self._slices.drain()
+        extra = node_gpus(self._slices.items()) if slices.relist is not None or \
+            slices.changed else self._extra
+        before, self._extra = self._extra, extra
+        if nodes.relist is not None:
+            return Changes(relist=tuple((k, _node_with(n, extra)) for k, n in nodes.relist))
+        out = {k: (n, moved) for k, n, moved in nodes.changed}
+        for name in set(before) | set(extra):
+            if before.get(name) != extra.get(name) and name not in out:
+                out[name] = (self._nodes.get(name), False)
+        return Changes(changed=tuple((k, _node_with(n, extra), moved)
+                                     for k, (n, moved) in out.items()))
 
     def get(self, key: str) -> Any:
         return _node_with(self._nodes.get(key), node_gpus(self._slices.items()))

@@ -6,6 +6,8 @@ with the project's one backoff policy (``controller.backoff``: tenacity, full ji
 Objects are decoded from raw JSON (``_preload_content=False``) and trimmed by
 ``convert.*_info`` right away, so the cache holds compact records only.
 ``synced`` is set after the first complete list (``/readyz`` waits for it).
+Each store also keeps a ``ChangeLog`` of the keys touched since it was last drained, so
+``controller.cluster_model`` updates its model at the cost of what changed, not of the cluster.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,53 @@ PAGE = 500
 WATCH_SECONDS = 240
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What one store went through since it was last drained. ``relist``: every (key, record)
+    in the store's order, when it was replaced wholesale (the first drain, a relist after 410 /
+    ERROR); otherwise ``changed``: (key, record or None when gone, moved) per key touched, where
+    ``moved`` says the key left the store or joined it at the end (its place in the store's
+    order is new), in the order those moves happened."""
+
+    relist: tuple[tuple[str, Any], ...] | None = None
+    changed: tuple[tuple[str, Any, bool], ...] = ()
+
+
+class ChangeLog:
+    """The keys a dict-backed store touched since the last ``drain``, kept under the store's
+    own lock. A dict keeps insertion order, and the snapshot lists objects in that order, so a
+    key deleted or added is moved to the end here just as it lands at the end of the store."""
+
+    def __init__(self) -> None:
+        self._touched: dict[str, bool] = {}  # key -> moved
+        self._relisted = True  # the first drain hands over everything
+
+    def put(self, key: str, existed: bool) -> None:
+        if existed:
+            self._touched.setdefault(key, False)
+        else:
+            self._touched.pop(key, None)
+            self._touched[key] = True
+
+    def delete(self, key: str) -> None:
+        self._touched.pop(key, None)
+        self._touched[key] = True
+
+    def relisted(self) -> None:
+        self._touched.clear()
+        self._relisted = True
+
+    def drain(self, items: Mapping[str, Any]) -> Changes:
+        if self._relisted:
+            out = Changes(relist=tuple(items.items()))
+        else:
+            out = Changes(changed=tuple((k, items.get(k), moved)
+                                        for k, moved in self._touched.items()))
+        self._touched = {}
+        self._relisted = False
+        return out
+
+
 class Informer:
     def __init__(self, kind: str, list_fn: Callable[..., Any], trim: Callable[[dict], Any],
                  key: Callable[[dict], str], changed: threading.Event) -> None:
@@ -41,6 +90,7 @@ class Informer:
         self._changed = changed
         self._lock = threading.Lock()
         self._items: dict[str, Any] = {}
+        self._log = ChangeLog()
         self.synced = threading.Event()
         self.relists = 0
         self._stop = threading.Event()
@@ -60,6 +110,11 @@ class Informer:
         with self._lock:
             return self._items.get(key)
 
+    def drain(self) -> Changes:
+        """What changed since the last call (for ``controller.cluster_model``)."""
+        with self._lock:
+            return self._log.drain(self._items)
+
     def _relist(self) -> str:
         items: dict[str, Any] = {}
         cont, rv = None, ""
@@ -76,6 +131,7 @@ class Informer:
                 break
         with self._lock:
             self._items = items
+            self._log.relisted()
         self.relists += 1
         self.synced.set()
         self._changed.set()
@@ -105,11 +161,14 @@ class Informer:
                     if kind == "BOOKMARK":
                         continue
                     k = self._key(obj)
+                    record = None if kind == "DELETED" else self._trim(obj)
                     with self._lock:
-                        if kind == "DELETED":
+                        if record is None:
                             self._items.pop(k, None)
+                            self._log.delete(k)
                         else:
-                            self._items[k] = self._trim(obj)
+                            self._log.put(k, k in self._items)
+                            self._items[k] = record
                     self._changed.set()
         finally:
             resp.release_conn()

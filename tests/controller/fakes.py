@@ -30,7 +30,7 @@ from ckpt_preempt.controller.actions import (
 )
 from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.group_crds import FixedGroups
-from ckpt_preempt.controller.watch import StoredPlan
+from ckpt_preempt.controller.watch import ChangeLog, Changes, StoredPlan
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.lifecycle import PlanRecord
 
@@ -97,18 +97,26 @@ def reservation(plan_id: str) -> dict:
 
 
 class Store:
-    """One kind of object, keyed like the real Informer: ``.items()`` and ``.get(key)``."""
+    """One kind of object, keyed like the real Informer: ``.items()``, ``.get(key)`` and
+    ``.drain()`` (its ``ChangeLog``, which ``controller.cluster_model`` reads)."""
 
     def __init__(self, key: Callable[[Any], str]) -> None:
         self._key = key
         self.objects: dict[str, Any] = {}
+        self._log = ChangeLog()
 
     def put(self, *objs: Any) -> None:
         for o in objs:
-            self.objects[self._key(o)] = o
+            k = self._key(o)
+            self._log.put(k, k in self.objects)
+            self.objects[k] = o
 
     def remove(self, key: str) -> None:
         self.objects.pop(key, None)
+        self._log.delete(key)
+
+    def drain(self) -> Changes:
+        return self._log.drain(self.objects)
 
     def items(self) -> list[Any]:
         return list(self.objects.values())

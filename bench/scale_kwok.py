@@ -1,0 +1,263 @@
+"""Benchmark: the controller against the real control plane (e2e/localcluster.py, kwok nodes).
+
+1. **list-to-ready**: ``--nodes`` kwok nodes of 8 GPUs, each full with ``--pods-per-node`` bound
+   pods (created in parallel, already bound with ``nodeName``: kwok makes them Running); then a
+   ``ckpt-preempt run`` process starts, and the time until its ``/readyz`` answers 200 (every
+   informer listed) and its resident memory (VmRSS, VmHWM) are measured. Creation rate and the
+   API server's and etcd's memory are reported too: they are what stops a bigger run here.
+2. **burst**: ``--burst-nodes`` full 8-GPU nodes (one low-priority 8-GPU pod each), the
+   controller running, then ``--preemptors`` 8-GPU pods of a ``preemptionPolicy: Never`` class
+   at once: the time until all are bound, and the evictions, which must be exactly the victims
+   of the stored plans (e2e/test_scale_burst.py asserts that part in CI).
+
+Prints one JSON line. Usage: python bench/scale_kwok.py [--nodes 1000] [--pods-per-node 8]
+[--burst-nodes 300] [--preemptors 100] [--workers 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import urllib3  # noqa: E402
+import yaml  # noqa: E402
+from kubernetes import client, config  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+from ckpt_preempt.controller.actions import MANAGED_BY  # noqa: E402
+from ckpt_preempt.policies import lifecycle  # noqa: E402
+from e2e import kube  # noqa: E402
+from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, free_port  # noqa: E402
+from e2e.test_controller_support import (  # noqa: E402
+    HIGH_NEVER,
+    LOW,
+    config_for,
+    priority_classes,
+    running_controller,
+)
+
+BURST_TARGET_SECONDS = 30
+
+
+def parallel(c: kube.Cluster, calls: Iterable[Callable[[client.CoreV1Api], object]],
+             workers: int) -> float:
+    """Run API calls on ``workers`` threads, each with its own connections; objects per second."""
+    calls = list(calls)
+    local = threading.local()
+
+    def run(call: Callable[[client.CoreV1Api], object]) -> None:
+        if not hasattr(local, "core"):
+            local.core = client.CoreV1Api(kube.client_copy(c.api))
+        call(local.core)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(workers) as pool:
+        for f in [pool.submit(run, call) for call in calls]:
+            f.result()
+    return len(calls) / max(time.monotonic() - t0, 1e-9)
+
+
+def create_nodes(c: kube.Cluster, names: list[str], pool: str, workers: int) -> float:
+    rate = parallel(c, [lambda core, n=n: core.create_node(kube.node_body(n, pool=pool),
+                                                           _preload_content=False)
+                        for n in names], workers)
+    kube.wait_for(f"{len(names)} kwok nodes Ready", lambda: _all_ready(c, pool, len(names)),
+                  timeout=120 + len(names) / 20, interval=1.0)
+    return rate
+
+
+def _all_ready(c: kube.Cluster, pool: str, n: int) -> bool | kube.NotYet:
+    nodes = c.core.list_node(label_selector=f"{kube.POOL_LABEL}={pool}").items
+    ready = sum(1 for x in nodes if any(k.type == "Ready" and k.status == "True"
+                                        for k in x.status.conditions or [])
+                and not any(t.key.startswith("node.kubernetes.io/") for t in x.spec.taints or []))
+    return True if ready == n else kube.NotYet(f"{ready}/{n} ready")
+
+
+def fill(c: kube.Cluster, namespace: str, pool: str, nodes: list[str], per_node: int,
+         workers: int, **pod_kwargs) -> float:
+    """``per_node`` pods of 8/per_node GPUs on each node, bound at creation."""
+    gpus = 8 // per_node
+    priority_classes(c)
+
+    def one(core: client.CoreV1Api, node: str, i: int) -> None:
+        body = kube.pod_body(f"{node}-{i}", gpus=gpus, pool=pool, node_name=node,
+                             priority_class=LOW, grace_seconds=0, **pod_kwargs)
+        core.create_namespaced_pod(namespace, body, _preload_content=False)
+    return parallel(c, [lambda core, n=n, i=i: one(core, n, i)
+                        for n in nodes for i in range(per_node)], workers)
+
+
+def _vm(pid: int) -> dict[str, float]:
+    out = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = round(int(line.split()[1]) / 1024, 1)
+    return out
+
+
+def list_to_ready(c: kube.Cluster, namespace: str, tmp: Path) -> dict:
+    """Start ``ckpt-preempt run``; seconds until /readyz is 200, and its memory then."""
+    port = free_port()
+    cfg = tmp / "controller.yaml"
+    cfg.write_text(yaml.safe_dump({"namespaces": [namespace], "leaseNamespace": namespace,
+                                   "planNamespace": namespace}))
+    log = open(tmp / "controller.log", "wb")  # noqa: SIM115 (closed below)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_preempt.controller.cmd_run", "--kubeconfig",
+         str(c.kubeconfig), "--config", str(cfg), "--identity", "scale", "--listen",
+         f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        def ready() -> bool | kube.NotYet:
+            if proc.poll() is not None:
+                raise RuntimeError(f"controller exited {proc.returncode}; see {log.name}")
+            try:
+                r = urllib3.PoolManager().request("GET", f"http://127.0.0.1:{port}/readyz",
+                                                  timeout=2.0, retries=False)
+            except urllib3.exceptions.HTTPError as e:
+                return kube.NotYet(str(e))
+            return True if r.status == 200 else kube.NotYet(f"/readyz {r.status}")
+        kube.wait_for("controller ready", ready, timeout=900, interval=0.1)
+        seconds = time.monotonic() - t0
+        time.sleep(3)  # a few passes over the synced cache
+        return {"list_to_ready_s": round(seconds, 2), "controller_mib": _vm(proc.pid)}
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+def plan_victims(c: kube.Cluster, namespace: str) -> dict[str, set[str]]:
+    """Victim uids of every stored plan, by plan id."""
+    cms = c.core.list_namespaced_config_map(
+        namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}").items
+    out = {}
+    for cm in cms:
+        raw = (cm.data or {}).get(lifecycle.PLAN_DATA_KEY)
+        if raw:
+            r = lifecycle.plan_from_annotation(raw)
+            out[r.id] = {v.uid for v in r.victims}
+    return out
+
+
+def burst(c: kube.Cluster, namespace: str, pool: str, *, nodes: int, preemptors: int,
+          workers: int = 8, timeout: float = 300) -> dict:
+    """``preemptors`` 8-GPU pods at once onto ``nodes`` full nodes, the controller running."""
+    priority_classes(c)
+    names = [f"{pool}-b{i}" for i in range(nodes)]
+    create_nodes(c, names, pool, workers)
+    fill(c, namespace, pool, names, 1, workers)
+    kube.wait_for("victims Running", lambda: _running(c, namespace, nodes), timeout=120,
+                  interval=0.5)
+    victims = {p.metadata.uid: p.metadata.name
+               for p in c.core.list_namespaced_pod(namespace).items}
+    with running_controller(c, config_for(namespace)) as ctl:
+        kube.wait_for("controller synced", ctl.cache.synced, timeout=60)
+        t0 = time.monotonic()
+        parallel(c, [lambda core, i=i: core.create_namespaced_pod(namespace, kube.pod_body(
+            f"pre-{i}", gpus=8, pool=pool, priority_class=HIGH_NEVER), _preload_content=False)
+            for i in range(preemptors)], workers)
+        kube.wait_for(f"{preemptors} preemptors bound",
+                      lambda: _bound(c, namespace, preemptors), timeout=timeout, interval=0.2)
+        seconds = time.monotonic() - t0
+    left = {p.metadata.uid for p in c.core.list_namespaced_pod(namespace).items
+            if p.metadata.deletion_timestamp is None}
+    evicted = set(victims) - left
+    planned = plan_victims(c, namespace)
+    return {"nodes": nodes, "preemptors": preemptors, "all_bound_s": round(seconds, 2),
+            "evictions": len(evicted), "plans": len(planned),
+            "planned_victims": sorted(set().union(*planned.values())) if planned else [],
+            "evicted": sorted(evicted), "target_s": BURST_TARGET_SECONDS}
+
+
+def _running(c: kube.Cluster, namespace: str, n: int) -> bool | kube.NotYet:
+    pods = c.core.list_namespaced_pod(namespace).items
+    k = sum(1 for p in pods if p.status.phase == "Running")
+    return True if k >= n else kube.NotYet(f"{k}/{n} Running")
+
+
+def _bound(c: kube.Cluster, namespace: str, n: int) -> bool | kube.NotYet:
+    pods = [p for p in c.core.list_namespaced_pod(namespace).items
+            if p.metadata.name.startswith("pre-")]
+    k = sum(1 for p in pods if p.spec.node_name)
+    return True if k >= n else kube.NotYet(f"{k}/{n} bound")
+
+
+def _component_mib(lc: LocalCluster) -> dict[str, dict[str, float]]:
+    return {name: _vm(p.pid) for name, p in lc.procs.items()
+            if name in ("etcd", "kube-apiserver", "kwok")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--pods-per-node", type=int, default=8, choices=(1, 2, 4, 8))
+    p.add_argument("--burst-nodes", type=int, default=300)
+    p.add_argument("--preemptors", type=int, default=100)
+    p.add_argument("--workers", type=int, default=16)
+    args = p.parse_args(argv)
+    if args.nodes < 1 or args.burst_nodes < 1 or not 0 < args.preemptors <= args.burst_nodes:
+        print("scale_kwok: need --nodes >= 1, 0 < --preemptors <= --burst-nodes",
+              file=sys.stderr)
+        return 2
+    try:
+        bins = find_testbin()
+    except TestbinMissing as e:
+        print(f"scale_kwok: {e}", file=sys.stderr)
+        return 2
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    out: dict = {"benchmark": "scale_kwok"}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="scale-kwok-")))
+        lc = stack.enter_context(LocalCluster(bins, tmp / "cluster"))
+        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
+        c = kube.Cluster("local", lc.kubeconfig, api, local=lc)
+        ns, pool = f"scale-{uuid.uuid4().hex[:6]}", f"s{uuid.uuid4().hex[:6]}"
+        c.core.create_namespace({"metadata": {"name": ns}})
+        names = [f"{pool}-{i:05d}" for i in range(args.nodes)]
+        t0 = time.monotonic()
+        try:
+            node_rate = create_nodes(c, names, pool, args.workers)
+            pod_rate = fill(c, ns, pool, names, args.pods_per_node, args.workers)
+        except (ApiException, kube.WaitTimeout) as e:
+            out["stopped"] = f"creating objects: {str(e).splitlines()[0][:200]}"
+        out["cluster"] = {"nodes": args.nodes, "pods": args.nodes * args.pods_per_node,
+                          "gpus": args.nodes * 8, "create_s": round(time.monotonic() - t0, 1)}
+        if "stopped" not in out:
+            out["cluster"].update(nodes_per_s=round(node_rate, 1), pods_per_s=round(pod_rate, 1))
+            out["list_to_ready"] = list_to_ready(c, ns, tmp)
+        out["control_plane_mib"] = _component_mib(lc)
+        bns = f"burst-{uuid.uuid4().hex[:6]}"
+        c.core.create_namespace({"metadata": {"name": bns}})
+        b = burst(c, bns, f"b{uuid.uuid4().hex[:6]}", nodes=args.burst_nodes,
+                  preemptors=args.preemptors, workers=args.workers)
+        ok = b.pop("planned_victims") == b.pop("evicted")
+        out["burst"] = {**b, "evictions_match_plans": ok}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
