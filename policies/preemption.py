@@ -209,6 +209,7 @@ class _Search:
         others = sorted(index[name] for name in self.shared.unshared.union(self.dirty)
                         if name in index)  # visited whatever the base yields there
         found: list[tuple] = []
+        judged, fresh = ring.judged, set(others)
         for lo, hi in ((start, n), (0, start)):
             i, e = lo, bisect.bisect_left(others, lo)
             while True:
@@ -218,7 +219,11 @@ class _Search:
                     e += 1
                 if k >= hi:
                     break
-                got = sampler.select_victims(nodes[k], 0, k)
+                known = None if k in fresh else judged[k]
+                if known is not None:  # a candidate (the walk skips known non-candidates)
+                    got = (known[0], k, nodes[k].name, known[1])
+                else:
+                    got = sampler.select_victims(nodes[k], 0, k)
                 if got is not None:
                     found.append(got)
                     if len(found) >= want:
