@@ -189,7 +189,9 @@ class _Search:
         """
         sampler = _Sampler(self, pod)
         if sampler.kept is not None and not self.cfg.record_rejections:
-            return sorted(self._skipping_walk(sampler), key=lambda c: (c[0], c[1]))
+            found = self._skipping_walk(sampler)
+            found.sort()  # by (bound, index): indices are unique, so nothing further is compared
+            return found
         walk = candidates.find_candidates(sampler, self.s.nodes, sampling(self.cfg))
         if self.cfg.record_rejections:
             for node in walk.unvisited:
@@ -209,12 +211,12 @@ class _Search:
         others = sorted(index[name] for name in self.shared.unshared.union(self.dirty)
                         if name in index)  # visited whatever the base yields there
         found: list[tuple] = []
-        judged, fresh = ring.judged, set(others)
+        judged, fresh, count = ring.judged, set(others), len(others)
         for lo, hi in ((start, n), (0, start)):
             i, e = lo, bisect.bisect_left(others, lo)
             while True:
                 k = ring.next_open(i)
-                if e < len(others) and others[e] <= k:
+                if e < count and others[e] <= k:
                     k = others[e]
                     e += 1
                 if k >= hi:
