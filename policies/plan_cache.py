@@ -28,6 +28,7 @@ Pure and single-threaded: one cache per cycle, dropped at its end (it holds the 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ckpt_preempt.policies.model import Snapshot
@@ -67,6 +68,18 @@ class PlanCache:
             return None
         return ViewDelta(nodes=frozenset(nodes), pods=frozenset(pods))
 
+    def share(self, view: Snapshot, priority: int, *, search_budget: int,
+              cost_settings: tuple) -> Share | None:
+        """The caches as a plan of a preemptor of ``priority`` on ``view`` uses them, None when
+        ``view`` cannot share them. ``cost_settings``: every planner setting a unit's cost or
+        a node's evictable pods depend on."""
+        delta = self.delta(view)
+        if delta is None:
+            return None
+        key = (self.band(priority), *cost_settings)
+        return Share(cache=self, key=key, unshared=delta.unclean(),
+                     covers=self.table("cover", search_budget, *key))
+
     def band(self, priority: int) -> int:
         """The preemptor's priority band: how many distinct pod priorities lie below it."""
         if self._bands is None:
@@ -93,6 +106,23 @@ class PlanCache:
         if got is None:
             got = self._tables[key] = {}
         return got
+
+
+@dataclass(frozen=True, kw_only=True)
+class Share:
+    """The cycle's caches as one plan uses them: the stores for its priority band and cost
+    settings, and the nodes where its view differs from the base (``unshared``)."""
+
+    cache: PlanCache
+    key: tuple  # (priority band, *cost settings)
+    unshared: frozenset[str]
+    covers: dict  # (node, gap, PDB state) -> the exact cover there, and the units there
+
+    def evictable(self) -> dict:
+        return self.cache.table("evictable", *self.key)
+
+    def judged(self, requests, nvlink) -> Ring:
+        return self.cache.ring("judged", requests, nvlink, *self.key)
 
 
 def _recorded(view: Snapshot, base: Snapshot, nodes: set[str], pods: set[str]) -> bool:
@@ -142,3 +172,31 @@ class Ring:
         while nxt[i] != root:  # shorten the path for the next walk
             nxt[i], i = root, nxt[i]
         return root
+
+    def walk(self, start: int, want: int, fresh: Sequence[int],
+             visit: Callable[[int, object], object]) -> list:
+        """What a walk over every position from ``start``, wrapping around, finds until
+        ``want`` candidates are found (``candidates.find_candidates``), visiting only the
+        positions that may yield one: ``visit(position, stored)`` gets what is stored for a
+        position not in ``fresh`` (None when nothing is), and None for one in ``fresh`` (whose
+        node the plan sees otherwise than the base), and returns the candidate or None."""
+        n = len(self.judged)
+        others = sorted(fresh)
+        judged, fresh_set, count = self.judged, set(others), len(others)
+        found: list = []
+        for lo, hi in ((start, n), (0, start)):
+            i, e = lo, bisect.bisect_left(others, lo)
+            while True:
+                k = self.next_open(i)
+                if e < count and others[e] <= k:
+                    k = others[e]
+                    e += 1
+                if k >= hi:
+                    break
+                got = visit(k, None if k in fresh_set else judged[k])
+                if got is not None:
+                    found.append(got)
+                    if len(found) >= want:
+                        return found
+                i = k + 1
+        return found

@@ -46,7 +46,7 @@ from ckpt_preempt.policies.model import (
     Victim,
     VictimGroup,
 )
-from ckpt_preempt.policies.plan_cache import PlanCache, Ring
+from ckpt_preempt.policies.plan_cache import PlanCache, Share
 
 POLICY = "checkpoint-aware"
 # The fairness guard's defaults, chosen from the simulator (README, "The simulator"): each
@@ -104,7 +104,7 @@ class _Search:
     """Mutable working state of one ``plan`` call; never escapes it."""
 
     def __init__(self, snapshot: Snapshot, builder: units.UnitBuilder, cfg: PlannerConfig,
-                 memo: dict, shared: _Shared | None = None) -> None:
+                 memo: dict, shared: Share | None = None) -> None:
         self.s = snapshot
         self.shared = shared  # the cycle's caches, for nodes this view has as the cycle's
         self.cfg = cfg
@@ -203,35 +203,18 @@ class _Search:
         visiting the nodes the cycle already knows yield none: those the cycle's base has as
         this view has them and that no placement of this plan changed. Rejections are not
         recorded, so a node that yields nothing is simply passed over."""
-        nodes, ring = self.s.nodes, sampler.kept
+        nodes = self.s.nodes
+        index = self.shared.cache.node_index
+        fresh = [index[name] for name in self.shared.unshared.union(self.dirty) if name in index]
+
+        def visit(k: int, known) -> tuple | None:
+            if known is not None:  # a candidate the cycle already judged
+                return known[0], k, nodes[k].name, known[1]
+            return sampler.select_victims(nodes[k], 0, k)
+
         n = len(nodes)
         want = candidates.num_candidates(n, sampling(self.cfg))
-        start = sampler.offset(n)
-        index = self.shared.cache.node_index
-        others = sorted(index[name] for name in self.shared.unshared.union(self.dirty)
-                        if name in index)  # visited whatever the base yields there
-        found: list[tuple] = []
-        judged, fresh, count = ring.judged, set(others), len(others)
-        for lo, hi in ((start, n), (0, start)):
-            i, e = lo, bisect.bisect_left(others, lo)
-            while True:
-                k = ring.next_open(i)
-                if e < count and others[e] <= k:
-                    k = others[e]
-                    e += 1
-                if k >= hi:
-                    break
-                known = None if k in fresh else judged[k]
-                if known is not None:  # a candidate (the walk skips known non-candidates)
-                    got = (known[0], k, nodes[k].name, known[1])
-                else:
-                    got = sampler.select_victims(nodes[k], 0, k)
-                if got is not None:
-                    found.append(got)
-                    if len(found) >= want:
-                        return found
-                i = k + 1
-        return found
+        return sampler.kept.walk(sampler.offset(n), want, fresh, visit)
 
     def _judge(self, pod: Pod, node) -> tuple[RejectReason, str] | tuple[float, Resources]:
         """Why ``node`` cannot host ``pod`` even after preemption (reason, detail), or (a
@@ -362,7 +345,7 @@ class _Sampler:
         self.seen = search.memo.setdefault(("scan", pod.requests, pod.nvlink), {})
         shared = search.shared
         # what this request shape yields on nodes this view has as the cycle's base has them
-        self.kept = None if shared is None else shared.judged(pod)
+        self.kept = None if shared is None else shared.judged(pod.requests, pod.nvlink)
         self.unshared = frozenset() if shared is None else shared.unshared
 
     def potential(self, node) -> bool:
@@ -394,34 +377,6 @@ class _Sampler:
         return False  # known only after the exact search; the bound is what orders the walk
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Shared:
-    """The cycle's caches (``policies.plan_cache``) as one plan uses them: the stores for its
-    priority band and cost settings, and the nodes where its view differs from the base."""
-
-    cache: PlanCache
-    key: tuple  # (priority band, cost settings)
-    unshared: frozenset[str]
-    covers: dict
-
-    @classmethod
-    def of(cls, cache: PlanCache | None, snapshot: Snapshot, priority: int,
-           config: PlannerConfig) -> _Shared | None:
-        delta = None if cache is None else cache.delta(snapshot)
-        if delta is None:
-            return None
-        key = (cache.band(priority), config.drain, config.max_checkpoint_seconds,
-               config.fairness_penalty_seconds, config.restart_seconds)
-        return cls(cache=cache, key=key, unshared=delta.unclean(),
-                   covers=cache.table("cover", config.search_budget, *key))
-
-    def evictable(self) -> dict:
-        return self.cache.table("evictable", *self.key)
-
-    def judged(self, pod: Pod) -> Ring:
-        return self.cache.ring("judged", pod.requests, pod.nvlink, *self.key)
-
-
 def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGroup]:
     out = []
     for u in sorted(chosen, key=lambda u: (-u.cost, u.id)):
@@ -450,7 +405,7 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
 def _place_members(
     snapshot: Snapshot, members: Sequence[Pod], config: PlannerConfig,
     builder: units.UnitBuilder, memo: dict, first_rank: int = 0, together: int = 1,
-    ceiling: float = float("inf"), shared: _Shared | None = None,
+    ceiling: float = float("inf"), shared: Share | None = None,
 ) -> tuple[_Search, list[Placement], Pod | None]:
     """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
     ``together`` > 1, the first that many members share one node, freed by one joint cover.
@@ -508,7 +463,10 @@ def plan(
             policy=POLICY, preemptor=uids, feasible=False, reason="the cluster has no nodes"
         )
     priority = min(p.priority for p in members)
-    shared = _Shared.of(cache, snapshot, priority, config)
+    shared = None if cache is None else cache.share(
+        snapshot, priority, search_budget=config.search_budget, cost_settings=(
+            config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
+            config.restart_seconds))
     builder = units.UnitBuilder(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,

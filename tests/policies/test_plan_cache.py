@@ -193,3 +193,18 @@ def test_ring_skips_only_nodes_stored_as_yielding_nothing():
     ring.store(4, ("no",), candidate=False)
     ring.store(5, ("no",), candidate=False)
     assert ring.next_open(3) == 6 and ring.next_open(0) == 2
+
+
+def test_ring_walk_visits_fresh_positions_even_where_the_base_yields_nothing():
+    ring = Ring(6)
+    for i in range(6):
+        ring.store(i, ("no",) if i != 4 else ("yes",), candidate=i == 4)
+    seen = []
+
+    def visit(k, known):
+        seen.append((k, known))
+        return k if known is not None or k == 1 else None
+
+    assert ring.walk(3, 5, [1], visit) == [4, 1]  # from 3, wrapping: 4, then fresh 1
+    assert seen == [(4, ("yes",)), (1, None)]
+    assert ring.walk(5, 1, [], lambda k, known: k) == [4]  # wraps around to the one candidate
