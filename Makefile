@@ -75,6 +75,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/fairness.py
 	$(BIN)/python bench/optimality.py
 	$(BIN)/python bench/plan_latency.py
+	$(BIN)/python bench/plan_latency.py --size frontier
 	$(BIN)/python bench/extender_latency.py
 	$(BIN)/python bench/health_refresh.py
 	$(BIN)/python bench/chaos.py

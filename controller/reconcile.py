@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kubernetes.client.rest import ApiException
 
@@ -56,6 +56,7 @@ from ckpt_preempt.policies import gangs, kube_default, lifecycle, native_gangs, 
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
+from ckpt_preempt.policies.plan_cache import PlanCache
 
 log = logging.getLogger("ckpt_preempt.reconcile")
 RESERVATION_GRACE_SECONDS = 60.0  # after bindBy, a reservation is lifted whatever happened
@@ -279,12 +280,13 @@ class Reconciler:
         held = restriction(active, self.mem.blocked, now)
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         blocked = held.blocked_pods
+        cache = PlanCache(conv.snapshot)  # this cycle's, shared by every plan of the queue
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
             try:
                 made = self._plan_one(cand, conv, world.nodes, frozenset(reserved),
-                                      frozenset(busy), blocked, now)
+                                      frozenset(busy), blocked, now, cache)
             except (Conflict, NotLeader) as e:
                 log.info("%s: %s", cand.key, e)
                 if isinstance(e, NotLeader):
@@ -300,14 +302,17 @@ class Reconciler:
                 self._run_guarded(record.id, self.stepper.advance, record, rv, world)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
-                  blocked, now: float) -> tuple[PlanRecord, str] | None:
+                  blocked, now: float, cache: PlanCache | None = None,
+                  ) -> tuple[PlanRecord, str] | None:
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
                                      reserved_nodes=reserved, busy_pods=busy,
                                      blocked_pods=blocked)
         members = [model[p.uid] for p in cand.members]
         t0 = time.perf_counter()
-        plan = preemption.plan(snap, members, convert.planner_config(self.cfg))
+        # the loop reads no per-node rejections (explain does): skip recording them
+        cfg = replace(convert.planner_config(self.cfg), record_rejections=False)
+        plan = preemption.plan(snap, members, cfg, cache)
         self.metrics.plan_latency.observe(time.perf_counter() - t0)
         for p in cand.members:
             self.mem.next_try[p.uid] = now + self.cfg.retry_seconds

@@ -305,7 +305,16 @@ class Snapshot:
 
     @cached_property
     def pod_by_uid(self) -> dict[str, Pod]:
+        if self._held_over is not None:  # restricted: the parent's, with the held pods swapped
+            by_uid, swapped = self._held_over
+            return {**by_uid, **swapped}
         return {p.uid: p for p in self.pods}
+
+    @cached_property
+    def _held_over(self) -> tuple[dict[str, Pod], dict[str, Pod]] | None:
+        """For a snapshot ``restricted`` made with pods held: (the parent's ``pod_by_uid``,
+        the held pods by uid), to build its own only when asked; None otherwise."""
+        return None
 
     @cached_property
     def _index(self) -> tuple[dict[str, tuple[Pod, ...]], dict[str, Resources], dict]:
@@ -380,13 +389,26 @@ class Snapshot:
             if u in by_uid and not by_uid[u].terminating and by_uid[u].held is None
         }
         nodes = self.nodes
-        if shut:
+        node_at = self._node_positions
+        if shut and node_at is None:  # repeated names: replace each of them
             nodes = tuple(replace(n, excluded=shut[n.name]) if n.name in shut else n
                           for n in nodes)
+        elif shut:  # patch a copy where the closed nodes sit
+            patched_nodes = list(nodes)
+            for name, why in shut.items():
+                patched_nodes[node_at[name]] = replace(by_name[name], excluded=why)
+            nodes = tuple(patched_nodes)
         on_node, held_resources, gang_pods = self._index
         pods = self.pods
         if swapped:
-            pods = tuple(swapped.get(p.uid, p) for p in pods)
+            at = self._pod_positions
+            if at is None:  # repeated uids: swap each of them
+                pods = tuple(swapped.get(p.uid, p) for p in pods)
+            else:  # patch a copy where the held pods sit instead of walking every pod
+                patched = list(pods)
+                for u, p in swapped.items():
+                    patched[at[u]] = p
+                pods = tuple(patched)
             on_node = dict(on_node)
             for node in {p.node for p in swapped.values() if p.node is not None}:
                 on_node[node] = tuple(swapped.get(p.uid, p) for p in on_node[node])
@@ -407,11 +429,37 @@ class Snapshot:
             gangs=self.gangs,
             unknown_checkpoint_age=self.unknown_checkpoint_age,
             pdbs_by_namespace=self.pdbs_by_namespace,
-            pod_by_uid={**by_uid, **swapped} if swapped else by_uid,
+            _pod_positions=self._pod_positions,
+            _node_positions=node_at,
+            restriction=(self, frozenset(shut), frozenset(swapped)),
         )
+        if swapped:
+            out.__dict__["_held_over"] = (by_uid, swapped)  # pod_by_uid, built if asked for
+        else:
+            out.__dict__["pod_by_uid"] = by_uid
         if not shut:
             out.__dict__["node_by_name"] = by_name
+        elif node_at is not None:
+            out.__dict__["node_by_name"] = {**by_name, **{n: nodes[node_at[n]] for n in shut}}
         return out
+
+    @cached_property
+    def restriction(self) -> tuple[Snapshot, frozenset[str], frozenset[str]] | None:
+        """For a snapshot ``restricted`` made: (the snapshot it restricts, the nodes it closed,
+        the pods it held); None for one built whole."""
+        return None
+
+    @cached_property
+    def _node_positions(self) -> dict[str, int] | None:
+        """Each node's index in ``nodes`` by name, or None when a name repeats."""
+        at = {n.name: i for i, n in enumerate(self.nodes)}
+        return at if len(at) == len(self.nodes) else None
+
+    @cached_property
+    def _pod_positions(self) -> dict[str, int] | None:
+        """Each pod's index in ``pods`` by uid, or None when a uid repeats."""
+        at = {p.uid: i for i, p in enumerate(self.pods)}
+        return at if len(at) == len(self.pods) else None
 
     @cached_property
     def free_by_node(self) -> dict[str, Resources]:
@@ -438,6 +486,11 @@ class Snapshot:
 
     def free(self, node: str) -> Resources:
         return self.free_by_node[node]
+
+    @property
+    def pods_by_gang(self) -> dict[str, list[Pod]]:
+        """Every gang's pods, bound or pending; ``restricted`` replaces the lists it changes."""
+        return self._index[2]
 
     def gang_pods(self, key: str) -> list[Pod]:
         """Every pod of gang ``key`` in the snapshot, bound or pending."""

@@ -46,6 +46,7 @@ from ckpt_preempt.policies.model import (
     Victim,
     VictimGroup,
 )
+from ckpt_preempt.policies.plan_cache import PlanCache, Share
 
 POLICY = "checkpoint-aware"
 # The fairness guard's defaults, chosen from the simulator (README, "The simulator"): each
@@ -103,8 +104,9 @@ class _Search:
     """Mutable working state of one ``plan`` call; never escapes it."""
 
     def __init__(self, snapshot: Snapshot, builder: units.UnitBuilder, cfg: PlannerConfig,
-                 memo: dict) -> None:
+                 memo: dict, shared: Share | None = None) -> None:
         self.s = snapshot
+        self.shared = shared  # the cycle's caches, for nodes this view has as the cycle's
         self.cfg = cfg
         self.units = builder  # its caches do not depend on what a search chose, so it is shared
         self.free: dict[str, Resources] = {}
@@ -185,11 +187,33 @@ class _Search:
         the plan shares.
         """
         sampler = _Sampler(self, pod)
+        if sampler.kept is not None and not self.cfg.record_rejections:
+            found = self._skipping_walk(sampler)
+            found.sort()  # by (bound, index): indices are unique, so nothing further is compared
+            return found
         walk = candidates.find_candidates(sampler, self.s.nodes, sampling(self.cfg))
         if self.cfg.record_rejections:
             for node in walk.unvisited:
                 self.reject(pod, node.name, RejectReason.NOT_SAMPLED)
         return sorted(walk.candidates, key=lambda c: (c[0], c[1]))
+
+    def _skipping_walk(self, sampler: _Sampler) -> list[tuple]:
+        """The candidates ``candidates.find_candidates`` finds, in walk order, without
+        visiting the nodes the cycle already knows yield none: those the cycle's base has as
+        this view has them and that no placement of this plan changed. Rejections are not
+        recorded, so a node that yields nothing is simply passed over."""
+        nodes = self.s.nodes
+        index = self.shared.cache.node_index
+        fresh = [index[name] for name in self.shared.unshared.union(self.dirty) if name in index]
+
+        def visit(k: int, known) -> tuple | None:
+            if known is not None:  # a candidate the cycle already judged
+                return known[0], k, nodes[k].name, known[1]
+            return sampler.select_victims(nodes[k], 0, k)
+
+        n = len(nodes)
+        want = candidates.num_candidates(n, sampling(self.cfg))
+        return sampler.kept.walk(sampler.offset(n), want, fresh, visit)
 
     def _judge(self, pod: Pod, node) -> tuple[RejectReason, str] | tuple[float, Resources]:
         """Why ``node`` cannot host ``pod`` even after preemption (reason, detail), or (a
@@ -229,6 +253,15 @@ class _Search:
         clean = name not in self.dirty
         key = ("cover", name, gap, self.pdb.key())
         got = self.memo.get(key) if clean else None
+        shared = self.shared
+        if got is None and clean and shared is not None and name not in shared.unshared:
+            got = shared.covers.get(key)  # the same cover for every gang member and plan
+            if got is None:
+                here = self.units.units_on(name)
+                got = shared.covers[key] = (
+                    units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
+                                    self.pdb), {u.id: u for u in here})
+            self.memo[key] = got
         if got is None:
             here = self.units.units_on(name, exclude=self.chosen)
             got = (units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
@@ -256,6 +289,8 @@ class _Search:
         top: list[tuple] = []
         for bound, _, name, gap in found:
             if len(top) > rank and bound > top[-1][0]:
+                if not self.cfg.record_rejections:
+                    break  # bounds only grow from here: nothing left can win
                 self.reject(pod, name, RejectReason.COSTLIER,
                             f"loses at least {bound / 3600:.2f} GPU-h")
                 continue
@@ -309,6 +344,10 @@ class _Sampler:
     def __init__(self, search: _Search, pod: Pod) -> None:
         self.search, self.pod = search, pod
         self.seen = search.memo.setdefault(("scan", pod.requests, pod.nvlink), {})
+        shared = search.shared
+        # what this request shape yields on nodes this view has as the cycle's base has them
+        self.kept = None if shared is None else shared.judged(pod.requests, pod.nvlink)
+        self.unshared = frozenset() if shared is None else shared.unshared
 
     def potential(self, node) -> bool:
         return True
@@ -319,11 +358,17 @@ class _Sampler:
     def select_victims(self, node, step: int, index: int):
         search, name = self.search, node.name
         clean = name not in search.dirty
-        got = self.seen.get(name) if clean else None
-        if got is None:
-            got = search._judge(self.pod, node)
-            if clean:
-                self.seen[name] = got
+        if clean and self.kept is not None and name not in self.unshared:
+            got = self.kept.judged[index]  # the base's node: what every plan of the cycle saw
+            if got is None:
+                got = search._judge(self.pod, node)
+                self.kept.store(index, got, not isinstance(got[0], RejectReason))
+        else:
+            got = self.seen.get(name) if clean else None
+            if got is None:
+                got = search._judge(self.pod, node)
+                if clean:
+                    self.seen[name] = got
         if isinstance(got[0], RejectReason):
             search.reject(self.pod, name, *got)
             return None
@@ -361,7 +406,7 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
 def _place_members(
     snapshot: Snapshot, members: Sequence[Pod], config: PlannerConfig,
     builder: units.UnitBuilder, memo: dict, first_rank: int = 0, together: int = 1,
-    ceiling: float = float("inf"),
+    ceiling: float = float("inf"), shared: Share | None = None,
 ) -> tuple[_Search, list[Placement], Pod | None]:
     """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
     ``together`` > 1, the first that many members share one node, freed by one joint cover.
@@ -369,7 +414,7 @@ def _place_members(
     Returns the search, the placements, and the member that fit nowhere (None when all fit),
     or at which the lost work passed ``ceiling`` (a try that cannot win is given up).
     """
-    search = _Search(snapshot, builder, config, memo)
+    search = _Search(snapshot, builder, config, memo, shared)
     placements = []
     rest = list(members)
     if together > 1:  # the first ``together`` members as one request, on one node
@@ -403,9 +448,13 @@ def _total(search: _Search) -> tuple[float, int, int]:
 
 
 def plan(
-    snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig = PlannerConfig()
+    snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig = PlannerConfig(),
+    cache: PlanCache | None = None,
 ) -> Plan:
-    """Plan for one pending pod or every pending member of one gang."""
+    """Plan for one pending pod or every pending member of one gang.
+
+    ``cache``: the cycle's ``PlanCache``, when ``snapshot`` is its base or a view of it
+    (``Snapshot.restricted``); the plan is the same with it or without it."""
     members = sorted(preemptor, key=lambda p: (-p.gpus, -p.requests.cpu_milli, p.uid))
     uids = tuple(p.uid for p in members)
     if not members:
@@ -415,14 +464,21 @@ def plan(
             policy=POLICY, preemptor=uids, feasible=False, reason="the cluster has no nodes"
         )
     priority = min(p.priority for p in members)
+    shared = None if cache is None else cache.share(
+        snapshot, priority, search_budget=config.search_budget, cost_settings=(
+            config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
+            config.restart_seconds))
     builder = units.UnitBuilder(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
         penalty_seconds=config.fairness_penalty_seconds,
         restart_seconds=config.restart_seconds,
+        shared=None if shared is None else shared.evictable(),
+        unshared=frozenset() if shared is None else shared.unshared,
     )
     memo: dict = {}
-    search, placements, stuck = _place_members(snapshot, members, config, builder, memo)
+    search, placements, stuck = _place_members(snapshot, members, config, builder, memo,
+                                               shared=shared)
     if stuck is not None:
         failing = sum(1 for n in snapshot.nodes if n.health is Health.FAILING)
         return Plan(
@@ -444,7 +500,7 @@ def plan(
             tries += [(0, k) for k in range(2, len(members) + 1)]
         for rank, together in tries:
             alt, alt_placements, alt_stuck = _place_members(
-                snapshot, members, config, builder, memo, rank, together, search.cost)
+                snapshot, members, config, builder, memo, rank, together, search.cost, shared)
             evaluated += alt.evaluated
             if alt_stuck is None and _total(alt) < _total(search):
                 search, placements = alt, alt_placements

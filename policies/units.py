@@ -117,9 +117,15 @@ class UnitBuilder:
     def __init__(
         self, snapshot: Snapshot, preemptor_priority: int, *, drain: bool,
         max_checkpoint_seconds: float, penalty_seconds: float = 0.0,
-        restart_seconds: float = 0.0,
+        restart_seconds: float = 0.0, shared: dict[str, Evictable] | None = None,
+        unshared: frozenset[str] = frozenset(),
     ) -> None:
         self.s = snapshot
+        # ``shared``: a cycle's store of what ``evictable_on`` found, for this builder's priority
+        # band and cost settings (``policies.plan_cache``), used for every node but ``unshared``
+        # (where the snapshot differs from the one the store describes)
+        self._shared = shared
+        self._unshared = unshared
         self.restart_seconds = restart_seconds
         self.priority = preemptor_priority
         self.drain = drain
@@ -213,35 +219,42 @@ class UnitBuilder:
     def evictable_on(self, node: str) -> Evictable:
         """What preempting on ``node`` could free: each evictable pod, and the totals."""
         got = self._evictable.get(node)
-        if got is None:
-            entries, pieces, cpu, mem, gpus, milli = [], [], 0, 0, 0, 0
-            held: dict[str, int] = {}
-            prio, now, recent = self.priority, self.s.now, self.recent
-            for p in self.s.pods_on_node.get(node, ()):
-                # the common case, single pods, without the per-gang memo
-                why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
-                if why is not None:
-                    if p.held is not None and not p.terminating and p.priority < prio:
-                        held[p.held] = held.get(p.held, 0) + 1
-                    continue
-                r = p.requests
-                if r.gpus:
-                    charge = self.loss(p)[0]
-                    rate = (charge + self.penalty(p) if recent else charge) / r.gpus
-                else:
-                    rate = 0.0
-                entries.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
-                cpu += r.cpu_milli
-                mem += r.memory_mib
-                milli += r.gpu_milli
-                if r.gpus:
-                    gpus += r.gpus
-                    pieces.append((rate, r.gpus))
-            pieces.sort()
-            got = Evictable(entries=entries, cpu_milli=cpu, memory_mib=mem, gpus=gpus,
-                            pieces=pieces, held=held, gpu_milli=milli)
+        if got is None and self._shared is not None and node not in self._unshared:
+            got = self._shared.get(node)
+            if got is None:
+                got = self._shared[node] = self._evictable_on(node)
             self._evictable[node] = got
+        if got is None:
+            got = self._evictable[node] = self._evictable_on(node)
         return got
+
+    def _evictable_on(self, node: str) -> Evictable:
+        entries, pieces, cpu, mem, gpus, milli = [], [], 0, 0, 0, 0
+        held: dict[str, int] = {}
+        prio, now, recent = self.priority, self.s.now, self.recent
+        for p in self.s.pods_on_node.get(node, ()):
+            # the common case, single pods, without the per-gang memo
+            why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
+            if why is not None:
+                if p.held is not None and not p.terminating and p.priority < prio:
+                    held[p.held] = held.get(p.held, 0) + 1
+                continue
+            r = p.requests
+            if r.gpus:
+                charge = self.loss(p)[0]
+                rate = (charge + self.penalty(p) if recent else charge) / r.gpus
+            else:
+                rate = 0.0
+            entries.append((rate, r.gpus, r.cpu_milli, r.memory_mib, p.gang or p.uid))
+            cpu += r.cpu_milli
+            mem += r.memory_mib
+            milli += r.gpu_milli
+            if r.gpus:
+                gpus += r.gpus
+                pieces.append((rate, r.gpus))
+        pieces.sort()
+        return Evictable(entries=entries, cpu_milli=cpu, memory_mib=mem, gpus=gpus,
+                         pieces=pieces, held=held, gpu_milli=milli)
 
     def units_on(self, node: str, exclude: Iterable[str] = ()) -> list[Unit]:
         skip = set(exclude)
