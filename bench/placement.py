@@ -254,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             report[key] = earlier[key]
         if kept:
             report["sections_from_earlier_run"] = kept
+        before = earlier.get("policies", {}) if earlier.get("seeds") == report["seeds"] else {}
+        old_rows = [k for k in before if k not in report["policies"]]
+        if old_rows:  # so does a policy this run left out (same seeds only)
+            report["policies"] = {k: report["policies"].get(k) or before[k]
+                                  for k in [*before, *report["policies"]]}
+            report["policies_from_earlier_run"] = old_rows
         merged[trace_key] = report
         results.write_text(json.dumps(merged, indent=1) + "\n")
         plot(merged, out / "placement.png")

@@ -88,3 +88,18 @@ def test_profile_run_writes_medians_per_policy(tmp_path, capsys):
         assert 100 - prof["allocation_130"] >= sum(prof["free_pct"].values()) - 0.5
     saved = json.loads((tmp_path / "placement_profile.json").read_text())
     assert saved["per_seed"]["Ours"]["42"]["allocation_130"] == median["Ours"]["allocation_130"]
+
+
+def test_a_rerun_of_some_policies_keeps_the_others(tmp_path, capsys):
+    common = ["--fraction", "0.05", "--seeds", "42", "--out", str(tmp_path)]
+    assert placement.main([*common, "--policies", "BestFit,FGD"]) == 0
+    first = json.loads((tmp_path / "placement.json").read_text())["openb_pod_list_default.csv"]
+    assert placement.main([*common, "--policies", "FGD"]) == 0
+    saved = json.loads((tmp_path / "placement.json").read_text())["openb_pod_list_default.csv"]
+    assert list(saved["policies"]) == ["BestFit", "FGD"]
+    assert saved["policies_from_earlier_run"] == ["BestFit"]
+    assert saved["policies"]["BestFit"] == first["policies"]["BestFit"]
+    capsys.readouterr()
+    assert placement.main([*common[:2], "--seeds", "43", *common[4:], "--policies", "FGD"]) == 0
+    other_seeds = json.loads((tmp_path / "placement.json").read_text())
+    assert list(other_seeds["openb_pod_list_default.csv"]["policies"]) == ["FGD"]
