@@ -14,7 +14,8 @@ we measured (bench/placement.py runs the ablation; policies/placement/README.md 
   (learned from the arrivals so far, refreshed every ``refresh_every`` arrivals).
 - ``gpu_weighted``: a target pod's probability weighted by its GPU demand, not by pod count.
 - ``mem_balance_weight``: the CPU-balance term for memory: free milli-GPU beyond what the
-  node's free memory can feed, at the trace's milli-GPU per MiB (0: off).
+  node's free memory can feed, at the trace's milli-GPU per MiB (0: off). Measured at weight 1:
+  a tie with Ours on seeds 42-51 and 52-61 (README, "Second round"), so it stays off.
 - ``lookahead``: a node's measure is the expected measure after one more target pod lands on
   it (when it fits), a one-step lookahead over the next arrivals.
 """
