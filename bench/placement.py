@@ -12,10 +12,14 @@ Usage: python bench/placement.py [--trace openb_pod_list_default.csv] [--seeds 4
        [--policies Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Ours] [--ablation]
        [--budget 0.1,0.5] [--offline] [--out bench/results] [--fraction 1.0]
        python bench/placement.py --balance [--seeds 42-44] [--out bench/results]
+       python bench/placement.py --profile [--seeds 42-46] [--out bench/results]
+       python bench/placement.py --candidates all|LABEL,... [--seeds 42-51] [--out bench/results]
 
 ``--balance`` runs instead the pack-or-spread comparison with departures
 (ckpt_preempt.policies.placement.balance) over cluster sizes and utilisations, and writes
-placement_balance.json.
+placement_balance.json. ``--profile`` writes where FGD, Ours and offline FFD lose
+(placement_profile.json); ``--candidates`` runs one-change variants of Ours next to FGD and Ours,
+paired by seed (placement_candidates.json).
 """
 
 from __future__ import annotations
