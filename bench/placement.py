@@ -12,10 +12,14 @@ Usage: python bench/placement.py [--trace openb_pod_list_default.csv] [--seeds 4
        [--policies Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Ours] [--ablation]
        [--budget 0.1,0.5] [--offline] [--out bench/results] [--fraction 1.0]
        python bench/placement.py --balance [--seeds 42-44] [--out bench/results]
+       python bench/placement.py --profile [--seeds 42-46] [--out bench/results]
+       python bench/placement.py --candidates all|LABEL,... [--seeds 42-51] [--out bench/results]
 
 ``--balance`` runs instead the pack-or-spread comparison with departures
 (ckpt_preempt.policies.placement.balance) over cluster sizes and utilisations, and writes
-placement_balance.json.
+placement_balance.json. ``--profile`` writes where FGD, Ours and offline FFD lose
+(placement_profile.json); ``--candidates`` runs one-change variants of Ours next to FGD and Ours,
+paired by seed (placement_candidates.json).
 """
 
 from __future__ import annotations
@@ -63,6 +67,18 @@ ABLATION = {
         threshold_pct=100, sigmoid_scale_milli=FGD_SCALE),
     "+ CPU balance, one-step lookahead": ours.OursConfig(
         lookahead=True, sigmoid_scale_milli=FGD_SCALE),
+}
+
+
+# Ideas of the second round (issue 10 follow-up), each one change to Ours, chosen on seeds
+# 42-51 and confirmed on 52-61 (policies/placement/README.md, "Second round").
+CANDIDATES = {
+    "sigmoid scale 350": ours.OursConfig(sigmoid_scale_milli=350),
+    "sigmoid scale 250": ours.OursConfig(sigmoid_scale_milli=250),
+    "least-GPU tie-break": ours.OursConfig(tie_break="gpu"),
+    "memory balance (weight 1)": ours.OursConfig(mem_balance_weight=1.0),
+    "target learned online": ours.OursConfig(target="online"),
+    "stranded CPU as fragment (0.01 mGPU/mCPU)": ours.OursConfig(cpu_frag_weight=0.01),
 }
 
 
@@ -163,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offline", action="store_true", help="first-fit-decreasing reference")
     ap.add_argument("--fraction", type=float, default=1.0, help="subsample nodes and pods")
     ap.add_argument("--out", default="", help="folder for placement.json and placement.png")
+    ap.add_argument("--candidates", default="",
+                    help="'all' or labels of CANDIDATES, run next to FGD and Ours; "
+                         "writes placement_candidates.json")
+    ap.add_argument("--profile", action="store_true",
+                    help="where FGD, Ours and offline FFD lose; writes placement_profile.json")
     ap.add_argument("--balance", action="store_true",
                     help="pack vs spread with departures, by cluster size and utilisation")
     args = ap.parse_args(argv)
@@ -172,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < args.fraction <= 1 or any(not 0 < b <= 1 for b in budgets):
             raise ValueError("--fraction and --budget values must be in (0, 1]")
         names = benchmark.check_policies([p for p in args.policies.split(",") if p])
+        candidates = check_candidates(args.candidates)
         bench = Bench(args)
     except (ValueError, OSError) as e:
         print(f"placement: {e}", file=sys.stderr)
@@ -185,6 +207,18 @@ def main(argv: list[str] | None = None) -> int:
             {k: c[k] for k in ("nodes", "offered_utilisation", "winner", "chooser_at_offered")}
             | {f"{s}_failed_pct": c[s]["failed_pct"] for s in ("pack", "spread", "chooser")}
             for c in doc["cells"]]}))
+        return 0
+    if args.profile:
+        doc = run_profile(bench)
+        if args.out:
+            Path(args.out, "placement_profile.json").write_text(json.dumps(doc, indent=1) + "\n")
+        print(json.dumps({"trace": doc["trace"], "seeds": doc["seeds"], "median": doc["median"]}))
+        return 0
+    if candidates:
+        doc = run_candidates(bench, candidates)
+        if args.out:
+            write_candidates(Path(args.out, "placement_candidates.json"), doc)
+        print(json.dumps(doc))
         return 0
     started = time.perf_counter()
     trace_key = bench.setup.trace
@@ -224,11 +258,98 @@ def main(argv: list[str] | None = None) -> int:
             report[key] = earlier[key]
         if kept:
             report["sections_from_earlier_run"] = kept
+        before = earlier.get("policies", {}) if earlier.get("seeds") == report["seeds"] else {}
+        old_rows = [k for k in before if k not in report["policies"]]
+        if old_rows:  # so does a policy this run left out (same seeds only)
+            report["policies"] = {k: report["policies"].get(k) or before[k]
+                                  for k in [*before, *report["policies"]]}
+            report["policies_from_earlier_run"] = old_rows
         merged[trace_key] = report
         results.write_text(json.dumps(merged, indent=1) + "\n")
         plot(merged, out / "placement.png")
     print(json.dumps(benchmark.summary(report)))
     return 0
+
+
+def check_candidates(text: str) -> list[str]:
+    if text == "all":
+        return list(CANDIDATES)
+    labels = [c for c in text.split(",") if c]
+    unknown = [c for c in labels if c not in CANDIDATES]
+    if unknown:
+        raise ValueError(f"unknown candidate {unknown[0]!r} (known: {', '.join(CANDIDATES)})")
+    return labels
+
+
+def run_candidates(bench: Bench, labels: list[str]) -> dict:
+    """FGD, Ours and each candidate on the same seeds: medians and paired differences."""
+    setup = bench.setup
+    rows = {name: bench.run_all(name, lambda n=name: benchmark.make_policy(n, setup.pods))
+            for name in ("FGD", "Ours")}
+    for label in labels:
+        rows[label] = bench.run_all(
+            label, lambda c=CANDIDATES[label], lb=label: ours.Ours(setup.pods, c, lb))
+    bench.bar.close()
+    fgd_seeds, ours_seeds = rows["FGD"]["per_seed_130"], rows["Ours"]["per_seed_130"]
+    out = {}
+    for label, row in rows.items():
+        entry = {"median_130": row["median_130"], "per_seed_130": row["per_seed_130"],
+                 "seconds": row["seconds"]}
+        if label != "FGD":
+            entry["vs_FGD"] = benchmark.paired_difference(row["per_seed_130"], fgd_seeds)
+        if label not in ("FGD", "Ours"):
+            entry["vs_Ours"] = benchmark.paired_difference(row["per_seed_130"], ours_seeds)
+        out[label] = entry
+    return {"trace": setup.trace, "seeds": list(setup.seeds), "rows": out}
+
+
+def _by_size(pods: list) -> list:
+    return sorted(pods, key=lambda p: -p.total_gpu_milli)
+
+
+def _medians(profiles: list[dict]) -> dict:
+    """The median over seeds of every number in the profiles (a missing key counts as 0)."""
+    first = profiles[0]
+    out = {}
+    for key in set().union(*profiles):
+        values = [p.get(key) for p in profiles]
+        if isinstance(first.get(key), dict) or any(isinstance(v, dict) for v in values):
+            out[key] = _medians([v or {} for v in values])
+        elif all(isinstance(v, int | float) or v is None for v in values) \
+                and not all(v is None for v in values):
+            out[key] = round(statistics.median(v or 0 for v in values), 3)
+    return dict(sorted(out.items()))
+
+
+def run_profile(bench: Bench) -> dict:
+    """benchmark.loss_profile of FGD, Ours and offline FFD (Ours) on every seed."""
+    setup = bench.setup
+    runs = {"FGD": (lambda: benchmark.make_policy("FGD", setup.pods), None),
+            "Ours": (lambda: ours.Ours(setup.pods), None),
+            "offline FFD, Ours": (lambda: ours.Ours(setup.pods), _by_size)}
+    per_seed: dict[str, dict[int, dict]] = {}
+    for label, (make, order) in runs.items():
+        for seed in setup.seeds:
+            pods = setup.arrivals[seed] if order is None else order(setup.arrivals[seed])
+            count = len(pods)
+            result = protocol.run(protocol.simulator_order(setup.nodes, seed), pods, make(), seed,
+                                  progress=lambda i, s=seed, n=count, lb=label:
+                                  bench._tick(lb, s, i, n))
+            per_seed.setdefault(label, {})[seed] = benchmark.loss_profile(
+                result, pods, setup.pods)
+    bench.bar.close()
+    return {"trace": setup.trace, "seeds": list(setup.seeds),
+            "median": {k: _medians(list(v.values())) for k, v in per_seed.items()},
+            "per_seed": per_seed}
+
+
+def write_candidates(path: Path, doc: dict) -> None:
+    """One entry per (trace, seeds); a rerun replaces its own."""
+    merged = json.loads(path.read_text()) if path.is_file() else {}
+    seeds = doc["seeds"]
+    merged.setdefault(doc["trace"], {})[f"seeds {seeds[0]}-{seeds[-1]}"] = doc["rows"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 def plot(reports: dict, path: Path) -> None:

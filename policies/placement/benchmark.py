@@ -8,12 +8,14 @@ paper's medians, and ``summary`` is the one JSON line both callers print.
 
 from __future__ import annotations
 
+import bisect
+import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ckpt_preempt.policies.placement import baselines, fgd, ours, protocol
-from ckpt_preempt.policies.placement.devices import GpuNode, PodShape
+from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodShape
 
 # Medians at 130 % of the paper's 10 seeds: github.com/hkust-adsl/kubernetes-scheduler-simulator
 # @8f3d641 experiments/analysis/expected_results/analysis_allo_discrete.csv
@@ -31,6 +33,8 @@ HEADLINE_BIN = protocol.MAX_BIN_PCT
 NO_BUDGET = protocol.ScoreBudget()
 PROGRESS_STEP = 500  # pods per progress update the callers show
 SUBSAMPLE_SEED = 0  # the same subsampled cluster for every seed and policy
+BOOTSTRAP_DRAWS = 10_000
+BOOTSTRAP_SEED = 0  # the same resamples for every comparison
 
 # (label, seed, index of the pod just placed, pods in this run)
 Progress = Callable[[str, int, int, int], None]
@@ -160,6 +164,85 @@ def summary(report: dict) -> dict:
     if "wall_seconds" in report:
         line["wall_seconds"] = report["wall_seconds"]
     return line
+
+
+def paired_difference(
+    ours_per_seed: Sequence[float], base_per_seed: Sequence[float],
+) -> dict[str, float | int]:
+    """Median of the per-seed differences and its bootstrap 95 % interval (seeds resampled
+    with replacement, pairs kept), plus how many seeds gained and how many tied."""
+    if len(ours_per_seed) != len(base_per_seed) or not ours_per_seed:
+        raise ValueError("paired differences need the same, non-empty list of seeds")
+    diffs = [a - b for a, b in zip(ours_per_seed, base_per_seed, strict=True)]
+    rng = random.Random(BOOTSTRAP_SEED)
+    meds = sorted(statistics.median(rng.choices(diffs, k=len(diffs)))
+                  for _ in range(BOOTSTRAP_DRAWS))
+    return {"median_pp": round(statistics.median(diffs), 3),
+            "ci95_pp": [round(meds[int(0.025 * BOOTSTRAP_DRAWS)], 3),
+                        round(meds[int(0.975 * BOOTSTRAP_DRAWS) - 1], 3)],
+            "seeds_ahead": sum(d > 0 for d in diffs), "seeds_tied": sum(d == 0 for d in diffs)}
+
+
+PROFILE_BAND_PCT = 10  # failures are counted per this many % of arrived demand
+TOP_REMAINDERS = 6
+RARE_FIT_SHARE = 0.05  # a remainder that fewer than this share of the shared pods fit in
+
+
+def loss_profile(
+    result: protocol.RunResult, pods: Sequence[PodShape], trace: Sequence[PodShape],
+) -> dict:
+    """Where a run loses allocation, in % of the cluster's milli-GPU: the GPU demand of failed
+    pods by pod kind and by band of arrived demand; the free milli-GPU at the end split into
+    whole free GPUs and remainders of shared GPUs; each remainder dead for its size (no shared
+    pod of the trace is that small), dead for lack of CPU or memory (none that is small enough
+    fits the node's CPU and memory), a rare fit (fewer than ``RARE_FIT_SHARE`` of the trace's
+    shared pods are that small) or usable; and the remainders holding the most milli-GPU."""
+    cap = result.total_gpu_milli
+    pct = lambda milli: round(100.0 * milli / cap, 3)  # noqa: E731
+    arrived_after = [a for a, _ in result.curve[1:]]
+    by_kind: dict[str, int] = {}
+    by_band: dict[str, dict[str, int]] = {}
+    for i in result.failed_indices:
+        pod = pods[i]
+        if not pod.total_gpu_milli:
+            continue
+        lo = int(100 * arrived_after[i] / cap) // PROFILE_BAND_PCT * PROFILE_BAND_PCT
+        band = by_band.setdefault(f"{lo}-{lo + PROFILE_BAND_PCT}", {})
+        band[pod.kind] = band.get(pod.kind, 0) + pod.total_gpu_milli
+        by_kind[pod.kind] = by_kind.get(pod.kind, 0) + pod.total_gpu_milli
+    shared = sorted(p.gpu_milli for p in trace if p.is_shared)
+    shapes = {(p.gpu_milli, p.cpu_milli, p.memory_mib) for p in trace if p.is_shared}
+    free = {"whole_gpus": 0, "usable": 0, "rare_fit": 0, "dead_size": 0,
+            "dead_cpu_or_memory": 0}
+    counts: dict[int, int] = {}
+    for node in result.nodes:
+        for g in node.gpu_free:
+            if g == MILLI_PER_GPU:
+                free["whole_gpus"] += g
+                continue
+            if not g:
+                continue
+            counts[g] = counts.get(g, 0) + 1
+            fit_share = bisect.bisect_right(shared, g) / len(shared) if shared else 0.0
+            if fit_share == 0:
+                free["dead_size"] += g
+            elif not any(m <= g and c <= node.cpu_free and mem <= node.memory_free
+                         for m, c, mem in shapes):
+                free["dead_cpu_or_memory"] += g
+            else:
+                free["rare_fit" if fit_share < RARE_FIT_SHARE else "usable"] += g
+    first = (100.0 * arrived_after[result.failed_indices[0]] / cap
+             if result.failed_indices else None)
+    return {
+        "allocation_130": protocol.binned_allocation(result).get(HEADLINE_BIN),
+        "first_failure_at_pct": None if first is None else round(first, 2),
+        "failed_gpu_pct_by_kind": {k: pct(v) for k, v in sorted(by_kind.items())},
+        "failed_gpu_pct_by_band": {b: {k: pct(v) for k, v in sorted(d.items())}
+                                   for b, d in sorted(by_band.items())},
+        "free_pct": {k: pct(v) for k, v in free.items()},
+        "top_remainders": [{"milli": g, "gpus": n, "pct": pct(g * n)} for g, n in
+                           sorted(counts.items(), key=lambda kv: -kv[0] * kv[1])[:TOP_REMAINDERS]],
+    }
 
 
 def report_head(setup: Setup) -> dict:

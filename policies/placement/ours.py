@@ -13,6 +13,9 @@ we measured (bench/placement.py runs the ablation; policies/placement/README.md 
 - ``target``: ``"trace"`` (FGD's fixed target workload from the trace) or ``"online"``
   (learned from the arrivals so far, refreshed every ``refresh_every`` arrivals).
 - ``gpu_weighted``: a target pod's probability weighted by its GPU demand, not by pod count.
+- ``mem_balance_weight``: the CPU-balance term for memory: free milli-GPU beyond what the
+  node's free memory can feed, at the trace's milli-GPU per MiB (0: off). Measured at weight 1:
+  a tie with Ours on seeds 42-51 and 52-61 (README, "Second round"), so it stays off.
 - ``lookahead``: a node's measure is the expected measure after one more target pod lands on
   it (when it fits), a one-step lookahead over the next arrivals.
 """
@@ -60,6 +63,7 @@ class OursConfig:
     threshold_pct: float = POPULARITY_THRESHOLD_PCT
     gpu_weighted: bool = False
     lookahead: bool = False
+    mem_balance_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tie_break not in TIE_BREAKS:
@@ -98,6 +102,10 @@ class Ours:
         self._seen: Counter[PodShape] = Counter()
         self._seen_n = 0
         self._memo: dict[tuple, float] = {}
+        self.scores_memory = config.mem_balance_weight > 0  # protocol.run: memory in the state
+        gpu_pods = [p for p in trace if p.total_gpu_milli]
+        mib = sum(p.memory_mib for p in gpu_pods)
+        self.gpu_per_mib = sum(p.total_gpu_milli for p in gpu_pods) / mib if mib else 0.0
         base = typical_pods(trace, config.threshold_pct) if config.target == "trace" else ()
         self._set_target(base)
 
@@ -120,7 +128,9 @@ class Ours:
             self._set_target(typical_pods(self._seen.elements(), self.config.threshold_pct))
 
     # --- the measure -------------------------------------------------------------------------
-    def _frag_now(self, model: str, cpu_free: int, gpus: tuple[int, ...]) -> float:
+    def _frag_now(
+        self, model: str, cpu_free: int, gpus: tuple[int, ...], mem_free: int = 0,
+    ) -> float:
         total = sum(gpus)
         w_cpu = self.config.cpu_frag_weight
         frag = 0.0
@@ -137,13 +147,20 @@ class Ours:
             starved = total - cpu_free * self.gpu_per_cpu
             if starved > 0:
                 frag += self.config.cpu_balance_weight * starved
+        if self.config.mem_balance_weight and self.gpu_per_mib:
+            starved = total - mem_free * self.gpu_per_mib
+            if starved > 0:
+                frag += self.config.mem_balance_weight * starved
         return frag
 
-    def frag(self, model: str, cpu_free: int, gpu_free: tuple[int, ...]) -> float:
-        key = (model, cpu_free, tuple(sorted(gpu_free)))
+    def frag(
+        self, model: str, cpu_free: int, gpu_free: tuple[int, ...], mem_free: int = 0,
+    ) -> float:
+        mem = mem_free if self.config.mem_balance_weight else 0  # memo hits when unused
+        key = (model, cpu_free, tuple(sorted(gpu_free)), mem)
         value = self._memo.get(key)
         if value is None:
-            value = self._frag_now(model, cpu_free, key[2])
+            value = self._frag_now(model, cpu_free, key[2], mem)
             if self.config.lookahead:
                 value = self._lookahead(model, cpu_free, key[2], value)
             self._memo[key] = value
@@ -170,8 +187,9 @@ class Ours:
         return -(0.5 * cpu_left / MAX_SPEC_CPU_MILLI + 0.5 * gpu_left_after / MAX_SPEC_GPU_MILLI)
 
     def evaluate(self, node: GpuNode, pod: PodShape) -> tuple[tuple[float, float], tuple[int, ...]]:
-        before = self.frag(node.model, node.cpu_free, node.gpu_free)
+        before = self.frag(node.model, node.cpu_free, node.gpu_free, node.memory_free)
         cpu_after = node.cpu_free - pod.cpu_milli
+        mem_after = node.memory_free - pod.memory_mib
         left_after = node.gpu_free_total - pod.total_gpu_milli
         tie = self._tie(node, pod, left_after)
         if pod.is_shared:
@@ -180,7 +198,7 @@ class Ours:
                 if g < pod.gpu_milli:
                     continue
                 after = (*node.gpu_free[:i], g - pod.gpu_milli, *node.gpu_free[i + 1:])
-                decrease = before - self.frag(node.model, cpu_after, after)
+                decrease = before - self.frag(node.model, cpu_after, after, mem_after)
                 # equal decreases: the tightest GPU, then the lowest index
                 key = (self._primary(decrease), -g)
                 if best is None or key > best[0]:
@@ -192,7 +210,7 @@ class Ours:
         if after is None:
             raise ValueError(f"{node.name}: pod does not fit")
         gpus = first_free_gpus(node.gpu_free, pod.gpu_count) if pod.total_gpu_milli else ()
-        decrease = before - self.frag(node.model, cpu_after, after)
+        decrease = before - self.frag(node.model, cpu_after, after, mem_after)
         return (self._primary(decrease), tie), gpus
 
     def _primary(self, decrease: float) -> float:

@@ -27,7 +27,8 @@ Python's generator); ``run`` gives ties to the first node in the order it is giv
 whose scores tie a lot (GpuClustering and GpuPacking score every CPU-only pod 0 everywhere) are
 the ones this matters for. Random draws among feasible nodes.
 Scores are memoised per (node state, pod shape): a policy's ``evaluate`` must depend only on
-those (and on its ``version``, bumped when it learns).
+those (and on its ``version``, bumped when it learns). The state leaves out free memory unless
+the policy sets ``scores_memory``.
 """
 
 from __future__ import annotations
@@ -158,8 +159,9 @@ def simulator_order(nodes: Sequence[GpuNode], seed: int) -> tuple[GpuNode, ...]:
 _MISS = object()
 
 
-def _state_key(node: GpuNode) -> tuple:
-    return (node.model, node.cpu_free, node.gpu_free, node.kinds)
+def _state_key(node: GpuNode, with_memory: bool = False) -> tuple:
+    key = (node.model, node.cpu_free, node.gpu_free, node.kinds)
+    return (*key, node.memory_free) if with_memory else key
 
 
 def run(
@@ -170,7 +172,8 @@ def run(
     rng = random.Random(seed * 7919 + 1)  # tie-breaks: independent of the arrival stream
     state = list(nodes)
     total = sum(n.gpu_count for n in state) * MILLI_PER_GPU
-    keys = [_state_key(n) for n in state]
+    with_memory = getattr(policy, "scores_memory", False)  # memory is then part of the state
+    keys = [_state_key(n, with_memory) for n in state]
     memo: dict[tuple, dict[tuple, tuple[float, tuple[int, ...]]]] = {}
     memo_version = policy.version
     arrived = allocated = placed = failed = fallbacks = evaluations = 0
@@ -194,7 +197,7 @@ def run(
                 gpus = (rng.choice([g for g, f in enumerate(state[index].gpu_free)
                                     if f >= pod.gpu_milli]),)
             state[index] = place(state[index], pod, gpus)
-            keys[index] = _state_key(state[index])
+            keys[index] = _state_key(state[index], with_memory)
             allocated += pod.total_gpu_milli
             placed += 1
         curve.append((arrived, allocated))

@@ -128,3 +128,16 @@ def test_ours_with_an_empty_online_target_scores_and_learns():
     version = ours_online.version
     ours_online.observe(SHARE_500)
     assert ours_online.version > version and ours_online.target[0].gpu_milli == 500
+
+
+def test_ours_memory_balance_keeps_memory_next_to_free_gpus():
+    # A memory-heavy CPU-only pod would leave the 8-GPU node too little memory for its GPUs.
+    gpu_pod = PodShape(cpu_milli=4000, memory_mib=16384, gpu_count=1, gpu_milli=1000)
+    dense = new_node("a-dense", "G2", cpu_milli=96000, memory_mib=160 * 1024, gpus=8)
+    roomy = new_node("b-roomy", "G2", cpu_milli=96000, memory_mib=1024 * 1024, gpus=8)
+    big = PodShape(cpu_milli=1000, memory_mib=100 * 1024)
+    config = ours.OursConfig(tie_break="name", mem_balance_weight=1.0)
+    aware = protocol.run([dense, roomy], [big], ours.Ours((gpu_pod,), config), seed=1)
+    assert aware.nodes[1].memory_free == roomy.memory_mib - big.memory_mib
+    blind = ours.Ours((gpu_pod,), replace(config, mem_balance_weight=0.0))
+    assert protocol.run([dense, roomy], [big], blind, seed=1).nodes[0].memory_free == 60 * 1024
