@@ -32,7 +32,7 @@ from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
 from ckpt_preempt.controller import convert  # noqa: E402
 from ckpt_preempt.controller.cluster_model import ClusterModel  # noqa: E402
 from ckpt_preempt.controller.config import Config  # noqa: E402
-from ckpt_preempt.controller.watch import ChangeLog, Changes  # noqa: E402
+from ckpt_preempt.controller.watch import LoggedStore  # noqa: E402
 from ckpt_preempt.policies import annotations as ann  # noqa: E402
 
 NOW = 2_000_000_000.0
@@ -40,30 +40,13 @@ SIZES = {"small": (4278, 40_000), "large": (12_500, 100_000)}
 TARGET_MS, TARGET_RSS_MIB = 100, 1024
 
 
-class Store:
-    """The Informer's store without the network: a dict and its ChangeLog."""
-
-    def __init__(self, items: dict[str, Any]) -> None:
-        self.items, self._log = items, ChangeLog()
-
-    def put(self, key: str, obj: Any) -> None:
-        self._log.put(key, key in self.items)
-        self.items[key] = obj
-
-    def delete(self, key: str) -> None:
-        self.items.pop(key, None)
-        self._log.delete(key)
-
-    def drain(self) -> Changes:
-        return self._log.drain(self.items)
-
-
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
-def full_pass(pods: Store, nodes: Store, pdbs: Store, scope, limits, now: float) -> float:
+def full_pass(pods: LoggedStore, nodes: LoggedStore, pdbs: LoggedStore, scope, limits,
+              now: float) -> float:
     t0 = time.perf_counter()
     live = [p for p in list(pods.items.values()) if not p.done]
     by_uid = {p.uid: p for p in live}
@@ -83,7 +66,7 @@ def incremental_pass(model: ClusterModel, now: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def change(pods: Store, fraction: float, rng: random.Random, round_: int) -> None:
+def change(pods: LoggedStore, fraction: float, rng: random.Random, round_: int) -> None:
     """Touch ``fraction`` of the pods as a busy cluster does between passes."""
     keys = rng.sample(list(pods.items), int(len(pods.items) * fraction))
     for i, key in enumerate(keys):
@@ -104,12 +87,12 @@ def one_size(name: str, repeats: int) -> dict:
     gc.collect()
     base = rss_mib()
     node_objs, pod_objs = trace(n_pods) if name == "small" else uniform(n_nodes, n_pods)
-    nodes = Store({n["metadata"]["name"]: convert.node_info(n) for n in node_objs})
-    pods = Store({})
+    nodes = LoggedStore({n["metadata"]["name"]: convert.node_info(n) for n in node_objs})
+    pods = LoggedStore({})
     for d in pod_objs:
         p = convert.pod_info(d)
         pods.items[p.key] = p
-    pdbs = Store({})
+    pdbs = LoggedStore({})
     del node_objs, pod_objs
     gc.collect()
     cache_rss = rss_mib()

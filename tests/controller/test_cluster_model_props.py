@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.cluster_model import ClusterModel
-from ckpt_preempt.controller.watch import ChangeLog, Changes
+from ckpt_preempt.controller.watch import LoggedStore
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.health import Health
@@ -27,32 +27,9 @@ GANG = "scheduling.ai/gang-name"
 GANG_TOTAL = "scheduling.ai/gang-total"
 
 
-class Store:
-    """A dict-backed store with the Informer's ChangeLog, and a relist that replaces it."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, Any] = {}
-        self._log = ChangeLog()
-
-    def put(self, key: str, obj: Any) -> None:
-        self._log.put(key, key in self.items)
-        self.items[key] = obj
-
-    def delete(self, key: str) -> None:
-        self.items.pop(key, None)
-        self._log.delete(key)
-
-    def relist(self, items: dict[str, Any]) -> None:
-        self.items = items
-        self._log.relisted()
-
-    def drain(self) -> Changes:
-        return self._log.drain(self.items)
-
-
 class World:
     def __init__(self, scope: convert.Scope, limits: ann.Limits) -> None:
-        self.pods, self.nodes, self.pdbs = Store(), Store(), Store()
+        self.pods, self.nodes, self.pdbs = LoggedStore(), LoggedStore(), LoggedStore()
         self.scope, self.limits = scope, limits
         self.model = ClusterModel(pods=self.pods, nodes=self.nodes, pdbs=self.pdbs,
                                   scope=scope, limits=limits)
