@@ -94,6 +94,24 @@ def installed(c: kube.Cluster, docs: list[dict]) -> Iterator[None]:
             except ApiException as e:
                 if e.status != 404:
                     raise
+        if any(d["kind"] == "ValidatingAdmissionPolicyBinding" for _, d in made):
+            _wait_policies_unloaded(c)
+
+
+def _wait_policies_unloaded(c: kube.Cluster) -> None:
+    """A deleted admission policy is still enforced for a moment; the chart's bind every
+    namespace but kube-system, so wait until a pod they refuse (one bound with spec.nodeName)
+    is admitted again, lest the next test's pods be refused."""
+    probe = {"metadata": {"name": "policy-probe"}, "spec": {
+        "nodeName": "no-such-node", "containers": [{"name": "c", "image": "busybox"}]}}
+
+    def admitted() -> bool | kube.NotYet:
+        try:
+            c.core.create_namespaced_pod("default", probe, dry_run="All")
+        except ApiException as e:
+            return kube.NotYet(f"{e.status} {e.reason}")
+        return True
+    kube.wait_for("the chart's admission policies to be unloaded", admitted, timeout=30)
 
 
 def restricted_namespace(c: kube.Cluster):

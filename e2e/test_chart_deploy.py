@@ -58,7 +58,9 @@ def test_chart_installs_under_pod_security_restricted(cluster, gpu_nodes, tmp_pa
     sidecar = yaml.safe_load((REPO / "deploy/sidecar-example.yaml").read_text())
     kube.ensure_priority_class(cluster, sidecar["spec"]["priorityClassName"], 100)
     with chart.restricted_namespace(cluster) as ns:
-        docs = chart.render(_release(), ns, {"agent": {"namespaces": [ns]}})
+        # (no admission policies: the DaemonSet pod below is bound by hand, with spec.nodeName)
+        docs = chart.render(_release(), ns, {"agent": {"namespaces": [ns]},
+                                             "admission": {"enabled": False}})
         with chart.installed(cluster, docs):
             deployment = chart.find(docs, "Deployment")
             kube.wait_for("the controller Deployment's pods to be admitted", lambda: len(
