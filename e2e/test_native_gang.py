@@ -49,15 +49,21 @@ def create_member(c: kube.Cluster, ns: str, name: str, group: str, **kwargs) -> 
     c.core.create_namespaced_pod(ns, body)
 
 
-def test_native_preemptor_gang_is_admitted_whole(cluster, namespace, pool, gpu_nodes):
-    """Two gated 8-GPU members of a PodGroup (minCount 2), two full nodes: one plan places
-    both, both victims go, and both members run (the native plugin binds them together)."""
+def _two_full_nodes(cluster, namespace, pool, gpu_nodes) -> list[str]:
+    """Two 8-GPU nodes, each full with one running low-priority pod (low-0, low-1)."""
     priority_classes(cluster)
     nodes = gpu_nodes(2)
     for i, n in enumerate(nodes):
         kube.create_pod(cluster, namespace, f"low-{i}", gpus=8, pool=pool, priority_class=LOW,
                         node_name=n)
         kube.wait_pod_running(cluster, namespace, f"low-{i}")
+    return nodes
+
+
+def test_native_preemptor_gang_is_admitted_whole(cluster, namespace, pool, gpu_nodes):
+    """Two gated 8-GPU members of a PodGroup (minCount 2), two full nodes: one plan places
+    both, both victims go, and both members run (the native plugin binds them together)."""
+    nodes = _two_full_nodes(cluster, namespace, pool, gpu_nodes)
     create_podgroup(cluster, namespace, "train", min_count=2, mode="all",
                     priority_class=HIGH_NEVER)
     members = ["train-0", "train-1"]
@@ -78,12 +84,7 @@ def test_native_preemptor_gang_not_gated_is_planned_whole(cluster, namespace, po
     """Coexistence without our gate: the GangScheduling plugin holds the members until minCount
     exist, finds no room, and (preemptionPolicy Never) preempts nothing; we plan the group as one
     preemptor and the scheduler then binds both."""
-    priority_classes(cluster)
-    nodes = gpu_nodes(2)
-    for i, n in enumerate(nodes):
-        kube.create_pod(cluster, namespace, f"low-{i}", gpus=8, pool=pool, priority_class=LOW,
-                        node_name=n)
-        kube.wait_pod_running(cluster, namespace, f"low-{i}")
+    nodes = _two_full_nodes(cluster, namespace, pool, gpu_nodes)
     create_podgroup(cluster, namespace, "job", min_count=2, mode="all",
                     priority_class=HIGH_NEVER)
     members = ["job-0", "job-1"]

@@ -154,17 +154,23 @@ def test_another_plans_request_is_never_replaced_and_dry_run_only_says_so():
     assert [c.message[:10] for c in actions.events] == ["(dry run) "]
 
 
+def _proactive(cache: FakeCache, seen) -> tuple[health.ProactiveCheckpoint, RecordingActions]:
+    """The health pass's checkpoint requests, having seen every node healthy with ``seen``."""
+    config = Config(namespaces=("team",))
+    actions = RecordingActions(cache, clock=lambda: T0)
+    proactive = health.ProactiveCheckpoint(actions, config, convert.scope(config),
+                                           convert.limits(config), Metrics())
+    proactive.step(_report(n1=Health.HEALTHY), [seen], T0)
+    return proactive, actions
+
+
 def test_a_request_built_from_a_stale_view_never_replaces_a_plan_request_written_meanwhile():
     cache = _cluster(pre=False)
     stale = cache.pod_by_uid("uid-v0")  # what the health pass read, before a plan asked
     theirs = lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan="p-9", requested=T0,
                                                                   deadline=T0 + 60))
     cache.change_pod("uid-v0", annotations={**CKPT, lifecycle.DRAIN_ANNOTATION: theirs})
-    config = Config(namespaces=("team",))
-    actions = RecordingActions(cache, clock=lambda: T0)
-    proactive = health.ProactiveCheckpoint(actions, config, convert.scope(config),
-                                           convert.limits(config), Metrics())
-    proactive.step(_report(n1=Health.HEALTHY), [stale], T0)
+    proactive, actions = _proactive(cache, stale)
     assert proactive.step(_report(n1=Health.DEGRADED), [stale], T0 + 1) == []
     (tried,) = actions.of("request_checkpoint")
     assert tried.args["only_if_unchanged"]
@@ -179,11 +185,7 @@ def test_a_pod_changed_only_elsewhere_since_it_was_read_is_asked_on_the_next_pas
     cache = _cluster(pre=False)
     stale = cache.pod_by_uid("uid-v0")
     cache.change_pod("uid-v0", labels={"touched": "yes"})  # e.g. a label: a new resourceVersion
-    config = Config(namespaces=("team",))
-    actions = RecordingActions(cache, clock=lambda: T0)
-    proactive = health.ProactiveCheckpoint(actions, config, convert.scope(config),
-                                           convert.limits(config), Metrics())
-    proactive.step(_report(n1=Health.HEALTHY), [stale], T0)
+    proactive, actions = _proactive(cache, stale)
     assert proactive.step(_report(n1=Health.DEGRADED), [stale], T0 + 1) == []
     fresh = cache.pod_by_uid("uid-v0")
     assert proactive.step(_report(n1=Health.DEGRADED), [fresh], T0 + 2) == ["team/v0"]
