@@ -109,6 +109,8 @@ class ClusterModel:
         self._pod_tuple: tuple[Pod, ...] | None = ()
         self._dirty_nodes: set[str] = set()
         self._dirty_gangs: set[str] = set()
+        # nodes changed since the last snapshot (None: all of them), for the planner's caches
+        self._changed: set[str] | None = None
         # the Snapshot's indexes
         self._pods_on_node: dict[str, tuple[Pod, ...]] = {}
         self._held: dict[str, Resources] = {}
@@ -299,6 +301,9 @@ class ClusterModel:
 
     def _finish(self) -> None:
         """Rebuild the per-node and per-gang entries that changed, in the cache's order."""
+        changed = self._changed
+        if changed is not None:
+            changed.update(self._dirty_nodes)
         for name in self._dirty_nodes:
             on = self._on_node.get(name)
             if not on:
@@ -320,6 +325,8 @@ class ClusterModel:
                 self._gangs.pop(gang, None)
             else:
                 ps = [p for _, p in sorted(members.values())]
+                if changed is not None:  # one member's change changes its whole unit
+                    changed.update(p.node for p in ps if p.node is not None)
                 self._gang_pods[gang] = ps
                 self._gangs[gang] = Gang(key=gang, members=tuple(sorted(p.uid for p in ps)))
         self._dirty_gangs.clear()
@@ -343,6 +350,8 @@ class ClusterModel:
     def _put_node(self, name: str, info: NodeInfo) -> None:
         """Add (at the end) or replace (in place) a node; ``free`` keeps the same order."""
         node, problem = convert.to_node(info, self._health.get(name, Health.UNKNOWN))
+        if self._changed is not None:
+            self._changed.add(name)
         self._node_infos[name] = info
         self._nodes[name] = node
         self._node_problems.pop(name, None)
@@ -354,6 +363,8 @@ class ClusterModel:
     def _drop_node(self, name: str) -> None:
         if self._node_infos.pop(name, None) is None:
             return
+        if self._changed is not None:
+            self._changed.add(name)
         del self._nodes[name]
         self._node_problems.pop(name, None)
         self._node_tuple, self._largest = None, None
@@ -430,8 +441,10 @@ class ClusterModel:
         if self._median:
             known["unknown_checkpoint_age"] = _median_age(self._ages, now)
         snap.__dict__.update(known)
+        changed, self._changed = self._changed, set()
         return convert.Converted(snapshot=snap, problems=self._problems,
-                                 node_problems=self._node_problems)
+                                 node_problems=self._node_problems,
+                                 changed_nodes=None if changed is None else frozenset(changed))
 
 
 def _age_base(p: Pod) -> float:

@@ -259,6 +259,10 @@ class Converted:
     snapshot: Snapshot
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # pod uid -> warnings
     node_problems: Mapping[str, str] = field(default_factory=dict)  # node name -> warning
+    # the nodes that changed since the previous snapshot of the same model (their Node, their
+    # pods, or a gang with a member there), for policies.plan_cache.PlanCache.carried; None:
+    # unknown (a whole rebuild, or the model's first)
+    changed_nodes: frozenset[str] | None = field(default=None, compare=False)
 
 
 def scope(cfg: Config) -> Scope:

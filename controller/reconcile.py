@@ -117,6 +117,7 @@ class Reconciler:
         self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
                                    self.scope, self._note_once)
         self.proactive = ProactiveCheckpoint(actions, cfg, self.scope, self.limits, metrics)
+        self.plan_cache: PlanCache | None = None  # the last cycle's, carried into the next
 
     # ----------------------------------------------------------------------------- one pass
     def tick(self) -> None:
@@ -280,7 +281,10 @@ class Reconciler:
         held = restriction(active, self.mem.blocked, now)
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         blocked = held.blocked_pods
-        cache = PlanCache(conv.snapshot)  # this cycle's, shared by every plan of the queue
+        # this cycle's, shared by every plan of the queue; what it knows of the nodes that did
+        # not change comes from the last cycle's
+        cache = self.plan_cache = PlanCache.carried(self.plan_cache, conv.snapshot,
+                                                    conv.changed_nodes)
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue

@@ -22,16 +22,36 @@ computed afresh for that plan and never stored, as are the nodes the plan itself
 (earlier members' placements and victims). Any other snapshot (another time, other PDBs,
 fairness counts or pods) is planned without the caches.
 
-Pure and single-threaded: one cache per cycle, dropped at its end (it holds the snapshot).
+Across cycles (``PlanCache.carried``): the next cycle's snapshot differs from this one in the
+nodes the caller says changed (``changed``: nodes whose Node or pods differ, and every node of a
+gang one of whose members differs; ``changed_nodes`` computes it by comparing two snapshots, the
+controller's incremental model records it as it patches) and in time. The next cycle's cache
+keeps the evictable pods and the judgments of every other node, and drops the exact covers.
+Kept entries were computed at an earlier ``now``; they stay sound because every unit's cost
+only grows with time while its pods do not change (work since a checkpoint grows, a drain's
+checkpoint time and a restart are constant), so an old bound is still a lower bound and the
+planner still evaluates every node that could win (its stop rule is "bound above the best").
+What would break that, and so drops entries:
+
+- a pod's min-runtime ending (it becomes a victim): the node's entries are kept only until the
+  earliest such end among its pods and their gangs' (``Evictable.stale_after``);
+- a workload preempted less often than before (its fairness penalty falls): the nodes of its
+  pods;
+- time going back, other PDBs, another unknown-checkpoint basis, other pod priorities (the
+  bands) or other nodes (the positions): everything.
+
+Pure and single-threaded: one cache per cycle; the next cycle's is carried from it.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ckpt_preempt.policies.model import Snapshot
+from ckpt_preempt.policies.model import RejectReason, Snapshot, UnknownCheckpoint
+
+CARRIED_RINGS = 64  # request shapes whose judgments a cycle hands on (the most recently used)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +75,48 @@ class PlanCache:
         self._bands: list[int] | None = None
         self._node_index: dict[str, int] | None = None
         self._tables: dict[tuple, dict] = {}
+        self._rings: dict[tuple, Ring] = {}
+        self._cycle = 0  # how many cycles this cache's entries were carried through
+        self._used: dict[tuple, int] = {}  # ring key -> the last cycle that used it
+        self._basis = _Basis.of(base)
+        self.carried_nodes = 0  # nodes whose entries came from the previous cycle (a metric)
+
+    @classmethod
+    def carried(cls, previous: PlanCache | None, base: Snapshot,
+                changed: Collection[str] | None) -> PlanCache:
+        """The cache for a new cycle on ``base``, keeping what ``previous`` knows of every node
+        not in ``changed`` (None: unknown, keep nothing) that is still sound (module
+        docstring)."""
+        fresh = cls(base)
+        if previous is None or changed is None:
+            return fresh
+        old, new = previous._basis, fresh._basis
+        if (new.now < old.now or new.names != old.names or new.pdbs != old.pdbs
+                or new.unknown != old.unknown or new.unknown_base != old.unknown_base
+                or fresh.bands() != previous.bands()):
+            return fresh
+        drop = set(changed)
+        fell = [w for w, n in old.recent.items() if new.recent.get(w, 0) < n]
+        if fell:
+            workloads = set(fell)
+            drop.update(p.node for p in base.pods
+                        if p.node is not None and p.workload in workloads)
+        for key, table in previous._tables.items():
+            if key[0] == "evictable":
+                drop.update(n for n, ev in table.items() if ev.stale_after <= new.now)
+        index = previous.node_index
+        gone = sorted(index[n] for n in drop if n in index)
+        fresh._node_index, fresh._cycle = index, previous._cycle + 1
+        for key, table in previous._tables.items():
+            if key[0] == "evictable":
+                kept = {n: ev for n, ev in table.items() if n not in drop}
+                fresh._tables[key] = kept
+                fresh.carried_nodes = max(fresh.carried_nodes, len(kept))
+        recent = sorted(previous._rings, key=lambda k: previous._used.get(k, -1))
+        for key in recent[-CARRIED_RINGS:]:
+            fresh._rings[key] = previous._rings[key].without(gone)
+            fresh._used[key] = previous._used.get(key, -1)
+        return fresh
 
     # ------------------------------------------------------------------------- views
     def delta(self, view: Snapshot) -> ViewDelta | None:
@@ -80,11 +142,15 @@ class PlanCache:
         return Share(cache=self, key=key, unshared=delta.unclean(),
                      covers=self.table("cover", search_budget, *key))
 
-    def band(self, priority: int) -> int:
-        """The preemptor's priority band: how many distinct pod priorities lie below it."""
+    def bands(self) -> list[int]:
+        """The distinct pod priorities, ascending: the bands' edges."""
         if self._bands is None:
             self._bands = sorted({p.priority for p in self.base.pods})
-        return bisect.bisect_left(self._bands, priority)
+        return self._bands
+
+    def band(self, priority: int) -> int:
+        """The preemptor's priority band: how many distinct pod priorities lie below it."""
+        return bisect.bisect_left(self.bands(), priority)
 
     @property
     def node_index(self) -> dict[str, int]:
@@ -95,9 +161,10 @@ class PlanCache:
 
     def ring(self, *key) -> Ring:
         """The judgments of one request shape under ``key``, by node position (created empty)."""
-        got = self._tables.get(key)
+        got = self._rings.get(key)
         if got is None:
-            got = self._tables[key] = Ring(len(self.base.nodes))
+            got = self._rings[key] = Ring(len(self.base.nodes))
+        self._used[key] = self._cycle
         return got
 
     def table(self, *key) -> dict:
@@ -123,6 +190,43 @@ class Share:
 
     def judged(self, requests, nvlink) -> Ring:
         return self.cache.ring("judged", requests, nvlink, *self.key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Basis:
+    """What every entry of a cache was computed under, besides the nodes and their pods."""
+
+    now: float
+    names: tuple[str, ...]  # the nodes, in order (the rings' positions)
+    pdbs: tuple
+    recent: Mapping[str, int]
+    unknown: UnknownCheckpoint
+    unknown_base: float | None  # for cluster-median: when the median pod last saved
+
+    @classmethod
+    def of(cls, s: Snapshot) -> _Basis:
+        base = None
+        if s.unknown_checkpoint.kind == "cluster-median" and s.unknown_checkpoint_age is not None:
+            base = s.now - s.unknown_checkpoint_age
+        return cls(now=s.now, names=tuple(n.name for n in s.nodes), pdbs=s.pdbs,
+                   recent=dict(s.recent_preemptions), unknown=s.unknown_checkpoint,
+                   unknown_base=base)
+
+
+def changed_nodes(old: Snapshot, new: Snapshot) -> frozenset[str] | None:
+    """The nodes ``new`` has otherwise than ``old`` (their Node, or the pods on them), and every
+    node of a gang whose members differ; None when the nodes themselves differ."""
+    if [n.name for n in old.nodes] != [n.name for n in new.nodes]:
+        return None
+    out = {n.name for a, n in zip(old.nodes, new.nodes, strict=True) if a != n}
+    was, now = old.pods_on_node, new.pods_on_node
+    out.update(name for name in set(was) | set(now) if was.get(name, ()) != now.get(name, ()))
+    gangs_was, gangs_now = old._index[2], new._index[2]
+    for gang in set(gangs_was) | set(gangs_now):
+        a, b = gangs_was.get(gang, []), gangs_now.get(gang, [])
+        if a != b:
+            out.update(p.node for p in (*a, *b) if p.node is not None)
+    return frozenset(out)
 
 
 def _recorded(view: Snapshot, base: Snapshot, nodes: set[str], pods: set[str]) -> bool:
@@ -155,17 +259,36 @@ class Ring:
 
     def __init__(self, nodes: int) -> None:
         self.judged: list = [None] * nodes
-        self._next = list(range(nodes + 1))  # _next[i] == i: position i is not skipped
+        # _next[i] == i: position i is not skipped; None: to be rebuilt from ``judged``
+        self._next: list[int] | None = list(range(nodes + 1))
+
+    def without(self, positions: Sequence[int]) -> Ring:
+        """A copy that forgets what it knew of ``positions`` (its links rebuilt when used)."""
+        out = Ring.__new__(Ring)
+        out.judged = list(self.judged)
+        for i in positions:
+            out.judged[i] = None
+        out._next = None
+        return out
+
+    def _links(self) -> list[int]:
+        nxt = self._next
+        if nxt is None:
+            nxt = self._next = [
+                i + 1 if got is not None and isinstance(got[0], RejectReason) else i
+                for i, got in enumerate(self.judged)]
+            nxt.append(len(self.judged))
+        return nxt
 
     def store(self, i: int, got, candidate: bool) -> None:
         self.judged[i] = got
         if not candidate:
-            self._next[i] = i + 1
+            self._links()[i] = i + 1
 
     def next_open(self, i: int) -> int:
         """The first position from ``i`` on not known to yield no candidate (the number of
         nodes when there is none)."""
-        nxt = self._next
+        nxt = self._links()
         root = i
         while nxt[root] != root:
             root = nxt[root]

@@ -13,6 +13,7 @@ across the units of one plan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +104,9 @@ class Evictable:
     held: Mapping[str, int]  # pods that are no candidates only because another plan holds them
     #                          or their eviction was blocked: count per reason
     gpu_milli: int = 0  # MIG slices (thousandths of a GPU) all of them together hold
+    # the earliest time a pod here, or a member of its gang, passes its min-runtime (it may
+    # become a victim then); what this says holds until that time
+    stale_after: float = math.inf
 
 
 class UnitBuilder:
@@ -137,6 +141,7 @@ class UnitBuilder:
         self._units: dict[str, Unit] = {}
         self._loss: dict[str, tuple[float, bool]] = {}
         self._evictable: dict[str, Evictable] = {}
+        self._gang_grows_up: dict[str, float] = {}
 
     def unit_id(self, pod: Pod) -> str:
         return pod.gang or pod.uid
@@ -232,7 +237,11 @@ class UnitBuilder:
         entries, pieces, cpu, mem, gpus, milli = [], [], 0, 0, 0, 0
         held: dict[str, int] = {}
         prio, now, recent = self.priority, self.s.now, self.recent
+        stale_after = math.inf
         for p in self.s.pods_on_node.get(node, ()):
+            grows_up = self._grows_up(p)
+            if grows_up < stale_after:
+                stale_after = grows_up
             # the common case, single pods, without the per-gang memo
             why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
             if why is not None:
@@ -254,7 +263,18 @@ class UnitBuilder:
                 pieces.append((rate, r.gpus))
         pieces.sort()
         return Evictable(entries=entries, cpu_milli=cpu, memory_mib=mem, gpus=gpus,
-                         pieces=pieces, held=held, gpu_milli=milli)
+                         pieces=pieces, held=held, gpu_milli=milli, stale_after=stale_after)
+
+    def _grows_up(self, pod: Pod) -> float:
+        """When the next of ``pod``'s unit's members passes its min-runtime (inf: none is
+        still within it)."""
+        if pod.gang is None:
+            return _min_runtime_end(pod, self.s.now)
+        got = self._gang_grows_up.get(pod.gang)
+        if got is None:
+            got = self._gang_grows_up[pod.gang] = min(
+                (_min_runtime_end(p, self.s.now) for p in self.members(pod)), default=math.inf)
+        return got
 
     def units_on(self, node: str, exclude: Iterable[str] = ()) -> list[Unit]:
         skip = set(exclude)
@@ -272,6 +292,16 @@ class UnitBuilder:
             if p.node is not None and self.why_not(p) is None:
                 out.setdefault(self.unit_id(p), self.unit(p))
         return list(out.values())
+
+
+def _min_runtime_end(pod: Pod, now: float) -> float:
+    """When ``pod`` passes its min-runtime (``cost.ineligibility``), if that is still ahead
+    of ``now``; inf when it has, or never will while the pod stays as it is (no start time:
+    it counts as just started at every ``now``)."""
+    if pod.start_time is None:
+        return math.inf
+    end = pod.start_time + pod.min_runtime  # a start in the future counts as young too
+    return end if end > now else math.inf
 
 
 def pdb_violations(pods: Iterable[Pod], pdbs: Sequence[PodDisruptionBudget]) -> int:

@@ -1,7 +1,8 @@
 """The incremental cluster model equals a full rebuild (``convert.snapshot``) after any sequence
 of watch events: adds, modifications and deletions of nodes, pods (gangs among them) and PDBs,
 node deletions that leave their pods behind, relists after a 410 that missed events, a clock
-that moves (now and then backwards) and node health that changes."""
+that moves (now and then backwards) and node health that changes. The nodes the model reports
+changed since its last snapshot (for the planner's caches) include every node that did."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.cluster_model import ClusterModel
 from ckpt_preempt.controller.watch import LoggedStore
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import lifecycle, plan_cache
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import UnknownCheckpoint
 from tests.controller.fakes import T0, node, pdb, pod, reservation, rfc3339
@@ -36,6 +37,7 @@ class World:
         self.generation: dict[str, int] = {}
         self.now = T0
         self.health: dict[str, Health] = {}
+        self.previous: Any = None  # the last check's full rebuild
 
 
 def make_pod(w: World, key: str, d: st.DataObject) -> Any:
@@ -145,6 +147,12 @@ def check(w: World) -> None:
     assert view.terminating == {p.uid for p in live if p.deleting}
     assert view.plan_annotated == tuple(p for p in live
                                         if lifecycle.PLAN_ANNOTATION in p.annotations)
+    # what the planner's caches are told changed covers every node that did
+    if w.previous is not None and got.changed_nodes is not None:
+        diff = plan_cache.changed_nodes(w.previous, r)
+        if diff is not None:
+            assert diff <= got.changed_nodes
+    w.previous = r
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,147 @@
+"""The planner's caches carried from one cycle to the next (``PlanCache.carried``).
+
+The next cycle's snapshot differs by time and by random changes: pods checkpointing, going,
+arriving or changing priority, nodes cordoned, workloads preempted more or less often, PDBs
+changing, the clock moving (sometimes backwards). The property plans the next cycle's queue
+with the carried cache and without, and requires identical plans; the unit tests pin down
+each reason to drop an entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies.model import PodDisruptionBudget, Snapshot
+from ckpt_preempt.policies.plan_cache import PlanCache, changed_nodes
+from tests.policies import builders
+from tests.policies.builders import gpu_node, make_pod, pending
+from tests.policies.test_plan_cache import _plan_cycle, cycles
+
+
+def _same(a: list, b: list) -> bool:
+    """Equal plans. A carried bound may be lower than a fresh one (time passed), so the carried
+    planner may evaluate more nodes on its way to the same choice, and a node it rejects as
+    costlier may say so with another figure."""
+    def choice(p):
+        return replace(p, nodes_evaluated=0, rejections=tuple(sorted(
+            (r.node, r.reason) for r in p.rejections)))
+    return [choice(p) for p in a] == [choice(p) for p in b]
+
+
+CARRY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def next_cycles(draw, snap: Snapshot) -> Snapshot:
+    """``snap`` some time later, with random changes."""
+    now = snap.now + draw(st.sampled_from([0.0, 1.0, 300.0, 900.0, 7200.0, -60.0]))
+    pods = []
+    for p in snap.pods:
+        what = draw(st.sampled_from(["keep"] * 6 + ["checkpoint", "gone", "priority"]))
+        if p.node is None or what == "keep":
+            pods.append(p)
+        elif what == "checkpoint":
+            pods.append(replace(p, last_checkpoint=min(now, snap.now)))
+        elif what == "priority":
+            pods.append(replace(p, priority=p.priority + 1))
+    if draw(st.booleans()) and snap.nodes:  # a new pod on some node
+        node = draw(st.sampled_from(snap.nodes))
+        pods.append(make_pod("late", node=node.name, gpus=1, age=draw(st.sampled_from([
+            10.0, 3600.0])), priority=draw(st.sampled_from([0, 10]))))
+    nodes = tuple(replace(n, unschedulable=not n.unschedulable)
+                  if draw(st.integers(0, 9)) == 0 else n for n in snap.nodes)
+    recent = {w: n + draw(st.sampled_from([-1, 0, 0, 1])) for w, n in
+              snap.recent_preemptions.items()}
+    recent = {w: n for w, n in recent.items() if n > 0}
+    if draw(st.booleans()) and pods:
+        recent[draw(st.sampled_from(pods)).workload] = 1
+    pdbs = snap.pdbs
+    if draw(st.integers(0, 5)) == 0:
+        pdbs = (*pdbs, PodDisruptionBudget(name="late", namespace="default",
+                                           match_labels={"app": "a"}, disruptions_allowed=0))
+    return Snapshot(now=now, nodes=nodes, pods=tuple(pods), pdbs=pdbs,
+                    recent_preemptions=recent, unknown_checkpoint=snap.unknown_checkpoint)
+
+
+@CARRY
+@given(cycle=cycles(), data=st.data())
+def test_a_carried_cache_plans_the_next_cycle_as_a_fresh_one(cycle, data):
+    snap, queue, cfg, extra = cycle
+    cache = PlanCache(snap)
+    _plan_cycle(snap, queue, cfg, extra, cache)
+    later = data.draw(next_cycles(snap))
+    carried = PlanCache.carried(cache, later, changed_nodes(snap, later))
+    assert _same(_plan_cycle(later, queue, cfg, extra, carried),
+                 _plan_cycle(later, queue, cfg, extra, None))
+    # and once more, a cycle after that with nothing changed but time
+    then = replace(later, now=later.now + 600.0)
+    again = PlanCache.carried(carried, then, changed_nodes(later, then))
+    assert _same(_plan_cycle(then, queue, cfg, extra, again),
+                 _plan_cycle(then, queue, cfg, extra, None))
+
+
+# --- what is kept and what is dropped ------------------------------------------------------
+
+def _cluster(**young) -> Snapshot:
+    return builders.snapshot([gpu_node(f"n{i}", 8) for i in range(1, 4)], [
+        make_pod("cheap", node="n1", gpus=8, age=600, **young),
+        make_pod("dear", node="n2", gpus=8, age=7200),
+        make_pod("dearer", node="n3", gpus=8, age=9000),
+    ])
+
+
+def _warm(snap: Snapshot) -> PlanCache:
+    cache = PlanCache(snap)
+    preemption.plan(snap, [pending("hi", gpus=8)], preemption.PlannerConfig(
+        record_rejections=False), cache)
+    return cache
+
+
+def test_entries_of_unchanged_nodes_are_kept_and_changed_ones_dropped():
+    snap = _cluster()
+    cache = _warm(snap)
+    later = replace(snap, now=snap.now + 60)
+    carried = PlanCache.carried(cache, later, {"n2"})
+    (table,) = [t for k, t in carried._tables.items() if k[0] == "evictable"]
+    assert set(table) == {"n1", "n3"}
+    assert carried.carried_nodes == 2
+
+
+def test_nothing_is_kept_when_changes_are_unknown_or_time_went_back():
+    snap = _cluster()
+    cache = _warm(snap)
+    assert PlanCache.carried(cache, snap, None).carried_nodes == 0
+    back = replace(snap, now=snap.now - 1)
+    assert PlanCache.carried(cache, back, frozenset()).carried_nodes == 0
+    other_pdbs = replace(snap, pdbs=(PodDisruptionBudget(
+        name="x", namespace="default", match_labels={}, disruptions_allowed=1),))
+    assert PlanCache.carried(cache, other_pdbs, frozenset()).carried_nodes == 0
+
+
+def test_a_pod_passing_its_min_runtime_drops_its_node():
+    # "cheap" is the cheapest victim once it is past its min-runtime (10 minutes from now)
+    snap = _cluster(min_runtime=1200)
+    cfg = preemption.PlannerConfig(record_rejections=False)
+    cache = _warm(snap)
+    later = replace(snap, now=snap.now + 3600)
+    carried = PlanCache.carried(cache, later, frozenset())
+    plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)
+    assert _same([plan], [preemption.plan(later, [pending("hi", gpus=8)], cfg)])
+    assert plan.victims[0].name == "cheap"
+
+
+def test_a_workload_preempted_less_often_drops_its_nodes():
+    snap = replace(_cluster(), recent_preemptions={"uid-cheap": 3})
+    cache = _warm(snap)
+    later = replace(snap, now=snap.now + 1, recent_preemptions={})
+    carried = PlanCache.carried(cache, later, frozenset())
+    (table,) = [t for k, t in carried._tables.items() if k[0] == "evictable"]
+    assert "n1" not in table
+    cfg = preemption.PlannerConfig(record_rejections=False)
+    plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)
+    assert _same([plan], [preemption.plan(later, [pending("hi", gpus=8)], cfg)])
+    assert plan.victims[0].name == "cheap"  # no longer charged for its preemptions
