@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies import preemption, snapshot_io
 from ckpt_preempt.policies.model import NvlinkNeed, RejectReason, Snapshot
 from ckpt_preempt.policies.topology import (
+    ANNOTATION,
     CLIQUE_KEY,
     TopologyError,
     parse_node_topology,
@@ -208,3 +209,12 @@ def test_a_feasible_plan_for_an_nvlink_gang_uses_one_clique(case):
         assert len(used) == 1 and None not in used, (used, got)
     else:
         assert hosts  # no clique anywhere: placed as before, on any nodes
+
+
+def test_a_snapshot_file_carries_the_clique_in_its_topology_annotation():
+    node = {"name": "a1", "gpus": 4, "annotations": {ANNOTATION: _report(**{CLIQUE_KEY: CA})}}
+    snap, _, problems = snapshot_io.from_dict({
+        "now": NOW, "nodes": [node, {"name": "plain", "gpus": 4}],
+        "pods": [{"name": "p", "gpus": 1}], "preemptor": "p"})
+    assert not problems
+    assert [n.clique for n in snap.nodes] == [CA, None]
