@@ -451,7 +451,11 @@ def _place_members(
                 out.rejections.append(r)
     if config.record_rejections:
         out.rejections.extend(cliques.outside(snapshot, domains, members))
-    tried = "; ".join(f"clique {c}: {stuck.name} fits nowhere in it" for c, _, stuck in failed)
+    shown = 3  # cliques named in the reason; the rejections hold every node's
+    tried = "; ".join(f"clique {c}: {stuck.name} fits nowhere in it"
+                      for c, _, stuck in failed[:shown])
+    if len(failed) > shown:
+        tried += f"; {len(failed) - shown} more clique(s) alike"
     out.no_clique = (f"{RejectReason.NVLINK_NO_CLIQUE.value}: no NVLink clique can host every "
                      f"member of the nvlink: required gang" + (f" ({tried})" if tried else
                      " (its running members are on no single clique, or no clique has GPUs "

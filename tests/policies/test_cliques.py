@@ -218,3 +218,13 @@ def test_a_snapshot_file_carries_the_clique_in_its_topology_annotation():
         "pods": [{"name": "p", "gpus": 1}], "preemptor": "p"})
     assert not problems
     assert [n.clique for n in snap.nodes] == [CA, None]
+
+
+def test_the_reason_names_a_few_cliques_and_counts_the_rest():
+    # six racks of two trays, one tray of each held by a pod the gang may not preempt
+    nodes = [tray(f"r{i}-{t}", f"6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.{i}")
+             for i in range(6) for t in range(2)]
+    pods = [make_pod(f"keep{i}", node=f"r{i}-0", gpus=4, priority=1000) for i in range(6)]
+    got = plan(nodes, pods, gang(2))
+    assert not got.feasible
+    assert got.reason.count("fits nowhere") == 3 and "3 more clique(s) alike" in got.reason
