@@ -320,8 +320,10 @@ def to_node(n: NodeInfo, health: Health = Health.UNKNOWN) -> tuple[Node, str | N
             topology = parse_node_topology(n.topology)
         except TopologyError as e:
             problem = f"{TOPOLOGY_ANNOTATION}: {e}; node treated as topology unknown"
+    # the fabric clique (multi-node NVLink domain) comes from the same hwprobe report
     return Node(name=n.name, allocatable=n.allocatable, topology=topology,
-                unschedulable=n.unschedulable, health=health), problem
+                unschedulable=n.unschedulable, health=health,
+                clique=topology.clique if topology is not None else None), problem
 
 
 def to_pdb(b: PdbInfo) -> PodDisruptionBudget:

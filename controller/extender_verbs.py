@@ -1,5 +1,6 @@
-"""The extender's three verbs on a ``ClusterView``: filter (NVLink), prioritize (the placement
-scorer) and preempt (reshape kube-scheduler's victims so the choice loses the least work).
+"""The extender's three verbs on a ``ClusterView``: filter (NVLink within a node, and the
+NVLink clique of an ``nvlink: required`` gang), prioritize (the placement scorer) and preempt
+(reshape kube-scheduler's victims so the choice loses the least work).
 
 Wire types are kube-scheduler's, k8s.io/kube-scheduler@v0.37.2 extender/v1/types.go: they
 have no json tags, so keys are the Go field names (``Pod``, ``NodeNames``, ``FailedNodes``,
@@ -24,7 +25,7 @@ from ckpt_preempt.controller.extender_model import (
     pod_shape,
 )
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cost, preemption
+from ckpt_preempt.policies import cost, gangs, preemption
 from ckpt_preempt.policies.model import (
     NvlinkNeed,
     Pod,
@@ -111,17 +112,75 @@ def nvlink_problem(pod: Pod, nv: NodeView) -> tuple[str | None, bool]:
             f"{pod.gpus} GPUs asked)"), False
 
 
+@dataclass(frozen=True, kw_only=True)
+class CliqueRule:
+    """Where a member of an ``nvlink: required`` gang may go on a cluster with NVLink cliques
+    (``policies.cliques``): a node of ``cliques`` (None: of any clique)."""
+
+    cliques: frozenset[str] | None
+    why: str  # for the nodes it rules out
+
+    def problem(self, clique: str | None) -> str | None:
+        if clique is not None and (self.cliques is None or clique in self.cliques):
+            return None
+        return self.why
+
+
+def clique_rule(view: ClusterView, pod: PendingPod) -> CliqueRule | None:
+    """The clique rule for ``pod``, or None when it does not apply: the pod is no member of a
+    gang (of more than one), asks no NVLink, or no node of the view has a clique.
+
+    The clique is the one the gang's other members use: bound ones (their node), else pending
+    ones kube-scheduler nominated (their nominated node). A first member may go to any clique:
+    the extender sees one pod at a time and cannot know whether that clique will hold the rest
+    (gated gang admission places the whole gang at once, ``controller/README.md``)."""
+    m = pod.model
+    if m.nvlink is not NvlinkNeed.REQUIRED or m.gang is None or m.gang_total == 1:
+        return None
+    if not any(nv.node.clique is not None for nv in view.nodes.values()):
+        return None
+    hosts = [view.pods[u].node for u in view.gang_members.get(m.gang, ())
+             if u != pod.info.uid and u in view.pods]
+    if not hosts:  # no bound member: nominated ones, the pending pods' only placement
+        for info in view.pods.values():
+            if info.node is None and info.nominated and info.uid != pod.info.uid:
+                member, _ = gangs.detect(info.namespace, info.labels, info.annotations)
+                if member is not None and member.key == m.gang:
+                    hosts.append(info.nominated)
+    if not hosts:
+        return CliqueRule(cliques=None, why=f"{RejectReason.NVLINK_OTHER_CLIQUE.value} "
+                          "(in no NVLink clique)")
+    used = {view.nodes[h].node.clique if h in view.nodes else None for h in hosts}
+    if len(used) == 1 and None not in used:
+        (clique,) = used
+        return CliqueRule(cliques=frozenset(used),
+                          why=f"{RejectReason.NVLINK_OTHER_CLIQUE.value} (the gang's members "
+                              f"use clique {clique})")
+    return CliqueRule(cliques=frozenset(),
+                      why=f"{RejectReason.NVLINK_NO_CLIQUE.value} (the gang's members are on "
+                          f"{', '.join(sorted(set(hosts)))}, in no single clique)")
+
+
 def filter_nodes(view: ClusterView, args: Mapping) -> dict:
     pod = pending_pod(args)
     names, as_names = node_names(args)
     kept, failed, unresolvable = [], {}, {}
-    if pod.model.nvlink is not NvlinkNeed.REQUIRED or pod.model.gpus <= 1:
+    rule = clique_rule(view, pod)
+    within = pod.model.nvlink is NvlinkNeed.REQUIRED and pod.model.gpus > 1
+    if not within and rule is None:
         kept = names
     else:
         for name in names:
             nv = view.nodes.get(name)
             if nv is None:
                 failed[name] = "node not yet in the extender's cache"
+                continue
+            problem = None if rule is None else rule.problem(nv.node.clique)
+            if problem is not None:  # preemption cannot move a node into another clique
+                unresolvable[name] = problem
+                continue
+            if not within:
+                kept.append(name)
                 continue
             problem, resolvable = nvlink_problem(pod.model, nv)
             if problem is None:

@@ -15,7 +15,10 @@ from importlib import resources
 from typing import Any
 
 from ckpt_preempt.hwprobe.model import Topology
-from ckpt_preempt.policies.topology import ANNOTATION  # noqa: F401 - re-exported: the planner owns the key
+from ckpt_preempt.policies.topology import (
+    ANNOTATION,  # noqa: F401 - re-exported: the planner owns the key
+    CLIQUE_KEY,
+)
 
 SCHEMA = "hwprobe/v1"
 LABEL_PREFIX = "hwprobe.ckpt-preempt.io/"
@@ -57,7 +60,7 @@ def _summary(topo: Topology, verified: bool | None, spec: str | None) -> dict[st
         "gpu_name": names[0] if len(names) == 1 else (names or None),
         "nvswitch": topo.nvswitch,
         "max_domain_size": max((len(d) for d in domains), default=0),
-        "clique": topo.clique,
+        CLIQUE_KEY: topo.clique,
         "matrix": [" ".join(row) for row in matrix(topo)],
     }
 

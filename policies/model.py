@@ -95,6 +95,10 @@ class RejectReason(enum.StrEnum):
     NOT_ENOUGH_PREEMPTIBLE = "not-enough-preemptible-capacity"
     NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
     NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
+    # an nvlink: required gang spanning nodes (policies.preemption, "NVLink cliques"): this node
+    # is outside the clique being tried; or no clique can host the whole gang
+    NVLINK_OTHER_CLIQUE = "nvlink-gang-in-another-clique"
+    NVLINK_NO_CLIQUE = "nvlink-required-gang-but-no-clique-fits"
     COSTLIER = "another-node-loses-less-work"
     GPU_FAILING = "node-gpu-failing"  # policies.health: a GPU of it is failing
     NOT_SAMPLED = "not-evaluated-sampling-stopped"
@@ -140,7 +144,9 @@ class Node:
     """A node. ``excluded`` says why the preemptor being planned may not use it although it is
     schedulable (its selector, affinity or taints, or another plan holds it); see
     ``Snapshot.restricted``. ``health`` is its GPUs' (``policies.health``): failing closes it
-    to preemptors; unknown, the default, changes nothing."""
+    to preemptors; unknown, the default, changes nothing. ``clique`` is its multi-node NVLink
+    domain (hwprobe's fabric clique, ``NodeTopology.clique``): nodes sharing one reach each
+    other's GPUs over NVLink; None: it is in none."""
 
     name: str
     allocatable: Resources
@@ -148,6 +154,7 @@ class Node:
     unschedulable: bool = False
     excluded: RejectReason | None = None
     health: Health = Health.UNKNOWN
+    clique: str | None = None
 
     @property
     def closed(self) -> RejectReason | None:

@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies import candidates, cost, units
+from ckpt_preempt.policies import candidates, cliques, cost, units
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     NodeRejection,
@@ -120,6 +120,7 @@ class _Search:
         self.evaluated = 0
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
         self.pdb = units.PdbBudget(snapshot.pdbs)  # what the chosen units charged to each PDB
+        self.no_clique = ""  # why no NVLink clique can host the gang (policies.cliques)
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -411,9 +412,63 @@ def _place_members(
     """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
     ``together`` > 1, the first that many members share one node, freed by one joint cover.
 
+    An ``nvlink: required`` gang on a cluster with NVLink cliques is placed inside one clique
+    (``policies.cliques``): each candidate clique is tried in turn and the cheapest total wins.
+
     Returns the search, the placements, and the member that fit nowhere (None when all fit),
     or at which the lost work passed ``ceiling`` (a try that cannot win is given up).
     """
+    domains = cliques.gang_cliques(snapshot, members, memo)
+    if domains is None:
+        return _place_in(snapshot, members, config, builder, memo, first_rank, together,
+                         ceiling, shared)
+    best: tuple[_Search, list[Placement]] | None = None
+    failed: list[tuple[str, _Search, Pod]] = []
+    evaluated = 0
+    for clique in domains:
+        limit = ceiling if best is None else min(ceiling, best[0].cost)
+        # the cycle's shared judgements index the whole node list: not this view's
+        search, placements, stuck = _place_in(
+            cliques.clique_view(snapshot, clique, memo), members, config, builder, memo,
+            first_rank, together, limit, None)
+        evaluated += search.evaluated
+        if stuck is not None:
+            failed.append((clique, search, stuck))
+        elif best is None or _total(search) < _total(best[0]):
+            best = (search, placements)
+            if _total(search) == (0.0, 0, 0):
+                break  # nothing loses less than fitting without preemption
+    if best is not None:
+        best[0].evaluated = evaluated
+        return best[0], best[1], None
+    out = _Search(snapshot, builder, config, memo, shared)
+    out.evaluated = evaluated
+    seen = set()
+    for _, search, _ in failed:
+        for r in search.rejections:
+            if r not in seen:
+                seen.add(r)
+                out.rejections.append(r)
+    if config.record_rejections:
+        out.rejections.extend(cliques.outside(snapshot, domains, members))
+    shown = 3  # cliques named in the reason; the rejections hold every node's
+    tried = "; ".join(f"clique {c}: {stuck.name} fits nowhere in it"
+                      for c, _, stuck in failed[:shown])
+    if len(failed) > shown:
+        tried += f"; {len(failed) - shown} more clique(s) alike"
+    out.no_clique = (f"{RejectReason.NVLINK_NO_CLIQUE.value}: no NVLink clique can host every "
+                     f"member of the nvlink: required gang" + (f" ({tried})" if tried else
+                     " (its running members are on no single clique, or no clique has GPUs "
+                     "enough)"))
+    return out, [], failed[0][2] if failed else members[0]
+
+
+def _place_in(
+    snapshot: Snapshot, members: Sequence[Pod], config: PlannerConfig,
+    builder: units.UnitBuilder, memo: dict, first_rank: int, together: int,
+    ceiling: float, shared: Share | None,
+) -> tuple[_Search, list[Placement], Pod | None]:
+    """``_place_members`` on every node of ``snapshot``, whatever their cliques."""
     search = _Search(snapshot, builder, config, memo, shared)
     placements = []
     rest = list(members)
@@ -483,7 +538,8 @@ def plan(
         failing = sum(1 for n in snapshot.nodes if n.health is Health.FAILING)
         return Plan(
             policy=POLICY, preemptor=uids, feasible=False,
-            reason=f"{stuck.name} fits nowhere even after preempting every eligible victim"
+            reason=(search.no_clique
+                    or f"{stuck.name} fits nowhere even after preempting every eligible victim")
             + (f"; {failing} node(s) closed because their GPUs are failing" if failing else ""),
             rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
         )

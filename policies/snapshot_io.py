@@ -118,6 +118,7 @@ def _node(d: dict, i: int, problems: list[str]) -> Node:
         topology=topo,
         unschedulable=bool(d.get("unschedulable", False)),
         health=_health(d.get("health", Health.UNKNOWN.value), where),
+        clique=topo.clique if topo is not None else None,  # as controller.convert reads it
     )
 
 

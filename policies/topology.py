@@ -1,17 +1,27 @@
 """NVLink topology as the planner needs it, read from hwprobe's node annotation.
 
 The node annotation ``ANNOTATION`` holds a ``hwprobe/v1`` report. The planner
-reads only ``schema``, ``gpu_count``, ``nvlink_domains`` and ``verified``; everything else in the
-report is for people and for hwprobe itself.
+reads only ``schema``, ``gpu_count``, ``nvlink_domains``, ``verified`` and ``clique``;
+everything else in the report is for people and for hwprobe itself.
+
+``clique`` is the node's multi-node NVLink fabric clique (GB200/GB300 NVL72 racks), in GPU
+Feature Discovery's ``nvidia.com/gpu.clique`` form ``<clusterUUID>.<cliqueId>``
+(NVIDIA/k8s-device-plugin internal/lm/fabric.go@966d5b8, from NVML's nvmlGpuFabricInfo_t:
+https://docs.nvidia.com/deploy/nvml-api/api/structnvmlGpuFabricInfo__t.html). Nodes of one
+clique reach each other's GPUs over NVLink; absent or null: the node is in none.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 SCHEMA = "hwprobe/v1"
 ANNOTATION = "hwprobe.ckpt-preempt.io/topology"  # on Nodes, written by hwprobe
+CLIQUE_KEY = "clique"  # the report's key for the node's fabric clique (hwprobe writes it)
+# <clusterUUID>.<cliqueId>: a UUID's hex digits and dashes, a dot, a decimal uint32; label-safe
+_CLIQUE_FORM = re.compile(r"[0-9A-Fa-f-]{1,36}\.[0-9]{1,10}")
 
 
 class TopologyError(ValueError):
@@ -23,6 +33,7 @@ class NodeTopology:
     gpu_count: int
     domains: tuple[frozenset[int], ...]  # every GPU index in exactly one domain
     verified: bool | None = None
+    clique: str | None = None  # multi-node NVLink fabric clique; None: attached to none
 
     @property
     def largest_domain(self) -> int:
@@ -83,4 +94,9 @@ def parse_node_topology(value: str) -> NodeTopology:
     verified = doc.get("verified")
     if verified is not None and not isinstance(verified, bool):
         raise TopologyError(f"verified must be true, false or null, got {verified!r}")
-    return NodeTopology(gpu_count=count, domains=tuple(domains), verified=verified)
+    clique = doc.get(CLIQUE_KEY)
+    if clique is not None and not (isinstance(clique, str) and _CLIQUE_FORM.fullmatch(clique)):
+        raise TopologyError(f"{CLIQUE_KEY} must be null or <clusterUUID>.<cliqueId>, "
+                            f"got {clique!r}")
+    return NodeTopology(gpu_count=count, domains=tuple(domains), verified=verified,
+                        clique=clique)
