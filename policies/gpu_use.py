@@ -182,7 +182,7 @@ def free_gpus_needed(topology: NodeTopology, use: GpuUse, need: int, placed: int
         return None
     most = _most_freed_while_blocked(
         tuple(sum(1 << i for i in d) for d in topology.domains),
-        tuple(sum(1 << i for i in g) for _, g in use.known),
+        tuple(sorted(sum(1 << i for i in g) for _, g in use.known)),  # one key per layout
         sum(1 << i for i in use.orphans), topology.gpu_count, use.unknown, placed, need)
     if most is None:  # no eviction set leaves every domain short: a domain is free already
         return need
