@@ -4,7 +4,8 @@ The service is ``v1.PodResourcesLister`` on the unix socket
 ``/var/lib/kubelet/pod-resources/kubelet.sock`` (the kubelet's root dir, then
 ``pod-resources``, then ``kubelet.sock``: k8s.io/kubernetes@v1.37.2
 pkg/kubelet/kubelet_getters.go ``getPodResourcesDir``, pkg/kubelet/kubeletconfig/defaults.go
-``DefaultKubeletPodResourcesDirName``, pkg/kubelet/apis/podresources/constants.go ``Socket``).
+``DefaultKubeletPodResourcesDirName``, pkg/kubelet/apis/podresources/constants.go ``Socket``,
+with ``.sock`` added by pkg/kubelet/util/util_unix.go ``LocalEndpoint``).
 ``List`` answers every active pod's containers with their devices per resource name;
 ``GetAllocatableResources`` the devices the node has. The messages are those of
 k8s.io/kubelet@v0.37.2 pkg/apis/podresources/v1/api.proto. Only the fields read here are
