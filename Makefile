@@ -22,12 +22,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-# Builds (or reuses from ~/.cache) etcd, kube-*, kwok and the mock NVML. Without Go (or when
-# the build fails) e2e tests skip, unless CKPT_REQUIRE_TESTBIN=1 (CI), where that is an error.
+# Builds (or reuses from ~/.cache) etcd, kube-*, kwok, the mock NVML and the PodResources test
+# server (e2e/podresources: 40 s cold, 0.03 s cached). Without Go (or when a build fails) the
+# tests needing them skip, unless CKPT_REQUIRE_TESTBIN=1 (CI), where that is an error.
 testbin:
 	@if command -v go >/dev/null 2>&1; then \
 	  e2e/testbin/build.sh || { [ "$$CKPT_REQUIRE_TESTBIN" != 1 ] || exit 1; \
 	    echo "testbin build failed: e2e and mock-NVML tests will be skipped"; }; \
+	  e2e/podresources/build.sh || { [ "$$CKPT_REQUIRE_TESTBIN" != 1 ] || exit 1; \
+	    echo "PodResources test server build failed: its tests will be skipped"; }; \
 	else \
 	  [ "$$CKPT_REQUIRE_TESTBIN" != 1 ] || { echo "go not found and CKPT_REQUIRE_TESTBIN=1"; exit 1; }; \
 	  echo "go not found: e2e tests will be skipped (install Go >= 1.26, or Docker + kind and set E2E_CLUSTER=kind)"; \

@@ -19,7 +19,7 @@ from kubernetes.utils import parse_quantity
 from ckpt_preempt.controller import gpu_resources
 from ckpt_preempt.controller.config import DEFAULT_SCHEDULER, Config
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import native_gangs, preemption
+from ckpt_preempt.policies import gpu_use, native_gangs, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     LabelRequirement,
@@ -86,6 +86,7 @@ class NodeInfo:
     unschedulable: bool
     taints: tuple[Mapping, ...]
     mig: frozenset[str] = frozenset()  # the MIG resources it advertises (gpu_resources)
+    gpu_use: str | None = None  # hwprobe's gpu-use annotation (policies.gpu_use), raw
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +216,7 @@ def node_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAU
         topology=(meta.get("annotations") or {}).get(TOPOLOGY_ANNOTATION),
         unschedulable=bool(spec.get("unschedulable")), taints=tuple(spec.get("taints") or ()),
         mig=gpu_resources.mig_names(alloc),
+        gpu_use=(meta.get("annotations") or {}).get(gpu_use.ANNOTATION),
     )
 
 
@@ -326,6 +328,20 @@ def to_node(n: NodeInfo, health: Health = Health.UNKNOWN) -> tuple[Node, str | N
                 clique=topology.clique if topology is not None else None), problem
 
 
+def with_gpu_use(node: Node, raw: str, pods: Iterable[Pod], now: float
+                 ) -> tuple[Node, str | None]:
+    """``node`` with the GPUs in use from hwprobe's report (``policies.gpu_use``), or as it was
+    and why the report is not used (the worst-case NVLink rule stays)."""
+    try:
+        report = gpu_use.parse_gpu_use(raw)
+    except gpu_use.GpuUseError as e:
+        return node, f"{gpu_use.ANNOTATION}: {e}; GPUs in use treated as unknown"
+    use, why = gpu_use.attach(report, node.topology, pods, now)
+    if use is None:
+        return node, f"{gpu_use.ANNOTATION}: {why}"
+    return dataclasses.replace(node, gpu_use=use), None
+
+
 def to_pdb(b: PdbInfo) -> PodDisruptionBudget:
     return PodDisruptionBudget(
         name=b.name, namespace=b.namespace, match_labels=b.match_labels,
@@ -344,13 +360,6 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
     often it was preempted within the fairness window, from the stored plan history.
     ``health``: each node's GPU health (``controller.health``; absent: unknown).
     ``podgroups``: native PodGroups by ``<namespace>/<name>`` (``controller.podgroups``)."""
-    model_nodes, node_problems = [], {}
-    states = health or {}
-    for n in nodes:
-        node, problem = to_node(n, states.get(n.name, Health.UNKNOWN))
-        model_nodes.append(node)
-        if problem:
-            node_problems[n.name] = problem
     model_pods, problems = [], {}
     for p in pods:
         if p.done:
@@ -359,6 +368,20 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         model_pods.append(pod)
         if pp:
             problems[p.uid] = tuple(pp)
+    model_nodes, node_problems = [], {}
+    states = health or {}
+    on_node: dict[str, list[Pod]] = {}
+    for pod in model_pods:
+        if pod.node is not None:
+            on_node.setdefault(pod.node, []).append(pod)
+    for n in nodes:
+        node, problem = to_node(n, states.get(n.name, Health.UNKNOWN))
+        if n.gpu_use is not None:
+            node, use_problem = with_gpu_use(node, n.gpu_use, on_node.get(n.name, ()), now)
+            problem = "; ".join(filter(None, (problem, use_problem))) or None
+        model_nodes.append(node)
+        if problem:
+            node_problems[n.name] = problem
     return Converted(
         snapshot=Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
                           pdbs=tuple(to_pdb(b) for b in pdbs),

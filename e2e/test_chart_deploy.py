@@ -23,6 +23,7 @@ from kubernetes import client
 
 from ckpt_preempt.hwprobe.report import LABEL_PREFIX
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 from ckpt_preempt.policies.topology import ANNOTATION
 from e2e import chart, kube
 from e2e.test_controller_support import (
@@ -195,6 +196,9 @@ def test_chart_hwprobe_publishes_on_its_own_node_only(cluster, gpu_nodes, nvml, 
             assert patch(own, {"labels": {"team": "a"}}) == 403
             assert patch(own, {"labels": {kube.POOL_LABEL: None}}) == 403
             assert patch(own, {"annotations": {"other.example.com/x": "1"}}) == 403
+            assert patch(own, {"annotations": {GPU_USE_ANNOTATION: "{}"}}) == 200
+            assert patch(own, {"annotations": {GPU_USE_ANNOTATION: None}}) == 200
+            assert patch(other, {"annotations": {GPU_USE_ANNOTATION: "{}"}}) == 403
             assert patch(own, spec={"unschedulable": True}) == 403
             # a token of the same ServiceAccount bound to no pod names no node: refused
             unbound = client.CoreV1Api(chart.token_client(

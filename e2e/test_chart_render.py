@@ -135,6 +135,25 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
                 if "hwprobe" in d["metadata"]["name"]]
 
 
+def test_hwprobe_reads_pod_resources_only_when_asked():
+    (c,) = chart.find(chart.render("r", "ops"), "DaemonSet")["spec"]["template"]["spec"][
+        "containers"]
+    assert "--pod-resources-socket" not in c["args"]
+    docs = chart.render("r", "ops", {"hwprobe": {"podResources": {
+        "enabled": True, "directory": "/var/lib/k0s/kubelet/pod-resources"}}})
+    spec = chart.find(docs, "DaemonSet")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["args"][-2:] == ["--pod-resources-socket",
+                              "/var/lib/k0s/kubelet/pod-resources/kubelet.sock"]
+    assert {"name": "pod-resources", "mountPath": "/var/lib/k0s/kubelet/pod-resources",
+            "readOnly": True} in c["volumeMounts"]
+    assert {"name": "pod-resources", "hostPath": {
+        "path": "/var/lib/k0s/kubelet/pod-resources", "type": "Directory"}} in spec["volumes"]
+    sc = c["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["allowPrivilegeEscalation"] is False and "privileged" not in sc
+
+
 @pytest.mark.parametrize(("bad", "says"), [
     ("config.maxCheckpointSecond=60", "additional properties 'maxCheckpointSecond'"),
     ("config.maxCheckpointSeconds=0", "/config/maxCheckpointSeconds"),
@@ -147,6 +166,7 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
     ("controller.replica=3", "additional properties 'replica'"),
     ("hwprobe.interval=0", "/hwprobe/interval"),
     ("hwprobe.metricsPort=99999", "/hwprobe/metricsPort"),
+    ("hwprobe.podResources.directory=var/lib", "/hwprobe/podResources/directory"),
     ("admission.tolerationExemptNamespaces={}", "/admission/tolerationExemptNamespaces"),
     ("extender.enable=true", "additional properties 'enable'"),
     ("extender.port=0", "/extender/port"),

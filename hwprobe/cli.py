@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from importlib import metadata
 
 from ckpt_preempt.cli import argtypes
@@ -48,6 +49,19 @@ def _add_verify(sub) -> None:
     dcgm_check.add_arguments(verify)
 
 
+def _add_pod_resources(parser, publishes: bool = True) -> None:
+    from ckpt_preempt.hwprobe.gpu_use import GPU_RESOURCE
+    from ckpt_preempt.hwprobe.podresources import DEFAULT_SOCKET, SOCKET_ENV
+
+    parser.add_argument("--pod-resources-socket", metavar="PATH",
+                        default=os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET,
+                        help="the kubelet's PodResources API socket" + (
+                            "; without it the gpu-use annotation is removed" if publishes
+                            else "") + f" (default: ${SOCKET_ENV}, else %(default)s)")
+    parser.add_argument("--gpu-resource", default=GPU_RESOURCE,
+                        help="the device plugin's resource name (default %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, every subcommand included; builds nothing else."""
     p = argtypes.Parser(prog=PROG, description="NVML topology probe for GPU nodes")
@@ -61,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--expect", metavar="SPEC", help="verify and record the result")
     report.add_argument("--compact", action="store_true", help="the Node annotation value")
     _add_verify(sub)
+    use = sub.add_parser("gpu-use", help="the GPUs in use from the kubelet's PodResources API: "
+                                         "the gpu-use annotation value")
+    _add_pod_resources(use, publishes=False)
     publish = sub.add_parser("publish", help="write the annotation and labels onto a Node")
     publish.add_argument("--node", default=os.environ.get("NODE_NAME"),
                          help="the Node to write (default: $NODE_NAME)")
@@ -68,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                          help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else "
                               "~/.kube/config)")
+    _add_pod_resources(publish)
     serve = sub.add_parser("serve", help="re-probe, publish on change, Prometheus metrics")
     serve.add_argument("--node", default=os.environ.get("NODE_NAME"),
                        help="the Node to write (default: $NODE_NAME)")
@@ -83,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="address /metrics listens on (default %(default)s)")
     serve.add_argument("--no-publish", action="store_true",
                        help="probe and serve metrics only; write nothing to the Node")
+    _add_pod_resources(serve)
+    serve.add_argument("--gpu-use-refresh", type=argtypes.positive_float, default=300.0,
+                       help="rewrite the gpu-use annotation after this many seconds even when "
+                            "unchanged, so its time stays recent (default %(default)s)")
     bench = sub.add_parser("bench", help="CUDA copy/P2P bandwidth and integrity (torch or cupy)")
     bench.add_argument("--size-mib", type=argtypes.positive_int, default=256,
                        help="buffer size per copy in MiB (default %(default)s)")
@@ -165,16 +187,37 @@ def _dispatch(args: argparse.Namespace) -> int:
             emit(dcgm_check.render(checks))
             return EXIT_OK if verdict.ok and dcgm_check.passed(checks) else EXIT_DIFF
         return EXIT_OK if verdict.ok else EXIT_DIFF
+    if args.command == "gpu-use":
+        seen = _observe(args)(topo)
+        if seen.body is None:
+            raise HwprobeError(seen.message)
+        from ckpt_preempt.hwprobe import gpu_use
+
+        emit(gpu_use.annotation(seen.body, datetime.now(UTC)))
+        return EXIT_OK
     if args.command == "publish":
+        from ckpt_preempt.hwprobe import gpu_use
         from ckpt_preempt.hwprobe.publish import api_client, publish
 
         if not args.node:
             raise HwprobeError("publish needs --node NAME (or NODE_NAME)")
-        publish(api_client(args.kubeconfig), args.node, topo, verified=verified, spec=spec)
+        seen = _observe(args)(topo)
+        logging.getLogger(PROG).log(logging.WARNING if seen.problem else logging.INFO, "%s",
+                                    seen.message)
+        use = None if seen.body is None else gpu_use.annotation(seen.body, datetime.now(UTC))
+        publish(api_client(args.kubeconfig), args.node, topo, verified=verified, spec=spec,
+                gpu_use=use)
         emit(f"published {report.ANNOTATION} on node {args.node}"
-             + (f" (verified={str(verified).lower()})" if verdict else ""))
+             + (f" (verified={str(verified).lower()})" if verdict else "")
+             + (f" and {gpu_use.ANNOTATION}" if use else ""))
         return EXIT_OK
     raise HwprobeError(f"unknown command {args.command}")
+
+
+def _observe(args: argparse.Namespace):
+    from ckpt_preempt.hwprobe.podresources import observe
+
+    return lambda topo: observe(topo, args.pod_resources_socket, args.gpu_resource)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -192,8 +235,9 @@ def _serve(args: argparse.Namespace) -> int:
             raise HwprobeError("serve needs --node NAME (or NODE_NAME), or --no-publish")
         api = api_client(args.kubeconfig)
 
-        def publisher(topo, verified):
-            publish(api, args.node, topo, verified=verified, spec=spec.name if spec else None)
+        def publisher(topo, verified, gpu_use):
+            publish(api, args.node, topo, verified=verified, spec=spec.name if spec else None,
+                    gpu_use=gpu_use)
 
     _probe()  # fail fast (exit 2) when there is no NVML at all
     health = serve.Health(publishing=publisher is not None)
@@ -203,7 +247,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise HwprobeError(f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: "
                            f"{err.strerror or err}") from err
     serve.run(probe=_probe, publish=publisher, spec=spec,
-              metrics=serve.Metrics.create(REGISTRY), interval=args.interval, health=health)
+              metrics=serve.Metrics.create(REGISTRY), interval=args.interval, health=health,
+              observe_use=_observe(args), refresh=args.gpu_use_refresh)
     return EXIT_OK
 
 

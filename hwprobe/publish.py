@@ -1,8 +1,9 @@
 """The Kubernetes edge: write the topology annotation and labels onto a Node.
 
 One operation, safe to repeat: a strategic-merge patch of the Node's metadata that sets
-``hwprobe.ckpt-preempt.io/topology`` and the ``hwprobe.ckpt-preempt.io/*`` labels. Labels
-hwprobe set earlier but no longer produces (e.g. ``clique``) are removed.
+``hwprobe.ckpt-preempt.io/topology`` and the ``hwprobe.ckpt-preempt.io/*`` labels, and sets
+``hwprobe.ckpt-preempt.io/gpu-use`` (the GPUs in use, ``gpu_use``) or removes it when there is
+no report. Labels hwprobe set earlier but no longer produces (e.g. ``clique``) are removed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from typing import Any
 
 from ckpt_preempt.hwprobe.errors import PublishError
+from ckpt_preempt.hwprobe.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 from ckpt_preempt.hwprobe.model import Topology
 from ckpt_preempt.hwprobe.report import ANNOTATION, LABEL_PREFIX, annotation, labels
 
@@ -33,24 +35,27 @@ def api_client(kubeconfig: str | None = None) -> Any:
 
 
 def node_patch(topo: Topology, *, verified: bool | None, spec: str | None,
-               current_labels: dict[str, str] | None = None) -> dict:
+               current_labels: dict[str, str] | None = None, gpu_use: str | None = None) -> dict:
+    """``gpu_use``: the gpu-use annotation's value; None removes it."""
     new = labels(topo, verified=verified)
     stale = {k: None for k in (current_labels or {}) if k.startswith(LABEL_PREFIX) and k not in new}
     return {"metadata": {
-        "annotations": {ANNOTATION: annotation(topo, verified=verified, spec=spec)},
+        "annotations": {ANNOTATION: annotation(topo, verified=verified, spec=spec),
+                        GPU_USE_ANNOTATION: gpu_use},
         "labels": {**stale, **new},
     }}
 
 
 def publish(api: Any, node: str, topo: Topology, *, verified: bool | None = None,
-            spec: str | None = None) -> dict:
+            spec: str | None = None, gpu_use: str | None = None) -> dict:
     """Patch the Node; returns the patch applied. Raises PublishError."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
         current = api.read_node(node).metadata.labels or {}
-        patch = node_patch(topo, verified=verified, spec=spec, current_labels=current)
+        patch = node_patch(topo, verified=verified, spec=spec, current_labels=current,
+                           gpu_use=gpu_use)
         api.patch_node(node, patch)
     except ApiException as err:
         raise PublishError(f"node {node}: API answered {err.status} {err.reason}") from err

@@ -8,22 +8,29 @@ when publishing, the last publish did too): the DaemonSet's liveness and readine
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from ckpt_preempt.hwprobe import gpu_use
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Topology
+from ckpt_preempt.hwprobe.podresources import Observation
 from ckpt_preempt.hwprobe.report import annotation
 from ckpt_preempt.hwprobe.verify import Spec, verify
 
 log = logging.getLogger("ckpt_preempt.hwprobe.serve")
+# The gpu-use annotation is written again after this many seconds even when nothing changed,
+# so its time says the report is current (policies.gpu_use.MAX_AGE_SECONDS is three of these).
+DEFAULT_GPU_USE_REFRESH = 300.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +44,7 @@ class Metrics:
     probe_seconds: Histogram
     probe_failures: Counter
     publishes: Counter
+    gpus_in_use: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> Metrics:
@@ -59,6 +67,8 @@ class Metrics:
                                    registry=registry),
             publishes=Counter("hwprobe_publishes", "Annotation updates written",
                               registry=registry),
+            gpus_in_use=Gauge("hwprobe_gpus_in_use", "GPUs the kubelet gave to pods "
+                              "(PodResources API); -1 when not known", registry=registry),
         )
 
     def observe(self, topo: Topology, verified: bool | None, findings: int) -> None:
@@ -137,12 +147,21 @@ def start_server(port: int, addr: str, registry: CollectorRegistry, health: Heal
     return server
 
 
-def run(*, probe: Callable[[], Topology], publish: Callable[[Topology, bool | None], None] | None,
+def run(*, probe: Callable[[], Topology],
+        publish: Callable[[Topology, bool | None, str | None], None] | None,
         spec: Spec | None, metrics: Metrics, interval: float, iterations: int | None = None,
-        sleep: Callable[[float], None] = time.sleep, health: Health | None = None) -> int:
-    """The serve loop. Returns how many times it published (for tests; forever returns never)."""
+        sleep: Callable[[float], None] = time.sleep, health: Health | None = None,
+        observe_use: Callable[[Topology], Observation] | None = None,
+        refresh: float = DEFAULT_GPU_USE_REFRESH,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> int:
+    """The serve loop. Returns how many times it published (for tests; forever returns never).
+
+    ``observe_use``: the GPUs in use (``podresources.observe``), published as the gpu-use
+    annotation when they change and at least every ``refresh`` seconds; its log line is
+    written when it changes, not every round."""
     health = health or Health(publishing=publish is not None)
-    last_value, previous, published, done = None, None, 0, 0
+    last_state, previous, published, done = None, None, 0, 0
+    last_message, use_written = None, None
     while iterations is None or done < iterations:
         done += 1
         start = time.perf_counter()
@@ -161,14 +180,26 @@ def run(*, probe: Callable[[], Topology], publish: Callable[[Topology, bool | No
         metrics.observe(topo, verified, len(verdict.findings) if verdict else 0)
         if verdict is not None and not verdict.ok:
             log.warning("verify %s: %s", spec.name, "; ".join(verdict.findings))
+        seen = observe_use(topo) if observe_use is not None else None
+        body = seen.body if seen is not None else None
+        if seen is not None and seen.message != last_message:
+            log.log(logging.WARNING if seen.problem else logging.INFO, "%s", seen.message)
+            last_message = seen.message
+        metrics.gpus_in_use.set(-1 if body is None else
+                                sum(len(p["gpus"]) for p in body["pods"]))
         value = annotation(topo, verified=verified, spec=spec.name if spec else None)
-        if publish is not None and value != last_value:
+        state = (value, None if body is None else json.dumps(body, sort_keys=True))
+        now = clock()
+        due = body is not None and (
+            use_written is None or (now - use_written).total_seconds() >= refresh)
+        if publish is not None and (state != last_state or due):
             try:
-                publish(topo, verified)
+                publish(topo, verified, None if body is None else gpu_use.annotation(body, now))
                 published += 1
                 metrics.publishes.inc()
                 health.published(None)
-                last_value = value
+                last_state = state
+                use_written = now if body is not None else None
             except HwprobeError as err:
                 health.published(str(err))
                 log.warning("publish failed: %s", err)

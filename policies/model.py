@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from ckpt_preempt.policies.gpu_use import GpuUse
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.topology import NodeTopology
 
@@ -151,6 +152,9 @@ class Node:
     name: str
     allocatable: Resources
     topology: NodeTopology | None = None  # None: "topology unknown"
+    # Which GPUs its pods hold, from hwprobe's gpu-use report (policies.gpu_use); None: not
+    # known, so NVLink needs are judged on the worst placement of the busy GPUs.
+    gpu_use: GpuUse | None = None
     unschedulable: bool = False
     excluded: RejectReason | None = None
     health: Health = Health.UNKNOWN

@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies import candidates, cliques, cost, units
+from ckpt_preempt.policies import candidates, cliques, cost, gpu_use, units
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     NodeRejection,
@@ -79,17 +79,21 @@ def sampling(cfg: PlannerConfig) -> candidates.Sampling:
     )
 
 
-def nvlink_gpus(pod: Pod, node, allocatable_gpus: int) -> tuple[int | None, RejectReason | None]:
-    """Free GPUs the node needs so the pod's NVLink requirement surely holds."""
+def nvlink_gpus(pod: Pod, node, allocatable_gpus: int, placed: int = 0
+                ) -> tuple[int | None, RejectReason | None]:
+    """Free GPUs the node needs so the pod's NVLink requirement surely holds. ``placed``:
+    GPUs the plan being built already put on the node; they count only where the node
+    publishes which GPUs are in use (``policies.gpu_use``), else the worst case covers them."""
     if pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1:
         return pod.gpus, None
     if node.topology is None or node.topology.gpu_count != allocatable_gpus:
         # no report, or one that disagrees with the node's allocatable GPUs: unknown
         return None, RejectReason.NVLINK_UNKNOWN
-    for f in range(pod.gpus, allocatable_gpus + 1):
-        if node.topology.nvlink_fits(f, pod.gpus):
-            return f, None
-    return None, RejectReason.NVLINK_INFEASIBLE
+    f = gpu_use.nvlink_free_gpus(node.topology, node.gpu_use, pod.gpus, allocatable_gpus,
+                                 placed if node.gpu_use is not None else 0)
+    if f is None:
+        return None, RejectReason.NVLINK_INFEASIBLE
+    return f, None
 
 
 def domain_fits(pod: Pod, node, free_gpus: int) -> bool:
@@ -97,6 +101,9 @@ def domain_fits(pod: Pod, node, free_gpus: int) -> bool:
     topo = node.topology
     if topo is None or topo.gpu_count != node.allocatable.gpus:
         return False
+    if node.gpu_use is not None:
+        f = gpu_use.nvlink_free_gpus(topo, node.gpu_use, pod.gpus, node.allocatable.gpus)
+        return f is not None and free_gpus >= f
     return topo.nvlink_fits(free_gpus, pod.gpus)
 
 
@@ -136,7 +143,12 @@ class _Search:
             return None, closed
         if not pod.requests.fits_in(node.allocatable):
             return None, RejectReason.TOO_SMALL
-        gpus, why = nvlink_gpus(pod, node, node.allocatable.gpus)
+        placed = 0
+        if node.gpu_use is not None and node.name in self.dirty:  # earlier members here
+            released = sum(u.release[node.name].gpus for u in self.chosen.values()
+                           if node.name in u.release)
+            placed = self.s.free(node.name).gpus + released - self.free_on(node.name).gpus
+        gpus, why = nvlink_gpus(pod, node, node.allocatable.gpus, placed)
         if gpus is None:
             return None, why
         return replace(pod.requests, gpus=gpus), None

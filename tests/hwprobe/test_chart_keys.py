@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from ckpt_preempt.hwprobe.report import LABEL_PREFIX
+from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 from ckpt_preempt.policies.topology import ANNOTATION
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "deploy/helm/ckpt-preempt/templates/hwprobe.yaml"
@@ -19,10 +20,12 @@ def _variable(name: str) -> str:
 
 def test_policy_keys_are_the_python_constants():
     assert _variable("annotation") == ANNOTATION
+    assert _variable("gpuUseAnnotation") == GPU_USE_ANNOTATION
     assert _variable("labelPrefix") == LABEL_PREFIX
 
 
 def test_policy_messages_name_the_same_keys():
     text = TEMPLATE.read_text()
     assert f"only change labels under {LABEL_PREFIX}\n" in text
-    assert f"only change the annotation {ANNOTATION}\n" in text
+    assert (f"only change the annotations {ANNOTATION} and\n        {GPU_USE_ANNOTATION}\n"
+            in text)

@@ -26,7 +26,7 @@ def run_loop(topologies, *, spec="hgx-h100-8", publish_fails=False):
             raise topo
         return topo
 
-    def publish(topo, verified):
+    def publish(topo, verified, gpu_use=None):
         if publish_fails:
             raise PublishError("API answered 503")
         published.append(verified)
@@ -95,7 +95,7 @@ def test_health_endpoints_follow_the_last_probe_and_publish():
     server = serve.start_server(0, "127.0.0.1", registry, health)
     outcomes = iter([None, "API answered 403", None])
 
-    def publish(topo, verified):
+    def publish(topo, verified, gpu_use=None):
         err = next(outcomes)
         if err:
             raise PublishError(err)
