@@ -14,6 +14,11 @@ just before are excluded from that view (each with its reason), as are 1 % of th
 ``policies.plan_cache.PlanCache`` for the whole queue, as the controller plans a cycle
 ("cached"), and without ("uncached"); both must give the same plans. "cold" builds and
 indexes a fresh snapshot per sample as well (``--cold``; off for ``frontier``).
+"next_cycle" is the cycle after: ``--later`` seconds on, the first cycle's plans carried out
+(victims gone, preemptors running, their workloads counted as preempted), ``--churn`` of the
+running pods checkpointed since, and a new queue of ``--samples`` preemptors, planned with the
+caches carried from the first cycle (``PlanCache.carried``, as the controller carries them) and
+with a fresh cache; both must choose the same.
 Prints one JSON line per run; targets: p99 ≤ 25 ms (spot) and ≤ 50 ms (frontier), cached.
 Usage: python bench/plan_latency.py [--size spot|frontier] [--pods N] [--samples 300]
        [--seed 3] [--active 20] [--cold | --no-cold]
@@ -27,6 +32,7 @@ import json
 import random
 import resource
 import time
+from dataclasses import replace
 from importlib import resources
 
 from ckpt_preempt.controller.reconcile import cycle_objects_frozen
@@ -40,7 +46,7 @@ from ckpt_preempt.policies.model import (
     Resources,
     Snapshot,
 )
-from ckpt_preempt.policies.plan_cache import PlanCache
+from ckpt_preempt.policies.plan_cache import PlanCache, changed_nodes
 
 NOW = 2_000_000_000.0
 FRONTIER_NODES = 12_500  # 8 GPUs each: 100k GPUs
@@ -126,10 +132,13 @@ def stats(xs: list[float]) -> dict:
 
 
 def plan_queue(cycle: Snapshot, queue: list[list[Pod]], tainted: dict, active: int,
-               cfg: preemption.PlannerConfig, cached: bool) -> tuple[list, list, dict, dict]:
+               cfg: preemption.PlannerConfig, cached: bool,
+               cache: PlanCache | None = None) -> tuple[list, list, dict, dict]:
     """Plan the queue as one controller cycle does: (plans, views, wall-clock ms and CPU ms
-    of this thread per preemptor kind). CPU time is what a busy machine does not inflate."""
-    cache = PlanCache(cycle) if cached else None
+    of this thread per preemptor kind). CPU time is what a busy machine does not inflate.
+    ``cache``: the cycle's, when given (else a fresh one, or none when not ``cached``)."""
+    if cache is None and cached:
+        cache = PlanCache(cycle)
     plans, views = [], []
     by_kind: dict[str, list[float]] = {"single_pod": [], "gang": []}
     cpu: dict[str, list[float]] = {"single_pod": [], "gang": []}
@@ -150,6 +159,37 @@ def plan_queue(cycle: Snapshot, queue: list[list[Pod]], tainted: dict, active: i
     return plans, views, by_kind, cpu
 
 
+def next_cycle(cycle: Snapshot, queue: list[list[Pod]], plans: list, rng: random.Random,
+               later: float, churn: float) -> Snapshot:
+    """The cluster ``later`` seconds on: the feasible plans carried out (victims gone, their
+    preemptors running on the target nodes, their workloads counted as preempted), and a
+    ``churn`` fraction of the running pods having checkpointed since."""
+    now = cycle.now + later
+    gone = {v.uid for p in plans for v in p.victims}
+    bound = {pl.pod_uid: pl.node for p in plans for pl in p.placements}
+    recent = dict(cycle.recent_preemptions)
+    for p in plans:
+        for v in p.victims:
+            recent[v.workload] = recent.get(v.workload, 0) + 1
+    pods = []
+    for p in cycle.pods:
+        if p.uid in gone:
+            continue
+        if p.uid in bound:
+            p = replace(p, node=bound[p.uid], start_time=now - later / 2)
+        elif p.node is not None and p.last_checkpoint is not None and rng.random() < churn:
+            p = replace(p, last_checkpoint=now - rng.uniform(0, later))
+        pods.append(p)
+    return Snapshot(now=now, nodes=cycle.nodes, pods=tuple(pods), pdbs=cycle.pdbs,
+                    recent_preemptions=recent, unknown_checkpoint=cycle.unknown_checkpoint)
+
+
+def same_choices(a: list, b: list) -> bool:
+    """Equal plans but for how many nodes were evaluated (a carried bound may be lower)."""
+    return [replace(p, nodes_evaluated=0) for p in a] == [replace(p, nodes_evaluated=0)
+                                                          for p in b]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", choices=sorted(SIZES), default="spot")
@@ -159,6 +199,10 @@ def main() -> None:
     ap.add_argument("--active", type=int, default=20, help="other plans holding nodes/pods")
     ap.add_argument("--cold", action=argparse.BooleanOptionalAction, default=None,
                     help="also plan each sample on a fresh snapshot (default: spot only)")
+    ap.add_argument("--later", type=float, default=30.0,
+                    help="seconds between the first cycle and the next")
+    ap.add_argument("--churn", type=float, default=0.01,
+                    help="fraction of running pods that checkpointed in between")
     args = ap.parse_args()
     target_pods, target_p99 = SIZES[args.size]
     cold_too = args.cold if args.cold is not None else args.size == "spot"
@@ -175,9 +219,25 @@ def main() -> None:
     cycle.restricted()  # index the cycle's snapshot once, as a controller cycle does
     plans, views, uncached, uncached_cpu = plan_queue(cycle, queue, tainted, args.active, cfg,
                                                       cached=False)
+    first = PlanCache(cycle)
     again, _, cached, cached_cpu = plan_queue(cycle, queue, tainted, args.active, cfg,
-                                              cached=True)
+                                              cached=True, cache=first)
     assert again == plans, "the caches must not change a plan"
+    # the next cycle: the plans carried out, some pods checkpointed, a new queue; its caches
+    # carried from this cycle's (as the controller does) or fresh
+    queue2 = [pending(rng, args.samples + k) for k in range(args.samples)]
+    cycle2 = next_cycle(cycle, queue, plans, rng, args.later, args.churn)
+    cycle2 = replace(cycle2, pods=cycle2.pods + tuple(p for pre in queue2 for p in pre))
+    cycle2.restricted()
+    changed = changed_nodes(cycle, cycle2)
+    t0 = time.perf_counter()
+    carried = PlanCache.carried(first, cycle2, changed)
+    carry_ms = (time.perf_counter() - t0) * 1000
+    kept = carried.carried_nodes
+    fresh2, _, fresh_ms, _ = plan_queue(cycle2, queue2, tainted, args.active, cfg, cached=True)
+    next2, _, next_ms, next_cpu = plan_queue(cycle2, queue2, tainted, args.active, cfg,
+                                             cached=True, cache=carried)
+    assert same_choices(next2, fresh2), "a carried cache must not change a plan"
     cold, feasible, evaluated = [], 0, []
     for pre, plan, (closed, held) in zip(queue, plans, views, strict=True):
         feasible += plan.feasible
@@ -207,6 +267,16 @@ def main() -> None:
                                  "p99": round(pct(bare, 0.99) / pct(warm, 0.99), 2)},
         "cpu_ms_by_preemptor": {k: stats(xs) for k, xs in cached_cpu.items() if xs},
         "uncached_cpu_ms_by_preemptor": {k: stats(xs) for k, xs in uncached_cpu.items() if xs},
+        "next_cycle": {  # the following cycle, caches carried as the controller carries them
+            "later_s": args.later, "churn": args.churn,
+            "changed_nodes": len(changed) if changed is not None else None,
+            "carried_nodes": kept, "carry_ms": round(carry_ms, 2),
+            "carried_ms": stats(next_ms["single_pod"] + next_ms["gang"]),
+            "carried_ms_by_preemptor": {k: stats(xs) for k, xs in next_ms.items() if xs},
+            "carried_cpu_ms_by_preemptor": {k: stats(xs) for k, xs in next_cpu.items() if xs},
+            "fresh_cache_ms": stats(fresh_ms["single_pod"] + fresh_ms["gang"]),
+            "fresh_cache_ms_by_preemptor": {k: stats(xs) for k, xs in fresh_ms.items() if xs},
+        },
         "nodes_evaluated_p50": pct(evaluated, 0.5),
         "rss_mib_after_imports": round(imports_rss, 1),  # python, policies, kubernetes client
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

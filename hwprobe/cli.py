@@ -201,12 +201,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         if not args.node:
             raise HwprobeError("publish needs --node NAME (or NODE_NAME)")
+        api = api_client(args.kubeconfig)  # no configuration: that one line, nothing before it
         seen = _observe(args)(topo)
         logging.getLogger(PROG).log(logging.WARNING if seen.problem else logging.INFO, "%s",
                                     seen.message)
         use = None if seen.body is None else gpu_use.annotation(seen.body, datetime.now(UTC))
-        publish(api_client(args.kubeconfig), args.node, topo, verified=verified, spec=spec,
-                gpu_use=use)
+        publish(api, args.node, topo, verified=verified, spec=spec, gpu_use=use)
         emit(f"published {report.ANNOTATION} on node {args.node}"
              + (f" (verified={str(verified).lower()})" if verdict else "")
              + (f" and {gpu_use.ANNOTATION}" if use else ""))

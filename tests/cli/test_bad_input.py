@@ -224,6 +224,7 @@ ROWS = [
       id="serve interval"),
     h("serve", says="serve needs --node", id="serve without node"),
     h("bench", says="cannot load HWPROBE_NVML_LIBRARY", id="bench without NVML"),
+    h("gpu-use", says="cannot load HWPROBE_NVML_LIBRARY", id="gpu-use without NVML"),
     h("bench", "--size-mib", "0", says="argument --size-mib: must be an integer >= 1",
       id="bench size"),
     h("bench", "--repeats", "-1", says="argument --repeats: must be an integer >= 1",
@@ -251,7 +252,9 @@ def test_every_subcommand_has_a_row():
     (["verify", "--expect", "{spec}"], "gpu_count"),
     (["publish", "--node", "n"], "no Kubernetes configuration"),
     (["report", "--expect", "no-such-machine"], "unknown spec 'no-such-machine'"),
-], ids=["verify spec gpu_count -3", "publish without kubeconfig", "report unknown spec"])
+    (["gpu-use", "--pod-resources-socket", f"{MISSING}/kubelet.sock"], "no PodResources socket"),
+], ids=["verify spec gpu_count -3", "publish without kubeconfig", "report unknown spec",
+        "gpu-use without the kubelet socket"])
 def test_hwprobe_past_the_probe_bad_input_is_one_line(args, says, tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text(BAD_SPEC)
