@@ -46,6 +46,7 @@ from ckpt_preempt.policies.model import (
     Victim,
     VictimGroup,
 )
+from ckpt_preempt.policies.placement import admission
 from ckpt_preempt.policies.plan_cache import PlanCache, Share
 
 POLICY = "checkpoint-aware"
@@ -66,6 +67,12 @@ class PlannerConfig:
     record_rejections: bool = True
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
+    placement: str = admission.GANG_BLOCK  # how a pod that fits as things stand is placed
+
+    def __post_init__(self) -> None:
+        if self.placement not in admission.PLACEMENTS:
+            raise ValueError(f"placement must be one of {admission.PLACEMENTS}, "
+                             f"not {self.placement!r}")
 
 
 def num_candidates(nodes: int, cfg: PlannerConfig) -> int:
@@ -120,6 +127,8 @@ class _Search:
         self.evaluated = 0
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
         self.pdb = units.PdbBudget(snapshot.pdbs)  # what the chosen units charged to each PDB
+        self.ahead: Sequence[Pod] = ()  # gang members still to place after the current one
+        self.scorer: admission.AdmissionScorer | None = None  # built when first needed
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -146,7 +155,10 @@ class _Search:
             self.rejections.append(NodeRejection(node=node, reason=reason, detail=text))
 
     def fit_without_preemption(self, pod: Pod) -> str | None:
-        """Best fit (fewest GPUs left over) among nodes where the pod fits as things stand."""
+        """Among nodes where the pod fits as things stand: the healthiest GPUs, then (for
+        ``nvlink: preferred``) one NVLink domain, then our placement scorer
+        (``policies.placement.admission``; or the fewest GPUs left over with ``bestfit``),
+        then the name."""
         r = pod.requests
         simple = pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
@@ -158,7 +170,9 @@ class _Search:
             nodes = [by_name[n] for n in sorted(names.union(self.free))]
         else:
             nodes = self.s.nodes
+        bestfit = self.cfg.placement == admission.BESTFIT
         best = None
+        tied: list[tuple] = []  # (node, free) sharing the best health and NVLink rank
         for node in nodes:
             f = self.free.get(node.name) or free[node.name]
             if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib \
@@ -171,12 +185,40 @@ class _Search:
                 if need is None or not need.fits_in(f):
                     continue
             # nvlink: preferred: all such nodes lose nothing; prefer healthy GPUs, then one
-            # domain, then best fit
-            key = (node.health.rank, not domain_fits(pod, node, f.gpus) if prefer else False,
-                   f.gpus - r.gpus, node.name)
+            # domain, then the placement rule
+            rank = (node.health.rank, not domain_fits(pod, node, f.gpus) if prefer else False)
+            if bestfit:
+                key = (*rank, f.gpus - r.gpus, node.name)
+                if best is None or key < best:
+                    best = key
+                continue
+            if best is None or rank < best:
+                best, tied = rank, []
+            if rank == best:
+                tied.append((node, f))
+        if best is None:
+            return None
+        if bestfit:
+            return best[3]
+        if len(tied) == 1:
+            return tied[0][0].name
+        return self._score(pod, tied)
+
+    def _score(self, pod: Pod, tied: list[tuple]) -> str:
+        """The node our placement scorer prefers for ``pod`` among ``tied`` (node, free)."""
+        if self.scorer is None:
+            self.scorer = admission.AdmissionScorer(self.s)
+        members = 1
+        if self.cfg.placement == admission.GANG_BLOCK:
+            members += sum(1 for p in self.ahead
+                           if p.requests == pod.requests and p.nvlink is pod.nvlink)
+        best = None
+        for node, f in tied:
+            primary, tie = self.scorer.key(node, f, pod.requests, members)
+            key = (-primary, -tie, node.name)
             if best is None or key < best:
                 best = key
-        return None if best is None else best[3]
+        return best[2]
 
     def _scan(self, pod: Pod) -> list[tuple[float, int, str, Resources]]:
         """Sample candidate nodes with the shared driver, as kube-scheduler does: (bound,
@@ -428,6 +470,7 @@ def _place_members(
         placements.extend(Placement(pod_uid=pod.uid, node=node) for pod in group)
         first_rank = 0
     for k, pod in enumerate(rest):
+        search.ahead = rest[k + 1:]
         node = search.place(pod, first_rank if k == 0 else 0)
         if node is None or search.cost > ceiling:
             return search, placements, pod
