@@ -170,3 +170,15 @@ def test_a_placed_gang_is_whole_and_fits_every_node(case):
         held = [p.requests for p in snap.pods_on_node.get(node.name, ()) if p.uid not in evicted]
         held += [by_uid[p.pod_uid].requests for p in got.placements if p.node == node.name]
         assert sum(held, Resources()).fits_in(node.allocatable), node.name
+
+
+def test_the_e2e_layout_separates_the_scorer_from_best_fit():
+    # e2e/test_gated_scorer.py: "roomy" 6 of 8 GPUs free, "tight" 4; a gang of two 1-GPU pods
+    snap = snapshot([gpu_node("roomy", 8), gpu_node("tight", 8)], [
+        make_pod("two", node="roomy", gpus=2, cpu=100, mem=64),
+        make_pod("four", node="tight", gpus=4, cpu=100, mem=64)])
+    members = gang("pair", [None, None], gpus=1, cpu=100, mem=64, priority=1000)
+    for placement, want in ((admission.GANG_BLOCK, "roomy"), (admission.PER_POD, "roomy"),
+                            (admission.BESTFIT, "tight")):
+        got = _plan(snap, *members, placement=placement)
+        assert [p.node for p in got.placements] == [want, want], placement
