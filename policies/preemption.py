@@ -3,7 +3,7 @@
 Pipeline for each preemptor member (a single pod, or each member of a pending gang, largest
 first, on a working copy of free capacity so later members see earlier choices):
 
-1. fits already? place it best-fit, no victims;
+1. fits already? place it without victims (order below);
 2. filter nodes (allocatable, cordon, NVLink) and bound each node's cost from below;
 3. sample candidates with the shared driver (``policies.candidates``), as kube-scheduler
    does: walk nodes from a per-pod offset until ``max(10 % of nodes, 100)`` could free enough;
@@ -14,7 +14,12 @@ first, on a working copy of free capacity so later members see earlier choices):
    ``nvlink: preferred`` pods a node where one NVLink domain surely fits, name). A node whose
    GPUs are failing is closed (``Node.closed``).
 
-Without preemption, the node with the healthiest GPUs wins first, then the best fit.
+Without preemption (``fit_without_preemption``), among the nodes where the pod fits as things
+stand: the healthiest GPUs first (failing nodes are closed), then for ``nvlink: preferred`` pods
+a node where one NVLink domain surely fits, then our placement scorer, the one the scheduler
+extender's prioritize uses (``policies.placement.admission``: for a gang, the block of
+same-request members still to place that a node can take), then the node's name.
+``PlannerConfig.placement="bestfit"`` puts the fewest GPUs left over in the scorer's place.
 
 A gang may be a victim only if every PDB covering it allows all the plan's victims it covers
 to go (``units.PdbBudget``), so the Eviction API never refuses part of a gang;

@@ -119,11 +119,21 @@ class AdmissionScorer:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.ours = Ours.with_target(target(snapshot))
+        # nodes of one shape in one state score alike: large clusters have few such pairs
+        self._memo: dict[tuple, tuple[float, float]] = {}
 
     def key(self, node: Node, free: Resources, requests: Resources,
             members: int = 1) -> tuple[float, float]:
         """Our scorer's key for placing ``members`` pods asking ``requests`` (those of them
         that fit, ``block_size``) on ``node`` with ``free`` left; higher is better."""
+        memo = (node.allocatable, free, requests, members)
+        got = self._memo.get(memo)
+        if got is None:
+            got = self._memo[memo] = self._key(node, free, requests, members)
+        return got
+
+    def _key(self, node: Node, free: Resources, requests: Resources,
+             members: int) -> tuple[float, float]:
         k = block_size(requests, free, members)
         block = Resources(cpu_milli=requests.cpu_milli * k, memory_mib=requests.memory_mib * k,
                           gpus=requests.gpus * k, gpu_milli=requests.gpu_milli * k)
