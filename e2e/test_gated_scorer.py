@@ -36,8 +36,9 @@ def test_gated_gang_is_admitted_onto_the_nodes_the_scorer_prefers(
         scheduling_gates=[ADMISSION_GATE])]
     with running_controller(cluster, config_for(namespace)):
         pods = [kube.wait_pod_running(cluster, namespace, m, timeout=60) for m in members]
+        for m in members:  # emitted once the controller has seen the plan through (Done)
+            kube.wait_event(cluster, namespace, "GangAdmitted", name=m, timeout=30)
     assert [p.spec.node_name for p in pods] == [roomy, roomy]
     for name in ("two", "four"):  # nothing was preempted
         assert kube.wait_pod_running(cluster, namespace, name).spec.node_name
         assert "Evicted" not in reasons(cluster, namespace, name)
-    assert all("GangAdmitted" in reasons(cluster, namespace, m) for m in members)
