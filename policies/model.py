@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -483,6 +484,15 @@ class Snapshot:
         """(free GPUs, node) for every node with a GPU free, ascending: where a GPU pod might
         fit without preemption, found by bisection instead of a scan of every node."""
         return sorted((f.gpus, name) for name, f in self.free_by_node.items() if f.gpus > 0)
+
+    @cached_property
+    def request_counts(self) -> dict[Resources, int]:
+        """How many pods (bound or pending) ask for each distinct request: the workload a
+        placement scorer targets (``policies.placement.admission``). A ``restricted`` view
+        shares its base's, computed once and only when asked for."""
+        if self.restriction is not None:
+            return self.restriction[0].request_counts
+        return dict(Counter(p.requests for p in self.pods))
 
     @cached_property
     def largest_allocatable(self) -> Resources:

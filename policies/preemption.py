@@ -3,7 +3,7 @@
 Pipeline for each preemptor member (a single pod, or each member of a pending gang, largest
 first, on a working copy of free capacity so later members see earlier choices):
 
-1. fits already? place it best-fit, no victims;
+1. fits already? place it without victims (order below);
 2. filter nodes (allocatable, cordon, NVLink) and bound each node's cost from below;
 3. sample candidates with the shared driver (``policies.candidates``), as kube-scheduler
    does: walk nodes from a per-pod offset until ``max(10 % of nodes, 100)`` could free enough;
@@ -14,7 +14,12 @@ first, on a working copy of free capacity so later members see earlier choices):
    ``nvlink: preferred`` pods a node where one NVLink domain surely fits, name). A node whose
    GPUs are failing is closed (``Node.closed``).
 
-Without preemption, the node with the healthiest GPUs wins first, then the best fit.
+Without preemption (``fit_without_preemption``), among the nodes where the pod fits as things
+stand: the healthiest GPUs first (failing nodes are closed), then for ``nvlink: preferred`` pods
+a node where one NVLink domain surely fits, then our placement scorer, the one the scheduler
+extender's prioritize uses (``policies.placement.admission``: for a gang, the block of
+same-request members still to place that a node can take), then the node's name.
+``PlannerConfig.placement="bestfit"`` puts the fewest GPUs left over in the scorer's place.
 
 A gang may be a victim only if every PDB covering it allows all the plan's victims it covers
 to go (``units.PdbBudget``), so the Eviction API never refuses part of a gang;
@@ -46,6 +51,7 @@ from ckpt_preempt.policies.model import (
     Victim,
     VictimGroup,
 )
+from ckpt_preempt.policies.placement import admission
 from ckpt_preempt.policies.plan_cache import PlanCache, Share
 
 POLICY = "checkpoint-aware"
@@ -66,6 +72,12 @@ class PlannerConfig:
     record_rejections: bool = True
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
+    placement: str = admission.GANG_BLOCK  # how a pod that fits as things stand is placed
+
+    def __post_init__(self) -> None:
+        if self.placement not in admission.PLACEMENTS:
+            raise ValueError(f"placement must be one of {admission.PLACEMENTS}, "
+                             f"not {self.placement!r}")
 
 
 def num_candidates(nodes: int, cfg: PlannerConfig) -> int:
@@ -128,6 +140,8 @@ class _Search:
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
         self.pdb = units.PdbBudget(snapshot.pdbs)  # what the chosen units charged to each PDB
         self.no_clique = ""  # why no NVLink clique can host the gang (policies.cliques)
+        self.ahead: Sequence[Pod] = ()  # gang members still to place after the current one
+        self.scorer: admission.AdmissionScorer | None = None  # built when first needed
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -159,7 +173,10 @@ class _Search:
             self.rejections.append(NodeRejection(node=node, reason=reason, detail=text))
 
     def fit_without_preemption(self, pod: Pod) -> str | None:
-        """Best fit (fewest GPUs left over) among nodes where the pod fits as things stand."""
+        """Among nodes where the pod fits as things stand: the healthiest GPUs, then (for
+        ``nvlink: preferred``) one NVLink domain, then our placement scorer
+        (``policies.placement.admission``; or the fewest GPUs left over with ``bestfit``),
+        then the name."""
         r = pod.requests
         simple = pod.nvlink is not NvlinkNeed.REQUIRED or pod.gpus <= 1
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
@@ -171,7 +188,9 @@ class _Search:
             nodes = [by_name[n] for n in sorted(names.union(self.free))]
         else:
             nodes = self.s.nodes
+        bestfit = self.cfg.placement == admission.BESTFIT
         best = None
+        tied: list[tuple] = []  # (node, free) sharing the best health and NVLink rank
         for node in nodes:
             f = self.free.get(node.name) or free[node.name]
             if f.gpus < r.gpus or f.cpu_milli < r.cpu_milli or f.memory_mib < r.memory_mib \
@@ -184,12 +203,40 @@ class _Search:
                 if need is None or not need.fits_in(f):
                     continue
             # nvlink: preferred: all such nodes lose nothing; prefer healthy GPUs, then one
-            # domain, then best fit
-            key = (node.health.rank, not domain_fits(pod, node, f.gpus) if prefer else False,
-                   f.gpus - r.gpus, node.name)
+            # domain, then the placement rule
+            rank = (node.health.rank, not domain_fits(pod, node, f.gpus) if prefer else False)
+            if bestfit:
+                key = (*rank, f.gpus - r.gpus, node.name)
+                if best is None or key < best:
+                    best = key
+                continue
+            if best is None or rank < best:
+                best, tied = rank, []
+            if rank == best:
+                tied.append((node, f))
+        if best is None:
+            return None
+        if bestfit:
+            return best[3]
+        if len(tied) == 1:
+            return tied[0][0].name
+        return self._score(pod, tied)
+
+    def _score(self, pod: Pod, tied: list[tuple]) -> str:
+        """The node our placement scorer prefers for ``pod`` among ``tied`` (node, free)."""
+        if self.scorer is None:
+            self.scorer = admission.AdmissionScorer(self.s)
+        members = 1
+        if self.cfg.placement == admission.GANG_BLOCK:
+            members += sum(1 for p in self.ahead
+                           if p.requests == pod.requests and p.nvlink is pod.nvlink)
+        best = None
+        for node, f in tied:
+            primary, tie = self.scorer.key(node, f, pod.requests, members)
+            key = (-primary, -tie, node.name)
             if best is None or key < best:
                 best = key
-        return None if best is None else best[3]
+        return best[2]
 
     def _scan(self, pod: Pod) -> list[tuple[float, int, str, Resources]]:
         """Sample candidate nodes with the shared driver, as kube-scheduler does: (bound,
@@ -495,6 +542,7 @@ def _place_in(
         placements.extend(Placement(pod_uid=pod.uid, node=node) for pod in group)
         first_rank = 0
     for k, pod in enumerate(rest):
+        search.ahead = rest[k + 1:]
         node = search.place(pod, first_rank if k == 0 else 0)
         if node is None or search.cost > ceiling:
             return search, placements, pod

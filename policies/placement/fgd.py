@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ckpt_preempt.policies.placement.devices import (
@@ -52,7 +52,22 @@ def typical_pods(
     Order as GetTypicalPods: descending count; equal counts by the larger shape first
     (sort.Reverse of TargetPodList.Less, pkg/type/resource.go). Memory is not part of a shape.
     """
-    counts = Counter(_shape_key(p) for p in pods)
+    return _typical(Counter(_shape_key(p) for p in pods), threshold_pct)
+
+
+def typical_from_counts(
+    counts: Mapping[PodShape, int], threshold_pct: float = POPULARITY_THRESHOLD_PCT,
+) -> tuple[TargetPod, ...]:
+    """``typical_pods`` of pods already counted by shape (one entry per distinct shape)."""
+    merged: Counter[tuple[int, int, int, str]] = Counter()
+    for shape, n in counts.items():
+        merged[_shape_key(shape)] += n
+    return _typical(merged, threshold_pct)
+
+
+def _typical(
+    counts: Counter[tuple[int, int, int, str]], threshold_pct: float,
+) -> tuple[TargetPod, ...]:
     if not counts:
         return ()
     total = sum(counts.values())

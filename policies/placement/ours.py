@@ -109,6 +109,14 @@ class Ours:
         base = typical_pods(trace, config.threshold_pct) if config.target == "trace" else ()
         self._set_target(base)
 
+    @classmethod
+    def with_target(cls, target: tuple[TargetPod, ...], config: OursConfig = DEFAULT) -> Ours:
+        """Our scorer for a target workload known elsewhere (gang admission: the shapes a
+        cluster runs, ``policies.placement.admission``)."""
+        ours = cls((), config)
+        ours._set_target(target)
+        return ours
+
     def _set_target(self, target: tuple[TargetPod, ...]) -> None:
         self.target = _weighted(target, self.config.gpu_weighted)
         gpu = sum(m.weight * m.gpu_count * m.gpu_milli for m in self.target)
