@@ -269,7 +269,7 @@ def main() -> None:
         "uncached_cpu_ms_by_preemptor": {k: stats(xs) for k, xs in uncached_cpu.items() if xs},
         "next_cycle": {  # the following cycle, caches carried as the controller carries them
             "later_s": args.later, "churn": args.churn,
-            "changed_nodes": len(changed) if changed is not None else None,
+            "changed_nodes": len(changed),
             "carried_nodes": kept, "carry_ms": round(carry_ms, 2),
             "carried_ms": stats(next_ms["single_pod"] + next_ms["gang"]),
             "carried_ms_by_preemptor": {k: stats(xs) for k, xs in next_ms.items() if xs},

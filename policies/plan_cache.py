@@ -37,8 +37,12 @@ What would break that, and so drops entries:
   earliest such end among its pods and their gangs' (``Evictable.stale_after``);
 - a workload preempted less often than before (its fairness penalty falls): the nodes of its
   pods;
-- time going back, other PDBs, another unknown-checkpoint basis, other pod priorities (the
-  bands) or other nodes (the positions): everything.
+- other PDBs in a namespace: the nodes of every gang with a member there (a PDB decides
+  whether a gang may go);
+- nodes that came or went: nothing but their own entries (the judgments move to the new
+  positions);
+- time going back, another unknown-checkpoint basis or other pod priorities (the bands):
+  everything.
 
 Pure and single-threaded: one cache per cycle; the next cycle's is carried from it.
 """
@@ -91,30 +95,30 @@ class PlanCache:
         if previous is None or changed is None:
             return fresh
         old, new = previous._basis, fresh._basis
-        if (new.now < old.now or new.names != old.names or new.pdbs != old.pdbs
-                or new.unknown != old.unknown or new.unknown_base != old.unknown_base
-                or fresh.bands() != previous.bands()):
+        if (new.now < old.now or new.unknown != old.unknown
+                or new.unknown_base != old.unknown_base or fresh.bands() != previous.bands()):
             return fresh
-        drop = set(changed)
-        fell = [w for w, n in old.recent.items() if new.recent.get(w, 0) < n]
-        if fell:
-            workloads = set(fell)
-            drop.update(p.node for p in base.pods
-                        if p.node is not None and p.workload in workloads)
+        drop = set(changed) | _fallen(old, new, base) | _pdbs_changed(old, new, base)
         for key, table in previous._tables.items():
             if key[0] == "evictable":
                 drop.update(n for n, ev in table.items() if ev.stale_after <= new.now)
-        index = previous.node_index
-        gone = sorted(index[n] for n in drop if n in index)
-        fresh._node_index, fresh._cycle = index, previous._cycle + 1
+        fresh._cycle = previous._cycle + 1
         for key, table in previous._tables.items():
             if key[0] == "evictable":
                 kept = {n: ev for n, ev in table.items() if n not in drop}
                 fresh._tables[key] = kept
                 fresh.carried_nodes = max(fresh.carried_nodes, len(kept))
+        was = previous.node_index
+        if new.names == old.names:
+            fresh._node_index = was
+            moved = [was[n] for n in drop if n in was]
+        else:  # nodes came or went: each new position takes its node's old one, if any
+            moved = [was.get(n, -1) if n not in drop else -1 for n in new.names]
         recent = sorted(previous._rings, key=lambda k: previous._used.get(k, -1))
         for key in recent[-CARRIED_RINGS:]:
-            fresh._rings[key] = previous._rings[key].without(gone)
+            ring = previous._rings[key]
+            fresh._rings[key] = (ring.without(moved) if new.names == old.names
+                                 else ring.remapped(moved))
             fresh._used[key] = previous._used.get(key, -1)
         return fresh
 
@@ -213,12 +217,37 @@ class _Basis:
                    unknown_base=base)
 
 
-def changed_nodes(old: Snapshot, new: Snapshot) -> frozenset[str] | None:
-    """The nodes ``new`` has otherwise than ``old`` (their Node, or the pods on them), and every
-    node of a gang whose members differ; None when the nodes themselves differ."""
-    if [n.name for n in old.nodes] != [n.name for n in new.nodes]:
-        return None
-    out = {n.name for a, n in zip(old.nodes, new.nodes, strict=True) if a != n}
+def _fallen(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
+    """The nodes of the pods whose workload was preempted less often in ``new`` than in
+    ``old`` (their fairness penalty fell)."""
+    fell = {w for w, n in old.recent.items() if new.recent.get(w, 0) < n}
+    if not fell:
+        return set()
+    return {p.node for p in base.pods if p.node is not None and p.workload in fell}
+
+
+def _pdbs_changed(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
+    """The nodes whose pods' eligibility other PDBs may change: a PDB decides only whether a
+    gang may go (``units.UnitBuilder.why_not``), and covers pods of its own namespace, so the
+    nodes of every gang with a member in a namespace whose PDBs differ."""
+    if new.pdbs == old.pdbs:
+        return set()
+    by_ns: dict[str, list[list]] = {}
+    for k, pdbs in enumerate((old.pdbs, new.pdbs)):
+        for b in pdbs:
+            by_ns.setdefault(b.namespace, [[], []])[k].append(b)
+    spaces = {ns for ns, (a, b) in by_ns.items() if a != b}
+    gangs = {p.gang for p in base.pods if p.gang is not None and p.namespace in spaces}
+    members = base._index[2]
+    return {p.node for g in gangs for p in members.get(g, ()) if p.node is not None}
+
+
+def changed_nodes(old: Snapshot, new: Snapshot) -> frozenset[str]:
+    """The nodes ``new`` has otherwise than ``old`` (their Node, or the pods on them; nodes
+    that came or went), and every node of a gang whose members differ."""
+    was = old.node_by_name
+    out = {n.name for n in new.nodes if was.get(n.name) != n}
+    out.update(set(was) - set(new.node_by_name))
     was, now = old.pods_on_node, new.pods_on_node
     out.update(name for name in set(was) | set(now) if was.get(name, ()) != now.get(name, ()))
     gangs_was, gangs_now = old._index[2], new._index[2]
@@ -268,6 +297,15 @@ class Ring:
         out.judged = list(self.judged)
         for i in positions:
             out.judged[i] = None
+        out._next = None
+        return out
+
+    def remapped(self, old_positions: Sequence[int]) -> Ring:
+        """A copy for another node list: position ``i`` takes what this ring knew of
+        position ``old_positions[i]`` (-1: nothing)."""
+        out = Ring.__new__(Ring)
+        judged = self.judged
+        out.judged = [None if k < 0 else judged[k] for k in old_positions]
         out._next = None
         return out
 

@@ -52,17 +52,26 @@ def next_cycles(draw, snap: Snapshot) -> Snapshot:
         node = draw(st.sampled_from(snap.nodes))
         pods.append(make_pod("late", node=node.name, gpus=1, age=draw(st.sampled_from([
             10.0, 3600.0])), priority=draw(st.sampled_from([0, 10]))))
-    nodes = tuple(replace(n, unschedulable=not n.unschedulable)
-                  if draw(st.integers(0, 9)) == 0 else n for n in snap.nodes)
+    nodes = [replace(n, unschedulable=not n.unschedulable)
+             if draw(st.integers(0, 9)) == 0 else n for n in snap.nodes]
+    if draw(st.integers(0, 3)) == 0:  # a node comes, somewhere in the list
+        nodes.insert(draw(st.integers(0, len(nodes))), gpu_node("n-late", 4))
+    if len(nodes) > 1 and draw(st.integers(0, 3)) == 0:  # a node goes, with its pods
+        gone = nodes.pop(draw(st.integers(0, len(nodes) - 1))).name
+        pods = [p for p in pods if p.node != gone]
+    nodes = tuple(nodes)
     recent = {w: n + draw(st.sampled_from([-1, 0, 0, 1])) for w, n in
               snap.recent_preemptions.items()}
     recent = {w: n for w, n in recent.items() if n > 0}
     if draw(st.booleans()) and pods:
         recent[draw(st.sampled_from(pods)).workload] = 1
     pdbs = snap.pdbs
-    if draw(st.integers(0, 5)) == 0:
+    if draw(st.integers(0, 3)) == 0:
         pdbs = (*pdbs, PodDisruptionBudget(name="late", namespace="default",
                                            match_labels={"app": "a"}, disruptions_allowed=0))
+    elif pdbs and draw(st.integers(0, 3)) == 0:
+        pdbs = (replace(pdbs[0], disruptions_allowed=1 - min(1, pdbs[0].disruptions_allowed)),
+                *pdbs[1:])
     return Snapshot(now=now, nodes=nodes, pods=tuple(pods), pdbs=pdbs,
                     recent_preemptions=recent, unknown_checkpoint=snap.unknown_checkpoint)
 
@@ -117,9 +126,34 @@ def test_nothing_is_kept_when_changes_are_unknown_or_time_went_back():
     assert PlanCache.carried(cache, snap, None).carried_nodes == 0
     back = replace(snap, now=snap.now - 1)
     assert PlanCache.carried(cache, back, frozenset()).carried_nodes == 0
-    other_pdbs = replace(snap, pdbs=(PodDisruptionBudget(
-        name="x", namespace="default", match_labels={}, disruptions_allowed=1),))
-    assert PlanCache.carried(cache, other_pdbs, frozenset()).carried_nodes == 0
+
+
+def test_other_pdbs_drop_the_nodes_of_gangs_in_their_namespace():
+    snap = builders.snapshot([gpu_node(f"n{i}", 8) for i in range(1, 5)], [
+        make_pod("single", node="n1", gpus=8, age=600),
+        make_pod("g-a", node="n2", gpus=8, age=600, gang="default/seed/g"),
+        make_pod("g-b", node="n3", gpus=8, age=600, gang="default/seed/g"),
+        make_pod("other", node="n4", gpus=8, age=600, gang="other/seed/g", namespace="other"),
+    ])
+    cache = _warm(snap)
+    pdb = PodDisruptionBudget(name="x", namespace="default", match_labels={},
+                              disruptions_allowed=1)
+    carried = PlanCache.carried(cache, replace(snap, pdbs=(pdb,)), frozenset())
+    (table,) = [t for k, t in carried._tables.items() if k[0] == "evictable"]
+    assert set(table) == {"n1", "n4"}
+
+
+def test_judgments_follow_their_nodes_when_nodes_come_and_go():
+    snap = _cluster()
+    cache = _warm(snap)
+    (key,) = cache._rings
+    before = {n.name: cache._rings[key].judged[i] for i, n in enumerate(snap.nodes)}
+    nodes = (gpu_node("n0", 8), *(n for n in snap.nodes if n.name != "n2"))
+    later = replace(snap, nodes=nodes, pods=tuple(p for p in snap.pods if p.node != "n2"))
+    carried = PlanCache.carried(cache, later, changed_nodes(snap, later))
+    after = {n.name: carried._rings[key].judged[i] for i, n in enumerate(nodes)}
+    assert after == {"n0": None, "n1": before["n1"], "n3": before["n3"]}
+    assert before["n1"] is not None
 
 
 def test_a_pod_passing_its_min_runtime_drops_its_node():
