@@ -19,6 +19,10 @@ The operations, each safe to repeat:
 - nodes: ``reserve`` / ``unreserve`` (the ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint);
 - ``emit``: an events.k8s.io/v1 Event about a pod.
 
+``Actions`` is safe to call from several threads at once (``controller/write_lanes.py`` runs the
+writes of different plans side by side): it keeps no state between calls, and the API client's
+connection pool is sized for them (``connections``).
+
 Errors: ``Blocked`` (an eviction still refused after the retries), ``Conflict`` (someone else
 changed the object: re-read and decide again), ``NotLeader``. Other ``ApiException``s propagate;
 the loop logs them and retries on its next pass.
@@ -26,6 +30,7 @@ the loop logs them and retries on its next pass.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import uuid
@@ -113,10 +118,25 @@ class WriteGuard:
     request_timeout: float = 5.0
 
 
+def client_with_pool(api: client.ApiClient, connections: int) -> client.ApiClient:
+    """``api``'s credentials on a connection pool of its own that keeps ``connections``
+    connections per host. urllib3 opens more when more requests are in flight at once, but keeps
+    only ``maxsize`` and drops the rest with "Connection pool is full" (the kubernetes client's
+    default maxsize is 5 per CPU, and the watches hold some of them for as long as they run)."""
+    if connections <= 1:
+        return api
+    cfg = copy.copy(api.configuration)  # shares the credentials, and their refreshes
+    cfg.connection_pool_maxsize = max(connections, cfg.connection_pool_maxsize or 0)
+    return client.ApiClient(cfg)
+
+
 class Actions:
     def __init__(self, api: client.ApiClient, *, plan_namespace: str,
                  guard: WriteGuard | None = None, evict_attempts: int = 4,
-                 on_retry: Callable[[], None] | None = None) -> None:
+                 on_retry: Callable[[], None] | None = None, connections: int = 1) -> None:
+        """``connections``: how many writes may be in flight at once (``writeConcurrency``);
+        above 1 the writes get a connection pool of their own, that big."""
+        api = client_with_pool(api, connections)
         self.core = client.CoreV1Api(api)
         self.events = client.EventsV1Api(api)
         self.instance = COMPONENT

@@ -17,6 +17,7 @@ victims, and the reservation is lifted by the reconciler's next pass.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,7 +44,12 @@ MAX_STEPS_PER_PASS = 8  # transitions chain within a pass; an action that needs 
 
 @dataclass
 class Memory:
-    """What this process did, so a stale cache never makes it repeat an action."""
+    """What this process did, so a stale cache never makes it repeat an action.
+
+    Plans are advanced side by side (``controller/write_lanes.py``): a task adds only keys of
+    its own plan, preemptors and victims (no other task of the pass has them), each with one
+    set or dict operation; ``once`` is the one check-then-add, and it holds a lock. Whole-set
+    reads and rewrites (``reconcile._prune``, ``plans.restriction``) happen between batches."""
 
     requested: set[tuple[str, str]] = field(default_factory=set)  # (plan, uid)
     evicted: set[tuple[str, str]] = field(default_factory=set)
@@ -54,6 +60,15 @@ class Memory:
     next_try: dict[str, float] = field(default_factory=dict)  # preemptor uid -> not before
     gang_waiting: dict[str, float] = field(default_factory=dict)
     blocked: dict[str, float] = field(default_factory=dict)  # victim uid -> not before
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def once(self, key: tuple) -> bool:
+        """True the first time ``key`` is given (and it is remembered in ``emitted``)."""
+        with self._lock:
+            if key in self.emitted:
+                return False
+            self.emitted.add(key)
+            return True
 
 
 @dataclass(frozen=True, kw_only=True)

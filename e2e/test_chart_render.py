@@ -139,6 +139,8 @@ def test_hwprobe_daemonset_runs_serve_on_its_own_node():
     ("config.maxCheckpointSecond=60", "additional properties 'maxCheckpointSecond'"),
     ("config.maxCheckpointSeconds=0", "/config/maxCheckpointSeconds"),
     ("config.evictAttempts=-1", "/config/evictAttempts"),
+    ("config.writeConcurrency=0", "/config/writeConcurrency"),
+    ("config.writeConcurrency=65", "/config/writeConcurrency"),
     ("config.unknownCheckpoint=never", "/config/unknownCheckpoint"),
     ("config.schedulerNames={}", "/config/schedulerNames"),
     ("config.fairnessWindowSeconds=7200", "must not exceed config.planHistorySeconds"),
