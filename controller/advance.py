@@ -72,6 +72,18 @@ class Memory:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NewPlan:
+    """A plan just made for a preemptor (``reconcile._plan_one``), not stored yet."""
+
+    record: PlanRecord
+    key: str  # the preemptor's: pod or gang key
+    members: tuple[PodInfo, ...]
+    body: str  # the PreemptionPlanned message
+    lost_gpu_hours: float
+    saved_gpu_hours: float | None  # against kube-default, when it has a plan
+
+
+@dataclass(frozen=True, kw_only=True)
 class World:
     """The pass's view of the cluster (the watch cache, read once per pass)."""
 
@@ -195,6 +207,25 @@ class PlanStepper:
                     self.mem.reserved.add((r.id, pl.uid))
                 continue  # evict in the same pass: the reservation is in place
             return
+
+    def store_and_start(self, new: NewPlan, world: World) -> None:
+        """Store a new plan, then carry it as far as it goes in this pass: one plan's whole
+        write sequence, one task of the pass's ``write_lanes.Lanes``."""
+        r = new.record
+        rv = self.actions.create_plan(r)
+        if rv is None:
+            return
+        self.book.wrote(r, rv)
+        self.metrics.plans.labels("planned").inc()
+        self.metrics.lost_gpu_hours.inc(new.lost_gpu_hours)
+        if new.saved_gpu_hours is not None:
+            self.metrics.saved_gpu_hours.inc(new.saved_gpu_hours)
+        for p in new.members:
+            self.actions.emit(p, "PreemptionPlanned", f"plan {r.id}: {new.body}")
+        log.info("planned %s", r.id, extra={"plan": r.id, "preemptor": new.key,
+                                             "victims": len(r.victims),
+                                             "lost_gpu_h": new.lost_gpu_hours})
+        self.advance(r, rv, world)
 
     def abort(self, r: PlanRecord, rv: str, reason: str, world: World, *,
               block_victims: bool = False) -> None:

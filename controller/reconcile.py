@@ -45,7 +45,7 @@ from urllib3.exceptions import HTTPError
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
-from ckpt_preempt.controller.advance import Memory, PlanStepper, World
+from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
@@ -87,18 +87,6 @@ def cycle_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Made:
-    """A plan made for a candidate and not stored yet, with what storing it reports."""
-
-    record: PlanRecord
-    key: str  # the candidate's
-    members: tuple[PodInfo, ...]
-    body: str  # the PreemptionPlanned message
-    lost_gpu_hours: float
-    saved_gpu_hours: float | None  # against kube-default, when it has a plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,7 +180,7 @@ class Reconciler:
             log.info("%s: %s; will re-read", what, e)
         except ApiException as e:
             log.warning("%s: %s", what, api_error(e))
-        except HTTPError as e:  # a timeout or a dropped connection: decided again next pass
+        except HTTPError as e:  # a timeout, a dropped connection: decided again next pass
             log.warning("%s: %s", what, e)
         except Exception:
             log.exception("%s: step failed", what)
@@ -337,10 +325,11 @@ class Reconciler:
                 continue
             reserved |= r.nodes
             busy |= r.victim_uids
-            lanes.submit(plan_objects(r), self._store_and_start, made, world)
+            lanes.submit(plan_objects(r), self._run_guarded, f"{cand.key}: plan {r.id}",
+                         self.stepper.store_and_start, made, world)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
-                  blocked, now: float, cache: PlanCache | None = None) -> Made | None:
+                  blocked, now: float, cache: PlanCache | None = None) -> NewPlan | None:
         """The plan for `cand`, not yet stored (only Events are sent here)."""
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
@@ -373,38 +362,10 @@ class Reconciler:
             self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body,
                             key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
-        return Made(record=record, key=cand.key, members=cand.members, body=body,
+        return NewPlan(record=record, key=cand.key, members=cand.members, body=body,
                     lost_gpu_hours=plan.lost_gpu_seconds / 3600,
                     saved_gpu_hours=(kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600
                     if kd.feasible else None)
-
-    def _store_and_start(self, made: Made, world: World) -> None:
-        """One task: store the plan, then carry it as far as it goes in this pass."""
-        record = made.record
-        try:
-            rv = self.actions.create_plan(record)
-        except Conflict as e:
-            log.info("%s: %s", made.key, e)
-            return
-        except ApiException as e:
-            log.warning("%s: plan not stored: %s", made.key, api_error(e))
-            return
-        except HTTPError as e:  # it may be stored: then the next pass reads it and goes on
-            log.warning("%s: plan %s not known to be stored: %s", made.key, record.id, e)
-            return
-        if rv is None:
-            return
-        self.book.wrote(record, rv)
-        self.metrics.plans.labels("planned").inc()
-        self.metrics.lost_gpu_hours.inc(made.lost_gpu_hours)
-        if made.saved_gpu_hours is not None:
-            self.metrics.saved_gpu_hours.inc(made.saved_gpu_hours)
-        for p in made.members:
-            self.actions.emit(p, "PreemptionPlanned", f"plan {record.id}: {made.body}")
-        log.info("planned %s", record.id, extra={"plan": record.id, "preemptor": made.key,
-                                                  "victims": len(record.victims),
-                                                  "lost_gpu_h": made.lost_gpu_hours})
-        self._run_guarded(record.id, self.stepper.advance, record, rv, world)
 
     def _record(self, cand: Candidate, plan: Plan, conv: convert.Converted,
                 now: float) -> PlanRecord:
