@@ -38,6 +38,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from kubernetes.client.rest import ApiException
@@ -116,6 +117,7 @@ class Reconciler:
         self.book = PlanBook()
         self._pruned = 0.0
         self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
+        self._pool: ThreadPoolExecutor | None = None  # the write lanes' threads (_lanes)
         self.scope = convert.scope(cfg)
         self.limits = convert.limits(cfg)
         # the cluster as the planner sees it, kept up to date from the cache's changes
@@ -150,6 +152,8 @@ class Reconciler:
                                          f"{s.record.id} is {s.record.state}; not advanced")
             else:
                 for s in stored:
+                    if s.record.state is State.DONE:
+                        continue  # nothing is left to do for it (stepper.tidy)
                     lanes.submit(plan_objects(s.record), self._run_guarded, s.record.id,
                                  self._step_stored, s, world)
         stored = self.book.with_own_writes(stored)  # with this pass's writes
@@ -163,7 +167,10 @@ class Reconciler:
             self._prune(world.by_uid, stored, now)
 
     def _lanes(self) -> Lanes:
-        return Lanes(self.cfg.write_concurrency, on_error=self.metrics.loop_errors.inc)
+        width = self.cfg.write_concurrency
+        if self._pool is None and width > 1:
+            self._pool = Lanes.pool(width)  # its threads, kept for every pass
+        return Lanes(width, on_error=self.metrics.loop_errors.inc, pool=self._pool)
 
     def _step_stored(self, s: Stored, world: World) -> None:
         if s.record.state.terminal:
@@ -363,9 +370,9 @@ class Reconciler:
                             key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
         return NewPlan(record=record, key=cand.key, members=cand.members, body=body,
-                    lost_gpu_hours=plan.lost_gpu_seconds / 3600,
-                    saved_gpu_hours=(kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600
-                    if kd.feasible else None)
+                       lost_gpu_hours=plan.lost_gpu_seconds / 3600,
+                       saved_gpu_hours=(kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600
+                       if kd.feasible else None)
 
     def _record(self, cand: Candidate, plan: Plan, conv: convert.Converted,
                 now: float) -> PlanRecord:

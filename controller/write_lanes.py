@@ -18,7 +18,8 @@ trips in a row. ``Lanes`` runs up to ``width`` sequences at once on a thread poo
 - ``width`` 1 runs every task at once on the caller's thread, exactly as before lanes.
 
 The caller submits from one thread and closes the batch (``with Lanes(...) as lanes:``) before
-it reads what the tasks wrote: the batch waits for every task it started.
+it reads what the tasks wrote: the batch waits for every task it started. Batches may share one
+``pool`` (``Lanes.pool(width)``), one batch at a time, so a pass starts no threads.
 """
 
 from __future__ import annotations
@@ -48,16 +49,21 @@ class Lanes:
     """One batch of tasks; see the module docstring."""
 
     def __init__(self, width: int, *, on_error: Callable[[], None] = lambda: None,
-                 name: str = "writes") -> None:
+                 name: str = "writes", pool: ThreadPoolExecutor | None = None) -> None:
         if not 1 <= width <= MAX_WRITE_CONCURRENCY:
             raise ValueError(f"width must be 1..{MAX_WRITE_CONCURRENCY}, not {width}")
         self.width, self.name, self._on_error = width, name, on_error
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool, self._own_pool = pool, pool is None
         self._last: dict[str, Future] = {}  # object -> the last task submitted that touches it
         self._futures: list[Future] = []
         self._stop = threading.Event()
         self._not_leader: NotLeader | None = None
         self._lock = threading.Lock()
+
+    @staticmethod
+    def pool(width: int, name: str = "writes") -> ThreadPoolExecutor:
+        """A pool for batches of this width, to be reused one batch at a time."""
+        return ThreadPoolExecutor(width, thread_name_prefix=f"ckpt-{name}")
 
     def __enter__(self) -> Lanes:
         return self
@@ -81,7 +87,7 @@ class Lanes:
             self.check()
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.width, thread_name_prefix=f"ckpt-{self.name}")
+            self._pool = self.pool(self.width, self.name)
         keys = set(touches)
         before = {self._last[k] for k in keys if k in self._last}
         f = self._pool.submit(self._after, before, fn, args)
@@ -91,8 +97,9 @@ class Lanes:
 
     def close(self, *, raise_not_leader: bool = True) -> None:
         """Wait for every task started; drop those not started once a task met NotLeader."""
-        if self._pool is not None:
-            wait(self._futures)
+        wait(self._futures)
+        self._futures.clear()
+        if self._pool is not None and self._own_pool:
             self._pool.shutdown(wait=True)
             self._pool = None
         if raise_not_leader:
@@ -100,8 +107,8 @@ class Lanes:
 
     # ------------------------------------------------------------------------- in a worker
     def _after(self, before: set[Future], fn: Callable[..., object], args: tuple) -> None:
-        # Every task in `before` was submitted earlier to the same FIFO pool, so it is running
-        # or finished by now: waiting for it cannot deadlock.
+        # Every task in `before` was submitted earlier to the same FIFO pool, which runs one
+        # batch at a time, so it is running or finished by now: waiting cannot deadlock.
         wait(before)
         if self._stop.is_set():
             return

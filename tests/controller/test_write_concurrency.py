@@ -103,6 +103,22 @@ def test_not_leader_in_a_task_stops_the_batch_and_reaches_the_caller(width):
         lanes.check()
 
 
+def test_batches_on_one_pool_start_no_threads_of_their_own():
+    pool = Lanes.pool(3)
+    names = set()
+
+    def task() -> None:
+        names.add(threading.current_thread().name)
+        time.sleep(0.005)
+
+    for _ in range(4):
+        with Lanes(3, pool=pool) as lanes:
+            for i in range(6):
+                lanes.submit({f"pod/{i}"}, task)
+    assert 1 < len(names) <= 3
+    pool.shutdown()
+
+
 def test_width_one_runs_each_task_at_once_on_the_callers_thread():
     seen = []
     with Lanes(1) as lanes:
