@@ -33,6 +33,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -237,6 +238,7 @@ def burst(c: kube.Cluster, namespace: str, pool: str, *, nodes: int, preemptors:
             _audit_clock(time.monotonic()) as clock:
         kube.wait_for("controller synced", ctl.cache.synced, timeout=60)
         t0 = clock.t0 = time.monotonic()
+        wall0 = time.time()
         parallel(c, [lambda core, i=i: core.create_namespaced_pod(namespace, kube.pod_body(
             f"pre-{i}", gpus=8, pool=pool, priority_class=HIGH_NEVER), _preload_content=False)
             for i in range(preemptors)], workers)
@@ -257,7 +259,34 @@ def burst(c: kube.Cluster, namespace: str, pool: str, *, nodes: int, preemptors:
             "evictions_sent": clock.evictions_sent(),
             "eviction_retries": ctl.metrics.registry.get_sample_value(
                 "ckpt_preempt_eviction_retries_total") or 0.0,
-            "profile": clock.profile()}
+            "profile": {**clock.profile(),
+                        **_unschedulable_to_planned(c, namespace, wall0, clock.lines)}}
+
+
+def _unschedulable_to_planned(c: kube.Cluster, namespace: str, wall0: float,
+                              lines: list[dict]) -> dict:
+    """When kube-scheduler first reported each preemptor unschedulable (its first
+    FailedScheduling Event; the controller plans only such pods), in seconds since the burst,
+    and how long after that its PreemptionPlanned Event was sent."""
+    raw = c.core.list_namespaced_event(namespace, field_selector="reason=FailedScheduling",
+                                       _preload_content=False).data
+    first: dict[str, float] = {}
+    for e in json.loads(raw)["items"]:
+        name = e["involvedObject"]["name"]
+        stamp = e.get("eventTime") or e.get("firstTimestamp")
+        if not name.startswith("pre-") or not stamp:
+            continue
+        t = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - wall0
+        first[name] = min(t, first.get(name, t))
+    times = sorted(first.values())
+    planned = {x["target"].split("/")[-1]: x["t"] for x in lines
+               if x["verb"] == "event PreemptionPlanned"}
+    lags = sorted(planned[n] - t for n, t in first.items() if n in planned)
+    return {"unschedulable_seen": len(times),
+            "unschedulable_p50_s": round(times[len(times) // 2], 2) if times else None,
+            "last_unschedulable_s": round(times[-1], 2) if times else None,
+            "planned_after_p50_s": round(lags[len(lags) // 2], 2) if lags else None,
+            "planned_after_max_s": round(lags[-1], 2) if lags else None}
 
 
 def _running(c: kube.Cluster, namespace: str, n: int) -> bool | kube.NotYet:
