@@ -63,6 +63,7 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every 
 PLAN_STATE_LABEL = "ckpt-preempt.io/plan-state"
 PLAN_PREFIX = "ckpt-plan-"  # ConfigMap name = prefix + plan id
 T = TypeVar("T")
+TOLERATE_ATTEMPTS = 3  # reads and patches of a preemptor that keeps changing under us
 
 
 def plan_object_name(plan_id: str) -> str:
@@ -369,16 +370,26 @@ class Actions:
         self._patch_guarded("ungate", pod, body, plan_id)
 
     def tolerate(self, pod: PodInfo, plan_id: str) -> None:
-        """Add the reservation toleration to the preemptor (a pod update may add tolerations)."""
+        """Add the reservation toleration to the preemptor (a pod update may add tolerations).
+        A pending pod changes often (kube-scheduler writes its status after every attempt), so
+        a conflict is read again and retried, up to ``TOLERATE_ATTEMPTS`` times in all."""
         if pod.deleting or pod.node or has_reservation_toleration(pod, plan_id):
             return
-        live = self._read_pod(pod)
-        tolerations = [*(live["spec"].get("tolerations") or []),
-                       {"key": RESERVED_TAINT, "operator": "Equal", "value": plan_id,
-                        "effect": "NoSchedule"}]
-        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-                "spec": {"tolerations": tolerations}}
-        self._patch_guarded("tolerate", pod, body, plan_id)
+        ours = {"key": RESERVED_TAINT, "operator": "Equal", "value": plan_id,
+                "effect": "NoSchedule"}
+        for attempt in range(1, TOLERATE_ATTEMPTS + 1):
+            live = self._read_pod(pod)
+            present = live["spec"].get("tolerations") or []
+            if any(t.get("key") == RESERVED_TAINT and t.get("value") == plan_id for t in present):
+                return
+            body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
+                    "spec": {"tolerations": [*present, ours]}}
+            try:
+                self._patch_guarded("tolerate", pod, body, plan_id)
+                return
+            except Conflict:
+                if attempt == TOLERATE_ATTEMPTS:
+                    raise
 
     def _patch_guarded(self, verb: str, pod: PodInfo, body: dict, plan_id: str) -> None:
         def call() -> None:

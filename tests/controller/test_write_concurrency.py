@@ -259,3 +259,50 @@ def test_not_leader_in_a_plans_task_ends_the_pass():
     with pytest.raises(NotLeader):
         rig.tick(T0)
     assert not any(c.verb == "evict" and c.ok for c in rig.actions.calls)
+
+
+# ---------------------------------------------------- the preemptor changes under the write
+
+
+def _real_actions(lives: list[dict], patches: list):
+    from unittest import mock
+
+    from kubernetes import client
+
+    from ckpt_preempt.controller.actions import Actions
+
+    real = Actions(client.ApiClient(), plan_namespace="ckpt-preempt", connections=4)
+    real.core = mock.MagicMock()
+    real.core.api_client.sanitize_for_serialization.side_effect = lives
+    real.core.patch_namespaced_pod.side_effect = patches
+    return real
+
+
+def _live(rv: str, tolerations: list[dict] | None = None) -> dict:
+    return {"metadata": {"resourceVersion": rv}, "spec": {"tolerations": tolerations or []}}
+
+
+def test_tolerate_reads_again_after_a_conflict_and_patches_the_fresh_version():
+    from kubernetes.client.rest import ApiException
+
+    real = _real_actions([_live("1"), _live("2")], [ApiException(status=409), None])
+    real.tolerate(pod("p0", priority=1000, pending=True), "plan-1")
+    bodies = [c.args[2] for c in real.core.patch_namespaced_pod.call_args_list]
+    assert [b["metadata"]["resourceVersion"] for b in bodies] == ["1", "2"]
+    assert bodies[1]["spec"]["tolerations"][-1]["value"] == "plan-1"
+
+
+def test_tolerate_gives_up_after_its_attempts_and_stops_once_the_toleration_is_there():
+    from kubernetes.client.rest import ApiException
+
+    from ckpt_preempt.controller.actions import RESERVED_TAINT, TOLERATE_ATTEMPTS, Conflict
+
+    n = TOLERATE_ATTEMPTS
+    real = _real_actions([_live(str(i)) for i in range(n)], [ApiException(status=409)] * n)
+    with pytest.raises(Conflict):
+        real.tolerate(pod("p0", priority=1000, pending=True), "plan-1")
+    assert real.core.patch_namespaced_pod.call_count == n
+    ours = {"key": RESERVED_TAINT, "value": "plan-1"}
+    real = _real_actions([_live("1"), _live("2", [ours])], [ApiException(status=409)])
+    real.tolerate(pod("p0", priority=1000, pending=True), "plan-1")  # written meanwhile
+    assert real.core.patch_namespaced_pod.call_count == 1
