@@ -71,10 +71,6 @@ class Lanes:
     def __exit__(self, kind, value, tb) -> None:
         self.close(raise_not_leader=kind is None)
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
     def check(self) -> None:
         """Raise the ``NotLeader`` a task met, if any (the caller stops submitting)."""
         if self._not_leader is not None:
