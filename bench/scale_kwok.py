@@ -8,10 +8,13 @@
 2. **burst**: ``--burst-nodes`` full 8-GPU nodes (one low-priority 8-GPU pod each), the
    controller running, then ``--preemptors`` 8-GPU pods of a ``preemptionPolicy: Never`` class
    at once: the time until all are bound, and the evictions, which must be exactly the victims
-   of the stored plans (e2e/test_scale_burst.py asserts that part in CI).
+   of the stored plans (e2e/test_scale_burst.py asserts that part in CI). Where the time went,
+   from the controller's own audit log (logger ``ckpt_preempt.audit``, one line per write): when
+   the first and last plan were stored and the last eviction sent, and the writes by verb.
 
 Prints one JSON line. Usage: python bench/scale_kwok.py [--nodes 1000] [--pods-per-node 8]
-[--burst-nodes 300] [--preemptors 100] [--workers 16]
+[--burst-nodes 300] [--preemptors 100] [--workers 16] [--burst-only]
+[--write-concurrency N (the controller's writeConcurrency; default: its default)]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -29,6 +33,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,8 +167,63 @@ def plan_victims(c: kube.Cluster, namespace: str) -> dict[str, set[str]]:
     return out
 
 
+class _AuditClock(logging.Handler):
+    """Seconds since ``t0`` of every audit line (verb, plan), and urllib3's pool warnings."""
+
+    def __init__(self, t0: float) -> None:
+        super().__init__(logging.INFO)
+        self.t0, self.writes, self.pool_full = t0, [], 0
+        self.evicted: list[str] = []  # the target of every eviction sent
+        self.lines: list[dict] = []  # every audit line, for --timeline
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("urllib3"):
+            self.pool_full += "pool is full" in record.getMessage()
+            return
+        verb = str(getattr(record, "audit", "?"))
+        self.writes.append((time.monotonic() - self.t0, verb.split(" ")[0], verb))
+        self.lines.append({"t": round(time.monotonic() - self.t0, 3), "verb": verb,
+                           "target": getattr(record, "target", ""),
+                           "plan": getattr(record, "plan", ""), "thread": record.threadName})
+        if verb == "evict":
+            self.evicted.append(str(getattr(record, "target", "?")))
+
+    def evictions_sent(self) -> int:
+        """Eviction API calls sent (retries of one eviction after 429/5xx included)."""
+        return len(self.evicted)
+
+    def profile(self) -> dict:
+        def at(verb: str, pick) -> float | None:
+            times = [t for t, _, v in self.writes if v == verb]
+            return round(pick(times), 2) if times else None
+        by_verb: dict[str, int] = {}
+        for _, head, _ in self.writes:
+            by_verb[head] = by_verb.get(head, 0) + 1
+        return {"first_plan_s": at("create-plan", min), "last_plan_s": at("create-plan", max),
+                "last_evict_s": at("evict", max), "last_done_s": at("update-plan Done", max),
+                "writes": len(self.writes), "by_verb": by_verb,
+                "pool_full_warnings": self.pool_full}
+
+
+@contextlib.contextmanager
+def _audit_clock(t0: float):
+    loggers = [logging.getLogger("ckpt_preempt.audit"), logging.getLogger("urllib3")]
+    levels = [lg.level for lg in loggers]
+    handler = _AuditClock(t0)
+    for lg in loggers:
+        lg.setLevel(logging.INFO if lg.name.endswith("audit") else logging.WARNING)
+        lg.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+
+
 def burst(c: kube.Cluster, namespace: str, pool: str, *, nodes: int, preemptors: int,
-          workers: int = 8, timeout: float = 300) -> dict:
+          workers: int = 8, timeout: float = 300, write_concurrency: int | None = None,
+          timeline: Path | None = None) -> dict:
     """``preemptors`` 8-GPU pods at once onto ``nodes`` full nodes, the controller running."""
     priority_classes(c)
     names = [f"{pool}-b{i}" for i in range(nodes)]
@@ -173,15 +233,20 @@ def burst(c: kube.Cluster, namespace: str, pool: str, *, nodes: int, preemptors:
                   interval=0.5)
     victims = {p.metadata.uid: p.metadata.name
                for p in c.core.list_namespaced_pod(namespace).items}
-    with running_controller(c, config_for(namespace)) as ctl:
+    knobs = {} if write_concurrency is None else {"write_concurrency": write_concurrency}
+    with running_controller(c, config_for(namespace, **knobs)) as ctl, \
+            _audit_clock(time.monotonic()) as clock:
         kube.wait_for("controller synced", ctl.cache.synced, timeout=60)
-        t0 = time.monotonic()
+        t0 = clock.t0 = time.monotonic()
+        wall0 = time.time()
         parallel(c, [lambda core, i=i: core.create_namespaced_pod(namespace, kube.pod_body(
             f"pre-{i}", gpus=8, pool=pool, priority_class=HIGH_NEVER), _preload_content=False)
             for i in range(preemptors)], workers)
         kube.wait_for(f"{preemptors} preemptors bound",
-                      lambda: _bound(c, namespace, preemptors), timeout=timeout, interval=0.2)
+                      lambda: _bound(c, namespace, preemptors), timeout=timeout, interval=0.25)
         seconds = time.monotonic() - t0
+    if timeline is not None:
+        timeline.write_text("".join(json.dumps(x) + "\n" for x in clock.lines))
     left = {p.metadata.uid for p in c.core.list_namespaced_pod(namespace).items
             if p.metadata.deletion_timestamp is None}
     evicted = set(victims) - left
@@ -189,7 +254,39 @@ def burst(c: kube.Cluster, namespace: str, pool: str, *, nodes: int, preemptors:
     return {"nodes": nodes, "preemptors": preemptors, "all_bound_s": round(seconds, 2),
             "evictions": len(evicted), "plans": len(planned),
             "planned_victims": sorted(set().union(*planned.values())) if planned else [],
-            "evicted": sorted(evicted), "target_s": BURST_TARGET_SECONDS}
+            "evicted": sorted(evicted), "target_s": BURST_TARGET_SECONDS,
+            "write_concurrency": ctl.cfg.write_concurrency,
+            "evictions_sent": clock.evictions_sent(),
+            "eviction_retries": ctl.metrics.registry.get_sample_value(
+                "ckpt_preempt_eviction_retries_total") or 0.0,
+            "profile": {**clock.profile(),
+                        **_unschedulable_to_planned(c, namespace, wall0, clock.lines)}}
+
+
+def _unschedulable_to_planned(c: kube.Cluster, namespace: str, wall0: float,
+                              lines: list[dict]) -> dict:
+    """When kube-scheduler first reported each preemptor unschedulable (its first
+    FailedScheduling Event; the controller plans only such pods), in seconds since the burst,
+    and how long after that its PreemptionPlanned Event was sent."""
+    raw = c.core.list_namespaced_event(namespace, field_selector="reason=FailedScheduling",
+                                       _preload_content=False).data
+    first: dict[str, float] = {}
+    for e in json.loads(raw)["items"]:
+        name = e["involvedObject"]["name"]
+        stamp = e.get("eventTime") or e.get("firstTimestamp")
+        if not name.startswith("pre-") or not stamp:
+            continue
+        t = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - wall0
+        first[name] = min(t, first.get(name, t))
+    times = sorted(first.values())
+    planned = {x["target"].split("/")[-1]: x["t"] for x in lines
+               if x["verb"] == "event PreemptionPlanned"}
+    lags = sorted(planned[n] - t for n, t in first.items() if n in planned)
+    return {"unschedulable_seen": len(times),
+            "unschedulable_p50_s": round(times[len(times) // 2], 2) if times else None,
+            "last_unschedulable_s": round(times[-1], 2) if times else None,
+            "planned_after_p50_s": round(lags[len(lags) // 2], 2) if lags else None,
+            "planned_after_max_s": round(lags[-1], 2) if lags else None}
 
 
 def _running(c: kube.Cluster, namespace: str, n: int) -> bool | kube.NotYet:
@@ -199,15 +296,36 @@ def _running(c: kube.Cluster, namespace: str, n: int) -> bool | kube.NotYet:
 
 
 def _bound(c: kube.Cluster, namespace: str, n: int) -> bool | kube.NotYet:
-    pods = [p for p in c.core.list_namespaced_pod(namespace).items
-            if p.metadata.name.startswith("pre-")]
-    k = sum(1 for p in pods if p.spec.node_name)
+    # raw JSON, not the client's models: the controller under test shares this interpreter
+    raw = c.core.list_namespaced_pod(namespace, _preload_content=False).data
+    k = sum(1 for p in json.loads(raw)["items"] if p["metadata"]["name"].startswith("pre-")
+            and p["spec"].get("nodeName"))
     return True if k >= n else kube.NotYet(f"{k}/{n} bound")
 
 
 def _component_mib(lc: LocalCluster) -> dict[str, dict[str, float]]:
     return {name: _vm(p.pid) for name, p in lc.procs.items()
             if name in ("etcd", "kube-apiserver", "kwok")}
+
+
+def _cluster_and_list(c: kube.Cluster, lc: LocalCluster, ns: str, pool: str,
+                      args: argparse.Namespace, tmp: Path) -> dict:
+    """Part 1: the full cluster, then list-to-ready."""
+    out: dict = {}
+    names = [f"{pool}-{i:05d}" for i in range(args.nodes)]
+    t0 = time.monotonic()
+    try:
+        node_rate = create_nodes(c, names, pool, args.workers)
+        pod_rate = fill(c, ns, pool, names, args.pods_per_node, args.workers)
+    except (ApiException, kube.WaitTimeout) as e:
+        out["stopped"] = f"creating objects: {str(e).splitlines()[0][:200]}"
+    out["cluster"] = {"nodes": args.nodes, "pods": args.nodes * args.pods_per_node,
+                      "gpus": args.nodes * 8, "create_s": round(time.monotonic() - t0, 1)}
+    if "stopped" not in out:
+        out["cluster"].update(nodes_per_s=round(node_rate, 1), pods_per_s=round(pod_rate, 1))
+        out["list_to_ready"] = list_to_ready(c, ns, tmp)
+    out["control_plane_mib"] = _component_mib(lc)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,10 +335,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst-nodes", type=int, default=300)
     p.add_argument("--preemptors", type=int, default=100)
     p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--burst-only", action="store_true",
+                   help="skip the list-to-ready part (--nodes, --pods-per-node)")
+    p.add_argument("--timeline", type=Path, default=None,
+                   help="write the burst's audit lines (seconds, verb, target, plan, thread) "
+                        "to this file, one JSON object a line")
+    p.add_argument("--write-concurrency", type=int, default=None,
+                   help="the controller's writeConcurrency in the burst (default: its default)")
     args = p.parse_args(argv)
-    if args.nodes < 1 or args.burst_nodes < 1 or not 0 < args.preemptors <= args.burst_nodes:
-        print("scale_kwok: need --nodes >= 1, 0 < --preemptors <= --burst-nodes",
-              file=sys.stderr)
+    if args.nodes < 1 or args.burst_nodes < 1 or not 0 < args.preemptors <= args.burst_nodes \
+            or (args.write_concurrency is not None and args.write_concurrency < 1):
+        print("scale_kwok: need --nodes >= 1, 0 < --preemptors <= --burst-nodes, "
+              "--write-concurrency >= 1", file=sys.stderr)
         return 2
     try:
         bins = find_testbin()
@@ -236,25 +362,15 @@ def main(argv: list[str] | None = None) -> int:
         c = kube.Cluster("local", lc.kubeconfig, api, local=lc)
         ns, pool = f"scale-{uuid.uuid4().hex[:6]}", f"s{uuid.uuid4().hex[:6]}"
         c.core.create_namespace({"metadata": {"name": ns}})
-        names = [f"{pool}-{i:05d}" for i in range(args.nodes)]
-        t0 = time.monotonic()
-        try:
-            node_rate = create_nodes(c, names, pool, args.workers)
-            pod_rate = fill(c, ns, pool, names, args.pods_per_node, args.workers)
-        except (ApiException, kube.WaitTimeout) as e:
-            out["stopped"] = f"creating objects: {str(e).splitlines()[0][:200]}"
-        out["cluster"] = {"nodes": args.nodes, "pods": args.nodes * args.pods_per_node,
-                          "gpus": args.nodes * 8, "create_s": round(time.monotonic() - t0, 1)}
-        if "stopped" not in out:
-            out["cluster"].update(nodes_per_s=round(node_rate, 1), pods_per_s=round(pod_rate, 1))
-            out["list_to_ready"] = list_to_ready(c, ns, tmp)
-        out["control_plane_mib"] = _component_mib(lc)
+        if not args.burst_only:
+            out.update(_cluster_and_list(c, lc, ns, pool, args, tmp))
         bns = f"burst-{uuid.uuid4().hex[:6]}"
         c.core.create_namespace({"metadata": {"name": bns}})
         b = burst(c, bns, f"b{uuid.uuid4().hex[:6]}", nodes=args.burst_nodes,
-                  preemptors=args.preemptors, workers=args.workers)
+                  preemptors=args.preemptors, workers=args.workers,
+                  write_concurrency=args.write_concurrency, timeline=args.timeline)
         ok = b.pop("planned_victims") == b.pop("evicted")
-        out["burst"] = {**b, "evictions_match_plans": ok}
+        out["burst"] = {**b, "evictions_match_plans": ok, "load_average": os.getloadavg()}
     print(json.dumps(out))
     return 0
 

@@ -19,6 +19,10 @@ The operations, each safe to repeat:
 - nodes: ``reserve`` / ``unreserve`` (the ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint);
 - ``emit``: an events.k8s.io/v1 Event about a pod.
 
+``Actions`` is safe to call from several threads at once (``controller/write_lanes.py`` runs the
+writes of different plans side by side): it keeps no state between calls, and the API client's
+connection pool is sized for them (``connections``).
+
 Errors: ``Blocked`` (an eviction still refused after the retries), ``Conflict`` (someone else
 changed the object: re-read and decide again), ``NotLeader``. Other ``ApiException``s propagate;
 the loop logs them and retries on its next pass.
@@ -26,6 +30,7 @@ the loop logs them and retries on its next pass.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import uuid
@@ -58,6 +63,7 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every 
 PLAN_STATE_LABEL = "ckpt-preempt.io/plan-state"
 PLAN_PREFIX = "ckpt-plan-"  # ConfigMap name = prefix + plan id
 T = TypeVar("T")
+TOLERATE_ATTEMPTS = 3  # reads and patches of a preemptor that keeps changing under us
 
 
 def plan_object_name(plan_id: str) -> str:
@@ -113,10 +119,25 @@ class WriteGuard:
     request_timeout: float = 5.0
 
 
+def client_with_pool(api: client.ApiClient, connections: int) -> client.ApiClient:
+    """``api``'s credentials on a connection pool of its own that keeps ``connections``
+    connections per host. urllib3 opens more when more requests are in flight at once, but keeps
+    only ``maxsize`` and drops the rest with "Connection pool is full" (the kubernetes client's
+    default maxsize is 5 per CPU, and the watches hold some of them for as long as they run)."""
+    if connections <= 1:
+        return api
+    cfg = copy.copy(api.configuration)  # shares the credentials, and their refreshes
+    cfg.connection_pool_maxsize = max(connections, cfg.connection_pool_maxsize or 0)
+    return client.ApiClient(cfg)
+
+
 class Actions:
     def __init__(self, api: client.ApiClient, *, plan_namespace: str,
                  guard: WriteGuard | None = None, evict_attempts: int = 4,
-                 on_retry: Callable[[], None] | None = None) -> None:
+                 on_retry: Callable[[], None] | None = None, connections: int = 1) -> None:
+        """``connections``: how many writes may be in flight at once (``writeConcurrency``);
+        above 1 the writes get a connection pool of their own, that big."""
+        api = client_with_pool(api, connections)
         self.core = client.CoreV1Api(api)
         self.events = client.EventsV1Api(api)
         self.instance = COMPONENT
@@ -349,16 +370,26 @@ class Actions:
         self._patch_guarded("ungate", pod, body, plan_id)
 
     def tolerate(self, pod: PodInfo, plan_id: str) -> None:
-        """Add the reservation toleration to the preemptor (a pod update may add tolerations)."""
+        """Add the reservation toleration to the preemptor (a pod update may add tolerations).
+        A pending pod changes often (kube-scheduler writes its status after every attempt), so
+        a conflict is read again and retried, up to ``TOLERATE_ATTEMPTS`` times in all."""
         if pod.deleting or pod.node or has_reservation_toleration(pod, plan_id):
             return
-        live = self._read_pod(pod)
-        tolerations = [*(live["spec"].get("tolerations") or []),
-                       {"key": RESERVED_TAINT, "operator": "Equal", "value": plan_id,
-                        "effect": "NoSchedule"}]
-        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-                "spec": {"tolerations": tolerations}}
-        self._patch_guarded("tolerate", pod, body, plan_id)
+        ours = {"key": RESERVED_TAINT, "operator": "Equal", "value": plan_id,
+                "effect": "NoSchedule"}
+        for attempt in range(1, TOLERATE_ATTEMPTS + 1):
+            live = self._read_pod(pod)
+            present = live["spec"].get("tolerations") or []
+            if any(t.get("key") == RESERVED_TAINT and t.get("value") == plan_id for t in present):
+                return
+            body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
+                    "spec": {"tolerations": [*present, ours]}}
+            try:
+                self._patch_guarded("tolerate", pod, body, plan_id)
+                return
+            except Conflict:
+                if attempt == TOLERATE_ATTEMPTS:
+                    raise
 
     def _patch_guarded(self, verb: str, pod: PodInfo, body: dict, plan_id: str) -> None:
         def call() -> None:

@@ -17,6 +17,7 @@ victims, and the reservation is lifted by the reconciler's next pass.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,7 +44,12 @@ MAX_STEPS_PER_PASS = 8  # transitions chain within a pass; an action that needs 
 
 @dataclass
 class Memory:
-    """What this process did, so a stale cache never makes it repeat an action."""
+    """What this process did, so a stale cache never makes it repeat an action.
+
+    Plans are advanced side by side (``controller/write_lanes.py``): a task adds only keys of
+    its own plan, preemptors and victims (no other task of the pass has them), each with one
+    set or dict operation; ``once`` is the one check-then-add, and it holds a lock. Whole-set
+    reads and rewrites (``reconcile._prune``, ``plans.restriction``) happen between batches."""
 
     requested: set[tuple[str, str]] = field(default_factory=set)  # (plan, uid)
     evicted: set[tuple[str, str]] = field(default_factory=set)
@@ -54,6 +60,27 @@ class Memory:
     next_try: dict[str, float] = field(default_factory=dict)  # preemptor uid -> not before
     gang_waiting: dict[str, float] = field(default_factory=dict)
     blocked: dict[str, float] = field(default_factory=dict)  # victim uid -> not before
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def once(self, key: tuple) -> bool:
+        """True the first time ``key`` is given (and it is remembered in ``emitted``)."""
+        with self._lock:
+            if key in self.emitted:
+                return False
+            self.emitted.add(key)
+            return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewPlan:
+    """A plan just made for a preemptor (``reconcile._plan_one``), not stored yet."""
+
+    record: PlanRecord
+    key: str  # the preemptor's: pod or gang key
+    members: tuple[PodInfo, ...]
+    body: str  # the PreemptionPlanned message
+    lost_gpu_hours: float
+    saved_gpu_hours: float | None  # against kube-default, when it has a plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +207,25 @@ class PlanStepper:
                     self.mem.reserved.add((r.id, pl.uid))
                 continue  # evict in the same pass: the reservation is in place
             return
+
+    def store_and_start(self, new: NewPlan, world: World) -> None:
+        """Store a new plan, then carry it as far as it goes in this pass: one plan's whole
+        write sequence, one task of the pass's ``write_lanes.Lanes``."""
+        r = new.record
+        rv = self.actions.create_plan(r)
+        if rv is None:
+            return
+        self.book.wrote(r, rv)
+        self.metrics.plans.labels("planned").inc()
+        self.metrics.lost_gpu_hours.inc(new.lost_gpu_hours)
+        if new.saved_gpu_hours is not None:
+            self.metrics.saved_gpu_hours.inc(new.saved_gpu_hours)
+        for p in new.members:
+            self.actions.emit(p, "PreemptionPlanned", f"plan {r.id}: {new.body}")
+        log.info("planned %s", r.id, extra={"plan": r.id, "preemptor": new.key,
+                                             "victims": len(r.victims),
+                                             "lost_gpu_h": new.lost_gpu_hours})
+        self.advance(r, rv, world)
 
     def abort(self, r: PlanRecord, rv: str, reason: str, world: World, *,
               block_victims: bool = False) -> None:

@@ -19,6 +19,7 @@
     renewDeadlineSeconds: 10         # a leader writes only within this long of its last renewal
     planNamespace: ckpt-preempt      # the controller's own namespace: plans live here (ConfigMaps)
     requestTimeoutSeconds: 5         # every API call gives up after this long
+    writeConcurrency: 8              # plans whose writes are sent at once (1: one plan at a time)
     bindTimeoutSeconds: 300          # after its victims are gone, the preemptor must bind by then
     planHistorySeconds: 3600         # finished plans are kept this long (fairness, audit)
     optOutNamespaces: []             # where preemptible: "false" is honoured ("*": everywhere)
@@ -62,6 +63,7 @@ from ckpt_preempt.policies import preemption
 # scheduler (kubernetes v1.37.2 staging/src/k8s.io/api/core/v1/types.go DefaultSchedulerName;
 # pkg/apis/core/v1/defaults.go SetDefaults_PodSpec).
 DEFAULT_SCHEDULER = "default-scheduler"
+MAX_WRITE_CONCURRENCY = 64  # writeConcurrency: plans written at once (controller/write_lanes.py)
 
 
 class HealthQueryMode(enum.StrEnum):
@@ -96,6 +98,7 @@ class Config:
     renew_deadline_seconds: float = 10.0
     plan_namespace: str = "ckpt-preempt"
     request_timeout_seconds: float = 5.0
+    write_concurrency: int = 8
     bind_timeout_seconds: float = 300.0
     plan_history_seconds: float = 3600.0
     opt_out_namespaces: tuple[str, ...] = ()
@@ -146,6 +149,10 @@ class Config:
                 self.lease_duration_seconds:
             raise ConfigError("config: renewDeadlineSeconds + requestTimeoutSeconds must not "
                               "exceed leaseDurationSeconds")
+        if isinstance(self.write_concurrency, bool) or not isinstance(self.write_concurrency, int) \
+                or not 1 <= self.write_concurrency <= MAX_WRITE_CONCURRENCY:
+            raise ConfigError(f"config: writeConcurrency must be a whole number from 1 to "
+                              f"{MAX_WRITE_CONCURRENCY}, not {self.write_concurrency!r}")
 
 
     def _check_health(self) -> None:
@@ -203,6 +210,8 @@ def parse(data: object) -> Config:
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     value > 0 or (value == 0 and f.name in _ZERO_ALLOWED)):
                 raise ConfigError(f"config: {key} must be a positive number")
+            if isinstance(default, int) and value != int(value):
+                raise ConfigError(f"config: {key} must be a whole number, not {value!r}")
             value = type(default)(value)
         elif not isinstance(value, str) or not value:
             raise ConfigError(f"config: {key} must be a non-empty string")

@@ -22,6 +22,12 @@ controller rebuilds everything from the stored plans:
 
 Anything unexpected in one plan or one preemptor is logged, counted and skipped: the loop never
 dies of bad input, and evicts only victims of a stored plan that passes ``lifecycle.check``.
+
+Planning is sequential (each plan closes its nodes and victims to the next); the writes are not:
+each plan's sequence of writes (store it, then advance it) is one task of a
+``controller.write_lanes.Lanes`` batch, up to ``writeConcurrency`` at once, and so is each stored
+plan's step and each reservation lifted. Tasks that touch a common pod, node or plan run in the
+order they were submitted; a ``NotLeader`` in any task ends the pass.
 """
 
 from __future__ import annotations
@@ -32,13 +38,15 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
-from ckpt_preempt.controller.advance import Memory, PlanStepper, World
+from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
@@ -52,6 +60,7 @@ from ckpt_preempt.controller.plans import (
     waiting_for_victims,
 )
 from ckpt_preempt.controller.watch import ClusterCache
+from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
 from ckpt_preempt.policies import gangs, kube_default, lifecycle, native_gangs, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
@@ -108,6 +117,7 @@ class Reconciler:
         self.book = PlanBook()
         self._pruned = 0.0
         self._unknown_reservations: dict[str, float] = {}  # plan id -> first seen without plan
+        self._pool: ThreadPoolExecutor | None = None  # the write lanes' threads (_lanes)
         self.scope = convert.scope(cfg)
         self.limits = convert.limits(cfg)
         # the cluster as the planner sees it, kept up to date from the cache's changes
@@ -135,14 +145,18 @@ class Reconciler:
                                 "is ignored: plans are kept only in the controller's namespace")
         active = [s for s in stored if not s.record.state.terminal]
         self.metrics.active_plans.set(len(active))
-        self._release_reservations(stored, world)
-        if self.cfg.dry_run:
-            for s in active:
-                self._note_once_plan(s.record, world, "(dry run) stored plan "
-                                     f"{s.record.id} is {s.record.state}; not advanced")
-        else:
-            for s in stored:
-                self._run_guarded(s.record.id, self._step_stored, s, world)
+        with self._lanes() as lanes:  # every task below is done when it closes
+            self._release_reservations(stored, world, lanes)
+            if self.cfg.dry_run:
+                for s in active:
+                    self._note_once_plan(s.record, world, "(dry run) stored plan "
+                                         f"{s.record.id} is {s.record.state}; not advanced")
+            else:
+                for s in stored:
+                    if s.record.state is State.DONE:
+                        continue  # nothing is left to do for it (stepper.tidy)
+                    lanes.submit(plan_objects(s.record), self._run_guarded, s.record.id,
+                                 self._step_stored, s, world)
         stored = self.book.with_own_writes(stored)  # with this pass's writes
         report = self.health.report() if self.health is not None else None
         if report is not None:
@@ -152,6 +166,12 @@ class Reconciler:
         self._plan_new(view, world, [s.record for s in stored], now, states(report))
         if now - self._pruned > PRUNE_SECONDS:
             self._prune(world.by_uid, stored, now)
+
+    def _lanes(self) -> Lanes:
+        width = self.cfg.write_concurrency
+        if self._pool is None and width > 1:
+            self._pool = Lanes.pool(width)  # its threads, kept for every pass
+        return Lanes(width, on_error=self.metrics.loop_errors.inc, pool=self._pool)
 
     def _step_stored(self, s: Stored, world: World) -> None:
         if s.record.state.terminal:
@@ -168,6 +188,8 @@ class Reconciler:
             log.info("%s: %s; will re-read", what, e)
         except ApiException as e:
             log.warning("%s: %s", what, api_error(e))
+        except HTTPError as e:  # a timeout, a dropped connection: decided again next pass
+            log.warning("%s: %s", what, e)
         except Exception:
             log.exception("%s: step failed", what)
             self.metrics.loop_errors.inc()
@@ -191,7 +213,7 @@ class Reconciler:
                 self._run_guarded(s.record.id, self.actions.delete_plan, s.record.id, s.rv)
                 self.book.forget(s.record.id)
 
-    def _release_reservations(self, stored: list[Stored], world: World) -> None:
+    def _release_reservations(self, stored: list[Stored], world: World, lanes: Lanes) -> None:
         """Lift a reservation taint once its plan is over (Done, Aborted, or past its bind
         deadline plus a grace period), or when no stored plan has its id."""
         records = {s.record.id: s.record for s in stored}
@@ -210,8 +232,8 @@ class Reconciler:
                     self._unknown_reservations.pop(plan, None)
                 if (r is None or r.state.terminal
                         or now > r.bind_by + RESERVATION_GRACE_SECONDS) and not self.cfg.dry_run:
-                    self._run_guarded(f"unreserve {node.name}", self.actions.unreserve,
-                                      node.name, plan)
+                    lanes.submit({f"node/{node.name}"}, self._run_guarded,
+                                 f"unreserve {node.name}", self.actions.unreserve, node.name, plan)
 
     # ---------------------------------------------------------------------------- new plans
     def _candidates(self, pods: list[PodInfo], conv: convert.Converted,
@@ -268,11 +290,14 @@ class Reconciler:
             return  # nothing due: no snapshot needed
         conv = self.model.snapshot(now=now, recent_preemptions=recent_preemptions(
             stored, since=now - self.cfg.fairness_window_seconds), health=health)
-        with cycle_objects_frozen():
-            self._plan_queue(pods, world, conv, active, planned, now)
+        with cycle_objects_frozen(), self._lanes() as lanes:
+            self._plan_queue(pods, world, conv, active, planned, now, lanes)
 
     def _plan_queue(self, pods: list[PodInfo], world: World, conv: convert.Converted,
-                    active: list[PlanRecord], planned: set[str], now: float) -> None:
+                    active: list[PlanRecord], planned: set[str], now: float,
+                    lanes: Lanes) -> None:
+        """Plan the queue in order; each plan made is stored and advanced by a task of
+        ``lanes`` while the next is planned (it shares no pod or node with any other)."""
         for uid, problems in conv.problems.items():  # victims' bad input is reported too
             p = world.by_uid.get(uid)
             if p is not None and self.scope.covers(p):
@@ -288,6 +313,7 @@ class Reconciler:
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
+            lanes.check()  # a task met NotLeader: plan no further
             try:
                 made = self._plan_one(cand, conv, world.nodes, frozenset(reserved),
                                       frozenset(busy), blocked, now, cache)
@@ -299,15 +325,23 @@ class Reconciler:
             except ApiException as e:
                 log.warning("%s: plan not stored: %s", cand.key, api_error(e))
                 continue
-            if made is not None:
-                record, rv = made
-                reserved |= record.nodes
-                busy |= record.victim_uids
-                self._run_guarded(record.id, self.stepper.advance, record, rv, world)
+            if made is None:
+                continue
+            r = made.record
+            clash = (r.victim_uids & (busy | blocked)) | (r.nodes & reserved)
+            if clash:  # the restriction closed them: a planner fault, never a second eviction
+                log.error("%s: plan %s uses what other plans hold (%s); not stored", cand.key,
+                          r.id, ", ".join(sorted(clash)))
+                self.metrics.loop_errors.inc()
+                continue
+            reserved |= r.nodes
+            busy |= r.victim_uids
+            lanes.submit(plan_objects(r), self._run_guarded, f"{cand.key}: plan {r.id}",
+                         self.stepper.store_and_start, made, world)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
-                  blocked, now: float, cache: PlanCache | None = None,
-                  ) -> tuple[PlanRecord, str] | None:
+                  blocked, now: float, cache: PlanCache | None = None) -> NewPlan | None:
+        """The plan for `cand`, not yet stored (only Events are sent here)."""
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
                                      reserved_nodes=reserved, busy_pods=busy,
@@ -339,20 +373,10 @@ class Reconciler:
             self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body,
                             key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
-        rv = self.actions.create_plan(record)
-        if rv is None:
-            return None
-        self.book.wrote(record, rv)
-        self.metrics.plans.labels("planned").inc()
-        self.metrics.lost_gpu_hours.inc(plan.lost_gpu_seconds / 3600)
-        if kd.feasible:
-            self.metrics.saved_gpu_hours.inc((kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600)
-        for p in cand.members:
-            self.actions.emit(p, "PreemptionPlanned", f"plan {record.id}: {body}")
-        log.info("planned %s", record.id, extra={"plan": record.id, "preemptor": cand.key,
-                                                  "victims": len(record.victims),
-                                                  "lost_gpu_h": plan.lost_gpu_seconds / 3600})
-        return record, rv
+        return NewPlan(record=record, key=cand.key, members=cand.members, body=body,
+                       lost_gpu_hours=plan.lost_gpu_seconds / 3600,
+                       saved_gpu_hours=(kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600
+                       if kd.feasible else None)
 
     def _record(self, cand: Candidate, plan: Plan, conv: convert.Converted,
                 now: float) -> PlanRecord:
@@ -387,8 +411,7 @@ class Reconciler:
 
     # -------------------------------------------------------------------------------- events
     def _log_once(self, key: tuple, msg: str, *args) -> None:
-        if key not in self.mem.emitted:
-            self.mem.emitted.add(key)
+        if self.mem.once(key):
             log.warning(msg, *args)
 
     def _note_once_plan(self, r: PlanRecord, world: World, message: str) -> None:
@@ -402,7 +425,5 @@ class Reconciler:
     def _note_once(self, pod: PodInfo, reason: str, message: str, *,
                    warning: bool = False, key: object = None) -> None:
         """Once per pod, reason and `key` (default: the message) for this process."""
-        k = (pod.uid, reason, message if key is None else key)
-        if k not in self.mem.emitted:
-            self.mem.emitted.add(k)
+        if self.mem.once((pod.uid, reason, message if key is None else key)):
             self.actions.emit(pod, reason, message, warning=warning)

@@ -50,7 +50,8 @@ class Controller:
                            may_write=self.elector.may_write if self.elector else lambda: True)
         self.actions = Actions(api, plan_namespace=cfg.plan_namespace, guard=guard,
                                evict_attempts=cfg.evict_attempts,
-                               on_retry=self.metrics.eviction_retries.inc)
+                               on_retry=self.metrics.eviction_retries.inc,
+                               connections=cfg.write_concurrency)
         self.actions.instance = self.identity[:128]
         # GPU health, when a Prometheus is configured: refreshed by its own thread
         self.health = PrometheusHealth(

@@ -158,6 +158,8 @@ def test_hwprobe_reads_pod_resources_only_when_asked():
     ("config.maxCheckpointSecond=60", "additional properties 'maxCheckpointSecond'"),
     ("config.maxCheckpointSeconds=0", "/config/maxCheckpointSeconds"),
     ("config.evictAttempts=-1", "/config/evictAttempts"),
+    ("config.writeConcurrency=0", "/config/writeConcurrency"),
+    ("config.writeConcurrency=65", "/config/writeConcurrency"),
     ("config.unknownCheckpoint=never", "/config/unknownCheckpoint"),
     ("config.schedulerNames={}", "/config/schedulerNames"),
     ("config.fairnessWindowSeconds=7200", "must not exceed config.planHistorySeconds"),

@@ -14,6 +14,7 @@ already requested, a nomination already standing) are no-ops here too, and not r
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -226,6 +227,7 @@ class RecordingActions:
         self._failures: list[_Failure] = []
         self._blocked: set[str] = set()  # pod uids whose eviction is refused (a PDB)
         self.before_write: Callable[[Call], None] | None = None  # an oracle may look first
+        self._lock = threading.RLock()  # plans are written side by side (write_lanes.py)
 
     # --------------------------------------------------------------------- test controls
     def fail(self, verb: str, error: Callable[[], BaseException], *, target: str | None = None,
@@ -265,6 +267,10 @@ class RecordingActions:
 
     # -------------------------------------------------------------------- the choke point
     def _write(self, call: Call, apply: Callable[[], Any] = lambda: None) -> Any:
+        with self._lock:  # one write at a time, as the API server applies them
+            return self._write_locked(call, apply)
+
+    def _write_locked(self, call: Call, apply: Callable[[], Any]) -> Any:
         event = call.verb == "emit"
         if self.dry_run and not event:
             self.calls.append(replace(call, outcome="dry-run"))
