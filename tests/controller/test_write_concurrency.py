@@ -235,6 +235,7 @@ def test_a_planner_fault_that_hands_out_a_held_victim_writes_nothing_for_it(monk
                                                                             caplog):
     """If the restriction were lost (a planner or cache fault), the second preemptor would be
     given the first one's node and victim: that plan is refused before it is stored."""
+    caplog.set_level("ERROR", logger="ckpt_preempt.reconcile")  # whatever ran before
     real = convert.for_preemptor
 
     def unrestricted(snap, nodes, preemptor, *, reserved_nodes, busy_pods, blocked_pods):
