@@ -14,11 +14,14 @@ just before are excluded from that view (each with its reason), as are 1 % of th
 ``policies.plan_cache.PlanCache`` for the whole queue, as the controller plans a cycle
 ("cached"), and without ("uncached"); both must give the same plans. "cold" builds and
 indexes a fresh snapshot per sample as well (``--cold``; off for ``frontier``).
-"next_cycle" is the cycle after: ``--later`` seconds on, the first cycle's plans carried out
-(victims gone, preemptors running, their workloads counted as preempted), ``--churn`` of the
-running pods checkpointed since, and a new queue of ``--samples`` preemptors, planned with the
-caches carried from the first cycle (``PlanCache.carried``, as the controller carries them) and
-with a fresh cache; both must choose the same.
+"first_cycle_warmed" plans the first queue again on a cache that idle passes filled ahead
+(``preemption.warm``, ``WARM_NODES_PER_PASS`` nodes a pass, as ``controller.reconcile`` does
+while no preemptor is due). "next_cycle" is the cycle after: ``--later`` seconds on, the first
+cycle's plans carried out (victims gone, preemptors running, their workloads counted as
+preempted), ``--churn`` of the running pods checkpointed since, and a new queue of
+``--samples`` preemptors, planned with the caches carried from the first cycle
+(``PlanCache.carried``, as the controller carries them) and with a fresh cache; both must
+choose the same.
 Prints one JSON line per run; targets: p99 ≤ 25 ms (spot) and ≤ 50 ms (frontier), cached.
 Usage: python bench/plan_latency.py [--size spot|frontier] [--pods N] [--samples 300]
        [--seed 3] [--active 20] [--cold | --no-cold]
@@ -35,7 +38,7 @@ import time
 from dataclasses import replace
 from importlib import resources
 
-from ckpt_preempt.controller.reconcile import cycle_objects_frozen
+from ckpt_preempt.controller.reconcile import WARM_NODES_PER_PASS, cycle_objects_frozen
 from ckpt_preempt.policies import preemption
 from ckpt_preempt.policies.model import (
     CheckpointMode,
@@ -223,6 +226,18 @@ def main() -> None:
     again, _, cached, cached_cpu = plan_queue(cycle, queue, tainted, args.active, cfg,
                                               cached=True, cache=first)
     assert again == plans, "the caches must not change a plan"
+    # the first cycle once idle passes have worked ahead (controller.reconcile._warm): the
+    # evictable pods of every node for the top priority band, WARM_NODES_PER_PASS a pass
+    warmed, chunks = PlanCache(cycle), []
+    while True:
+        t0 = time.perf_counter()
+        with cycle_objects_frozen():  # as controller.reconcile warms
+            if not preemption.warm(warmed, cfg, WARM_NODES_PER_PASS):
+                break
+        chunks.append((time.perf_counter() - t0) * 1000)
+    after_warm, _, warm_ms, _ = plan_queue(cycle, queue, tainted, args.active, cfg,
+                                           cached=True, cache=warmed)
+    assert after_warm == plans, "warming must not change a plan"
     # the next cycle: the plans carried out, some pods checkpointed, a new queue; its caches
     # carried from this cycle's (as the controller does) or fresh
     queue2 = [pending(rng, args.samples + k) for k in range(args.samples)]
@@ -267,6 +282,11 @@ def main() -> None:
                                  "p99": round(pct(bare, 0.99) / pct(warm, 0.99), 2)},
         "cpu_ms_by_preemptor": {k: stats(xs) for k, xs in cached_cpu.items() if xs},
         "uncached_cpu_ms_by_preemptor": {k: stats(xs) for k, xs in uncached_cpu.items() if xs},
+        "first_cycle_warmed": {  # after idle passes filled the caches ahead
+            "warm_passes": len(chunks), "warm_pass_ms": stats(chunks) if chunks else None,
+            "ms": stats(warm_ms["single_pod"] + warm_ms["gang"]),
+            "ms_by_preemptor": {k: stats(xs) for k, xs in warm_ms.items() if xs},
+        },
         "next_cycle": {  # the following cycle, caches carried as the controller carries them
             "later_s": args.later, "churn": args.churn,
             "changed_nodes": len(changed),

@@ -579,18 +579,8 @@ def plan(
             policy=POLICY, preemptor=uids, feasible=False, reason="the cluster has no nodes"
         )
     priority = min(p.priority for p in members)
-    shared = None if cache is None else cache.share(
-        snapshot, priority, search_budget=config.search_budget, cost_settings=(
-            config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
-            config.restart_seconds))
-    builder = units.UnitBuilder(
-        snapshot, priority, drain=config.drain,
-        max_checkpoint_seconds=config.max_checkpoint_seconds,
-        penalty_seconds=config.fairness_penalty_seconds,
-        restart_seconds=config.restart_seconds,
-        shared=None if shared is None else shared.evictable(),
-        unshared=frozenset() if shared is None else shared.unshared,
-    )
+    shared = None if cache is None else _share(cache, snapshot, priority, config)
+    builder = _builder(snapshot, priority, config, shared)
     memo: dict = {}
     search, placements, stuck = _place_members(snapshot, members, config, builder, memo,
                                                shared=shared)
@@ -671,3 +661,50 @@ def gang_pdb_problem(snapshot: Snapshot, victim_uids: Iterable[str]) -> str | No
                 f"{', '.join(gangs)}"
             )
     return "; ".join(problems) or None
+
+
+def _share(cache: PlanCache, snapshot: Snapshot, priority: int,
+           config: PlannerConfig) -> Share | None:
+    return cache.share(snapshot, priority, search_budget=config.search_budget, cost_settings=(
+        config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
+        config.restart_seconds))
+
+
+def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
+             shared: Share | None) -> units.UnitBuilder:
+    return units.UnitBuilder(
+        snapshot, priority, drain=config.drain,
+        max_checkpoint_seconds=config.max_checkpoint_seconds,
+        penalty_seconds=config.fairness_penalty_seconds,
+        restart_seconds=config.restart_seconds,
+        shared=None if shared is None else shared.evictable(),
+        unshared=frozenset() if shared is None else shared.unshared,
+    )
+
+
+def warm(cache: PlanCache, config: PlannerConfig, nodes: int) -> int:
+    """Work ahead while no preemptor is due: find the evictable pods of up to ``nodes`` nodes
+    the cache does not know yet, for a preemptor above every running pod (the top priority
+    band, where preemptors usually are), so the first plans after a start or a quiet spell find them
+    (``PlanCache.carried`` keeps them from then on). Returns how many nodes it did; 0 when the
+    band is complete. What it stores is what a plan would have stored."""
+    snapshot = cache.base
+    if nodes <= 0:
+        return 0
+    running = [p.priority for p in snapshot.pods if p.node is not None]
+    if not running:
+        return 0
+    priority = max(running) + 1  # the band of every preemptor above each running pod
+    shared = _share(cache, snapshot, priority, config)
+    if shared is None:
+        return 0
+    known = shared.evictable()
+    builder = _builder(snapshot, priority, config, shared)
+    done = 0
+    for node in snapshot.nodes:
+        if node.name not in known:
+            builder.evictable_on(node.name)
+            done += 1
+            if done >= nodes:
+                break
+    return done

@@ -239,9 +239,12 @@ class UnitBuilder:
         prio, now, recent = self.priority, self.s.now, self.recent
         stale_after = math.inf
         for p in self.s.pods_on_node.get(node, ()):
-            grows_up = self._grows_up(p)
-            if grows_up < stale_after:
-                stale_after = grows_up
+            if p.gang is None:  # inline _min_runtime_end: this loop is the planner's hottest
+                start = p.start_time
+                if start is not None and now < start + p.min_runtime < stale_after:
+                    stale_after = start + p.min_runtime
+            else:
+                stale_after = min(stale_after, self._grows_up(p))
             # the common case, single pods, without the per-gang memo
             why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
             if why is not None:

@@ -81,9 +81,14 @@ def next_cycles(draw, snap: Snapshot) -> Snapshot:
 def test_a_carried_cache_plans_the_next_cycle_as_a_fresh_one(cycle, data):
     snap, queue, cfg, extra = cycle
     cache = PlanCache(snap)
-    _plan_cycle(snap, queue, cfg, extra, cache)
+    if data.draw(st.booleans()):  # worked ahead while no preemptor was due
+        preemption.warm(cache, cfg, data.draw(st.integers(1, 9)))
+    assert _plan_cycle(snap, queue, cfg, extra, cache) == _plan_cycle(
+        snap, queue, cfg, extra, None)
     later = data.draw(next_cycles(snap))
     carried = PlanCache.carried(cache, later, changed_nodes(snap, later))
+    if data.draw(st.booleans()):
+        preemption.warm(carried, cfg, data.draw(st.integers(1, 9)))
     assert _same(_plan_cycle(later, queue, cfg, extra, carried),
                  _plan_cycle(later, queue, cfg, extra, None))
     # and once more, a cycle after that with nothing changed but time
@@ -141,6 +146,21 @@ def test_other_pdbs_drop_the_nodes_of_gangs_in_their_namespace():
     carried = PlanCache.carried(cache, replace(snap, pdbs=(pdb,)), frozenset())
     (table,) = [t for k, t in carried._tables.items() if k[0] == "evictable"]
     assert set(table) == {"n1", "n4"}
+
+
+def test_warming_fills_the_top_band_a_few_nodes_at_a_time():
+    snap = _cluster()
+    cache = PlanCache(snap)
+    cfg = preemption.PlannerConfig(record_rejections=False)
+    assert preemption.warm(cache, cfg, 2) == 2
+    assert preemption.warm(cache, cfg, 2) == 1
+    assert preemption.warm(cache, cfg, 2) == 0  # complete
+    (table,) = [t for k, t in cache._tables.items() if k[0] == "evictable"]
+    assert set(table) == {"n1", "n2", "n3"}
+    # a preemptor above every pod plans on what was warmed: the same plan as without
+    plan = preemption.plan(snap, [pending("hi", gpus=8)], cfg, cache)
+    assert plan == preemption.plan(snap, [pending("hi", gpus=8)], cfg)
+    assert plan.victims[0].name == "cheap"
 
 
 def test_judgments_follow_their_nodes_when_nodes_come_and_go():
