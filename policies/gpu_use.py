@@ -24,14 +24,13 @@ must be freed on a node for an NVLink-bound pod changes, and never above the wor
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Protocol
 
-from ckpt_preempt.policies.topology import NodeTopology
+from ckpt_preempt.policies.topology import NodeTopology, json_report
 
 ANNOTATION = "hwprobe.ckpt-preempt.io/gpu-use"  # on Nodes, written by hwprobe
 SCHEMA = "hwprobe-gpu-use/v1"
@@ -90,14 +89,7 @@ def _int(value: object) -> bool:
 
 def parse_gpu_use(value: str) -> GpuUseReport:
     """Strictly parse the annotation; raise GpuUseError naming what is wrong."""
-    try:
-        doc = json.loads(value)
-    except (TypeError, ValueError) as e:
-        raise GpuUseError(f"not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise GpuUseError("report is not a JSON object")
-    if doc.get("schema") != SCHEMA:
-        raise GpuUseError(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+    doc = json_report(value, SCHEMA, GpuUseError)
     observed = doc.get("observed")
     try:
         when = datetime.fromisoformat(str(observed).replace("Z", "+00:00"))

@@ -60,16 +60,23 @@ def single_domain(gpu_count: int) -> NodeTopology:
     return NodeTopology(gpu_count=gpu_count, domains=(frozenset(range(gpu_count)),))
 
 
-def parse_node_topology(value: str) -> NodeTopology:
-    """Strictly parse the compact report; raise TopologyError naming what is wrong."""
+def json_report(value: str, schema: str, error: type[ValueError]) -> dict:
+    """A published report's JSON object, checked for ``schema``; raises ``error`` naming what
+    is wrong (hwprobe's annotations: this topology one, and ``policies.gpu_use``'s)."""
     try:
         doc = json.loads(value)
     except (TypeError, ValueError) as e:
-        raise TopologyError(f"not JSON: {e}") from e
+        raise error(f"not JSON: {e}") from e
     if not isinstance(doc, dict):
-        raise TopologyError("report is not a JSON object")
-    if doc.get("schema") != SCHEMA:
-        raise TopologyError(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+        raise error("report is not a JSON object")
+    if doc.get("schema") != schema:
+        raise error(f"schema is {doc.get('schema')!r}, expected {schema!r}")
+    return doc
+
+
+def parse_node_topology(value: str) -> NodeTopology:
+    """Strictly parse the compact report; raise TopologyError naming what is wrong."""
+    doc = json_report(value, SCHEMA, TopologyError)
     count = doc.get("gpu_count")
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise TopologyError(f"gpu_count must be a non-negative integer, got {count!r}")

@@ -9,34 +9,14 @@
 set -euo pipefail
 export LC_ALL=C
 here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/../testbin/cached_go_build.sh"
 # Bump when the build recipe (flags, layout) changes, so old caches are not reused.
 RECIPE=1
-key="$( { cat "$here/go.mod" "$here/go.sum" "$here/main.go"; echo "recipe=$RECIPE"; } \
-  | sha256sum | cut -c1-16)"
 root="${CKPT_PODRESOURCES_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/ckpt-preempt/podresources}"
-cache="$root/$key"
-bin="$cache/podresources-server"
-
-if [[ "${1:-}" == --find ]]; then
-  [[ -x "$bin" ]] || { echo "podresources: not built ($bin): run $0" >&2; exit 1; }
-  echo "$bin"
-  exit 0
-fi
-if [[ -x "$bin" ]]; then
-  echo "podresources: cached $bin"
-  echo "$bin"
-  exit 0
-fi
-command -v go >/dev/null || { echo "podresources: go not found: install Go >= 1.26" >&2; exit 1; }
-mkdir -p "$root"
-tmp="$(mktemp -d "$root/.tmp.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+cached_go_begin podresources "$root" podresources-server "${1:-}" "$RECIPE" \
+  "$here/go.mod" "$here/go.sum" "$here/main.go"
 cd "$here"
-export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 start=$(date +%s)
 echo "podresources: building into $bin"
 go build -trimpath -ldflags "-w -s" -o "$tmp/podresources-server" .
-rm -rf "$cache" && mv "$tmp" "$cache"
-trap - EXIT
-echo "podresources: built in $(( $(date +%s) - start ))s: $bin"
-echo "$bin"
+cached_go_finish podresources "$start"
