@@ -83,7 +83,7 @@ class PlanCache:
         self._cycle = 0  # how many cycles this cache's entries were carried through
         self._used: dict[tuple, int] = {}  # ring key -> the last cycle that used it
         self._basis = _Basis.of(base)
-        self.carried_nodes = 0  # nodes whose entries came from the previous cycle (a metric)
+        self.carried_nodes = 0  # nodes whose entries came from the previous cycle (reported)
 
     @classmethod
     def carried(cls, previous: PlanCache | None, base: Snapshot,
