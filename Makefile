@@ -85,6 +85,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/differential.py --cases 220 --out bench/results/differential.json
 	$(BIN)/python bench/scale_pass.py
 	$(BIN)/python bench/scale_kwok.py
+	$(BIN)/python bench/nvlink_cliques.py
+	$(BIN)/python bench/admission_placement.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
