@@ -7,11 +7,11 @@ Nothing here performs I/O, reads a clock, or uses unseeded randomness; import-li
 Modules: ``model`` (dataclasses) and ``snapshot`` (the cluster at one instant, with its indexes),
 ``annotations`` and ``gangs`` (strict parsing of pod metadata, and ``annotations.build_pod``, the
 one builder from a pod's metadata to ``model.Pod``), ``topology`` (hwprobe's NVLink domains),
-``cost`` (lost work and eligibility), ``units`` (eviction units, the PDB rule for gangs and the
-exact within-node search), ``preemption`` (the checkpoint-aware planner) and ``search`` (its
-node-level search), ``kube_default`` (kube-scheduler's DefaultPreemption), ``oracle``
-(exact optimum for small instances), ``snapshot_io`` (documents ↔ model), ``lifecycle`` (the
-plan's state machine and stored formats) and ``sim`` (the trace replay).
+``cost`` (lost work and eligibility), ``units`` (eviction units) and ``cover`` (the PDB rule for
+gangs and the exact within-node search), ``preemption`` (the checkpoint-aware planner) and
+``search`` (its node-level search), ``kube_default`` (kube-scheduler's DefaultPreemption),
+``oracle`` (exact optimum for small instances), ``snapshot_io`` (documents ↔ model),
+``lifecycle`` (the plan's state machine and stored formats) and ``sim`` (the trace replay).
 
 Errors are values where a caller must decide: "no plan" is a ``Plan`` with a reason, malformed
 annotations are ``annotations.AnnotationProblem`` values. Exceptions are raised only for inputs
