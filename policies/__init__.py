@@ -11,7 +11,8 @@ one builder from a pod's metadata to ``model.Pod``), ``topology`` (hwprobe's NVL
 gangs and the exact within-node search), ``preemption`` (the checkpoint-aware planner) and
 ``search`` (its node-level search), ``kube_default`` (kube-scheduler's DefaultPreemption),
 ``oracle`` (exact optimum for small instances), ``snapshot_io`` (documents ↔ model),
-``lifecycle`` (the plan's state machine and stored formats) and ``sim`` (the trace replay).
+``lifecycle`` (the plan's state machine), ``plan_record`` (the stored plan and its formats) and
+``sim`` (the trace replay).
 
 Errors are values where a caller must decide: "no plan" is a ``Plan`` with a reason, malformed
 annotations are ``annotations.AnnotationProblem`` values. Exceptions are raised only for inputs
