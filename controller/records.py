@@ -2,10 +2,11 @@
 
 ``PodInfo`` / ``NodeInfo`` / ``PdbInfo`` hold only what planning needs (a few hundred bytes
 each), never whole API objects, so memory stays bounded; ``pod_info`` / ``node_info`` /
-``pdb_info`` build them, and a value that does not parse becomes a safe default here (no
-requests, no allocatable) for ``controller.convert`` to report. They are apart from
-``controller.convert`` (records → the policies ``Snapshot``) because the cache, the cluster
-model and the extender hold records without ever converting them; ``convert`` re-exports them.
+``pdb_info`` build them, and a value that does not parse becomes a safe default here (a pod
+with no requests, which ``controller.convert`` reports; a node with nothing allocatable).
+They live apart from ``controller.convert`` (records → the policies ``Snapshot``) because the
+cache, the cluster model and the extender hold records without converting them; ``convert``
+re-exports them.
 """
 
 from __future__ import annotations
