@@ -13,6 +13,8 @@ Time: a pod's conversion depends on ``now`` only through a last-checkpoint later
 (clamped, or rejected as lying in the future); such pods are re-converted on every sync until
 ``now`` passes it. Lost work and min-runtime are computed by the planner from
 ``Snapshot.now``. The views a sync returns stay valid until the next ``sync``.
+
+The node and PDB half (records, free capacity, GPU health) is ``controller.cluster_nodes``.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from operator import attrgetter
 from typing import Protocol
 
 from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.cluster_nodes import NodesAndPdbs
 from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.watch import Changes
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.health import Health
-from ckpt_preempt.policies.model import ZERO, Gang, Node, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import Gang, Pod, Resources, Snapshot
 from ckpt_preempt.policies.native_gangs import NativeGroup
 
 
@@ -80,7 +83,7 @@ _inputs = attrgetter("uid", "name", "namespace", "labels", "annotations", "prior
                      "deleting", "done", "pod_group", "scheduler_name")
 
 
-class ClusterModel:
+class ClusterModel(NodesAndPdbs):
     def __init__(self, *, pods: Source, nodes: Source, pdbs: Source, scope: convert.Scope,
                  limits: ann.Limits, podgroups: Source | None = None) -> None:
         self._sources = (pods, nodes, pdbs)
@@ -116,18 +119,7 @@ class ClusterModel:
         self._held: dict[str, Resources] = {}
         self._gang_pods: dict[str, list[Pod]] = {}
         self._gangs: dict[str, Gang] = {}
-        # nodes, keyed by name in the cache's order
-        self._node_infos: dict[str, NodeInfo] = {}
-        self._nodes: dict[str, Node] = {}
-        self._node_problems: dict[str, str] = {}
-        self._health: dict[str, Health] = {}
-        self._free: dict[str, Resources] = {}
-        self._free_gpus: list[tuple[int, str]] = []
-        self._node_tuple: tuple[Node, ...] | None = ()
-        self._largest: Resources | None = None
-        # PDBs
-        self._pdb_infos: dict[str, PdbInfo] = {}
-        self._pdb_view: tuple[tuple[PdbInfo, ...], Snapshot] | None = None
+        self._init_nodes_and_pdbs()
 
     # --------------------------------------------------------------------------- syncing
     def sync(self, now: float) -> View:
@@ -330,82 +322,6 @@ class ClusterModel:
                 self._gang_pods[gang] = ps
                 self._gangs[gang] = Gang(key=gang, members=tuple(sorted(p.uid for p in ps)))
         self._dirty_gangs.clear()
-
-    # ----------------------------------------------------------------------------- nodes
-    def _apply_nodes(self, ch: Changes) -> None:
-        if ch.relist is not None:
-            for name in list(self._node_infos):
-                self._drop_node(name)
-            for name, info in ch.relist:
-                self._put_node(name, info)
-            return
-        for name, info, moved in ch.changed:
-            if info is None:
-                self._drop_node(name)
-            else:
-                if moved:
-                    self._drop_node(name)
-                self._put_node(name, info)
-
-    def _put_node(self, name: str, info: NodeInfo) -> None:
-        """Add (at the end) or replace (in place) a node; ``free`` keeps the same order."""
-        node, problem = convert.to_node(info, self._health.get(name, Health.UNKNOWN))
-        if self._changed is not None:
-            self._changed.add(name)
-        self._node_infos[name] = info
-        self._nodes[name] = node
-        self._node_problems.pop(name, None)
-        if problem:
-            self._node_problems[name] = problem
-        self._node_tuple, self._largest = None, None
-        self._set_free(name)
-
-    def _drop_node(self, name: str) -> None:
-        if self._node_infos.pop(name, None) is None:
-            return
-        if self._changed is not None:
-            self._changed.add(name)
-        del self._nodes[name]
-        self._node_problems.pop(name, None)
-        self._node_tuple, self._largest = None, None
-        self._set_free(name)
-
-    def _set_free(self, name: str) -> None:
-        old = self._free.get(name)
-        node = self._nodes.get(name)
-        new = None if node is None else node.allocatable - self._held.get(name, ZERO)
-        if old == new:
-            return
-        if old is not None and old.gpus > 0:
-            del self._free_gpus[bisect.bisect_left(self._free_gpus, (old.gpus, name))]
-        if new is None:
-            self._free.pop(name, None)
-            return
-        self._free[name] = new
-        if new.gpus > 0:
-            bisect.insort(self._free_gpus, (new.gpus, name))
-
-    def _set_health(self, health: Mapping[str, Health]) -> None:
-        if health == self._health:
-            return
-        old, self._health = self._health, dict(health)
-        for name in set(old) | set(health):
-            if old.get(name, Health.UNKNOWN) != health.get(name, Health.UNKNOWN) and \
-                    name in self._node_infos:
-                self._put_node(name, self._node_infos[name])
-
-    # ------------------------------------------------------------------------------ PDBs
-    def _apply_pdbs(self, ch: Changes) -> None:
-        if ch.relist is not None:
-            self._pdb_infos = dict(ch.relist)
-        else:
-            for key, info, moved in ch.changed:
-                if info is None or moved:
-                    self._pdb_infos.pop(key, None)
-                if info is not None:
-                    self._pdb_infos[key] = info
-        if ch.relist is not None or ch.changed:
-            self._pdb_view = None
 
     # -------------------------------------------------------------------------- snapshot
     def snapshot(self, *, now: float, recent_preemptions: Mapping[str, int] | None = None,

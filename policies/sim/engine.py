@@ -359,8 +359,9 @@ class Simulation:
             placed[k] = i
         self.high.remove(js)
         self._waited(js, release)
-        # a plain kill would have freed the node after the grace period
-        self.ledger.delayed(t, js.job.gpus * max(0.0, release - t - cfg.grace_seconds))
+        # a plain kill would have freed the node after the grace period; from the durations,
+        # not from release - t, which need not round back to them exactly
+        self.ledger.delayed(t, js.job.gpus * max(0.0, deadline - cfg.grace_seconds))
         self._start(js, placed, release)
 
     def _waited(self, js: _JobState, started: float) -> None:

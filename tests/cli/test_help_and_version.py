@@ -78,11 +78,17 @@ def test_help_of_every_subcommand_prints(module):
                                              ("Info", "INFO"), (" warning ", "WARNING"),
                                              ("error", "ERROR"), ("critical", "CRITICAL")])
 def test_log_levels_are_read_in_any_case(text, level):
-    assert logs.level(text) == level
-    logs.setup(text)
     import logging
 
-    assert logging.getLogger().level == logging.getLevelName(level)
+    assert logs.level(text) == level
+    root = logging.getLogger()
+    handlers, was = root.handlers[:], root.level
+    try:
+        logs.setup(text)
+        assert root.level == logging.getLevelName(level)
+    finally:  # the root logger is the process's: leave it as found for the tests after this one
+        root.handlers[:] = handlers
+        root.setLevel(was)
 
 
 @pytest.mark.parametrize("text", ["nonsense", "", "verbose", "10"])

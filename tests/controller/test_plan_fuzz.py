@@ -52,7 +52,7 @@ def examples(n: int) -> settings:
 
 # ------------------------------------------------------------------------- valid records
 
-# The schema's patterns (lifecycle._ID, _NAME, _UID), built from alphabets (fast to draw).
+# The schema's patterns (plan_record._ID, _NAME, _UID), built from alphabets (fast to draw).
 _ALNUM = st.sampled_from("abcxyz0189")
 IDS = st.builds(str.__add__, _ALNUM, st.text(alphabet="ab09-", max_size=20))
 NAMES = _ALNUM | st.builds(lambda a, mid, b: a + mid + b, _ALNUM,
