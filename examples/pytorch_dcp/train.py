@@ -266,7 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return worker(args)
+        code = worker(args)
+        # The worker has closed its files and destroyed its process group. torch's C++ threads
+        # (gloo, DDP) can still abort the interpreter's teardown after a clean run ("terminate
+        # called without an active exception", SIGABRT, seen once in CI on a resume), so a
+        # worker leaves without running destructors.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return launch(args, argv)
 
 
