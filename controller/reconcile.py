@@ -294,8 +294,7 @@ class Reconciler:
                    for p in pods):
             self._warm(stored, now, health)  # nothing due: work ahead for the next preemptor
             return
-        conv = self.model.snapshot(now=now, recent_preemptions=recent_preemptions(
-            stored, since=now - self.cfg.fairness_window_seconds), health=health)
+        conv = self._snapshot(stored, now, health)
         with cycle_objects_frozen(), self._lanes() as lanes:
             self._plan_queue(pods, world, conv, active, planned, now, lanes)
 
@@ -308,13 +307,23 @@ class Reconciler:
         if now - self._warmed_at < WARM_EVERY_SECONDS and now >= self._warmed_at:
             return
         self._warmed_at = now
+        self._snapshot(stored, now, health)
+        with cycle_objects_frozen():
+            preemption.warm(self.plan_cache, self._loop_planner_config(), WARM_NODES_PER_PASS)
+
+    def _snapshot(self, stored: list[PlanRecord], now: float,
+                  health: Mapping[str, Health]) -> convert.Converted:
+        """The model's snapshot for ``now``, with the planner's caches carried onto it
+        (``self.plan_cache``: what they know of the nodes that did not change comes from the
+        last cycle's)."""
         conv = self.model.snapshot(now=now, recent_preemptions=recent_preemptions(
             stored, since=now - self.cfg.fairness_window_seconds), health=health)
-        cache = self.plan_cache = PlanCache.carried(self.plan_cache, conv.snapshot,
-                                                    conv.changed_nodes)
-        with cycle_objects_frozen():
-            preemption.warm(cache, replace(convert.planner_config(self.cfg),
-                                           record_rejections=False), WARM_NODES_PER_PASS)
+        self.plan_cache = PlanCache.carried(self.plan_cache, conv.snapshot, conv.changed_nodes)
+        return conv
+
+    def _loop_planner_config(self) -> preemption.PlannerConfig:
+        # the loop reads no per-node rejections (explain does): skip recording them
+        return replace(convert.planner_config(self.cfg), record_rejections=False)
 
     def _plan_queue(self, pods: list[PodInfo], world: World, conv: convert.Converted,
                     active: list[PlanRecord], planned: set[str], now: float,
@@ -329,10 +338,7 @@ class Reconciler:
         held = restriction(active, self.mem.blocked, now)
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         blocked = held.blocked_pods
-        # this cycle's, shared by every plan of the queue; what it knows of the nodes that did
-        # not change comes from the last cycle's
-        cache = self.plan_cache = PlanCache.carried(self.plan_cache, conv.snapshot,
-                                                    conv.changed_nodes)
+        cache = self.plan_cache  # this cycle's (_snapshot), shared by every plan of the queue
         for cand in self._candidates(pods, conv, planned, now):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
@@ -371,9 +377,7 @@ class Reconciler:
                                      blocked_pods=blocked)
         members = [model[p.uid] for p in cand.members]
         t0 = time.perf_counter()
-        # the loop reads no per-node rejections (explain does): skip recording them
-        cfg = replace(convert.planner_config(self.cfg), record_rejections=False)
-        plan = preemption.plan(snap, members, cfg, cache)
+        plan = preemption.plan(snap, members, self._loop_planner_config(), cache)
         self.metrics.plan_latency.observe(time.perf_counter() - t0)
         for p in cand.members:
             self.mem.next_try[p.uid] = now + self.cfg.retry_seconds

@@ -23,12 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ckpt_preempt.policies.model import (
-    ZERO,
     NodeRejection,
     NvlinkNeed,
     Pod,
     RejectReason,
-    Resources,
     Snapshot,
 )
 
@@ -107,23 +105,7 @@ def clique_view(snapshot: Snapshot, clique: str, memo: dict) -> Snapshot:
     if view is not None:
         return view
     nodes, index = _groups(snapshot, memo)[clique]
-    view = Snapshot(now=snapshot.now, nodes=nodes, pods=snapshot.pods, pdbs=snapshot.pdbs,
-                    recent_preemptions=snapshot.recent_preemptions,
-                    unknown_checkpoint=snapshot.unknown_checkpoint)
-    alloc = [n.allocatable for n in nodes] or [ZERO]
-    # What depends on pods only is the parent's; per-node tables keep the parent's entries
-    # (looked up by the view's node names only), the GPU index only the clique's nodes.
-    view.__dict__.update(
-        _index=snapshot._index, free_by_node=snapshot.free_by_node, free_gpus_index=index,
-        largest_allocatable=Resources(
-            cpu_milli=max(a.cpu_milli for a in alloc),
-            memory_mib=max(a.memory_mib for a in alloc),
-            gpus=max(a.gpus for a in alloc), gpu_milli=max(a.gpu_milli for a in alloc)),
-        gangs=snapshot.gangs, unknown_checkpoint_age=snapshot.unknown_checkpoint_age,
-        pdbs_by_namespace=snapshot.pdbs_by_namespace, pod_by_uid=snapshot.pod_by_uid,
-        _pod_positions=snapshot._pod_positions,
-    )
-    memo[key] = view
+    view = memo[key] = snapshot.with_nodes(nodes, index)
     return view
 
 

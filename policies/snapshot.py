@@ -115,6 +115,28 @@ class Snapshot:
         ]
         return max(0.0, statistics.median(ages)) if ages else None
 
+    def with_nodes(self, nodes: tuple[Node, ...],
+                   free_gpus_index: list[tuple[int, str]]) -> Snapshot:
+        """This snapshot with only ``nodes`` (some of its own; ``free_gpus_index``: the part of
+        its GPU index on them), sharing every index that depends on the pods, not rebuilt
+        (``policies.cliques``: one NVLink clique's view). Per-node tables keep the parent's
+        entries; they are looked up by the view's node names only."""
+        view = Snapshot(now=self.now, nodes=nodes, pods=self.pods, pdbs=self.pdbs,
+                        recent_preemptions=self.recent_preemptions,
+                        unknown_checkpoint=self.unknown_checkpoint)
+        alloc = [n.allocatable for n in nodes] or [ZERO]
+        view.__dict__.update(
+            _index=self._index, free_by_node=self.free_by_node, free_gpus_index=free_gpus_index,
+            largest_allocatable=Resources(
+                cpu_milli=max(a.cpu_milli for a in alloc),
+                memory_mib=max(a.memory_mib for a in alloc),
+                gpus=max(a.gpus for a in alloc), gpu_milli=max(a.gpu_milli for a in alloc)),
+            gangs=self.gangs, unknown_checkpoint_age=self.unknown_checkpoint_age,
+            pdbs_by_namespace=self.pdbs_by_namespace, pod_by_uid=self.pod_by_uid,
+            _pod_positions=self._pod_positions,
+        )
+        return view
+
     def restricted(
         self, *, closed: Mapping[str, RejectReason] | None = None,
         held: Mapping[str, PodHold] | None = None,
