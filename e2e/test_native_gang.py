@@ -72,6 +72,9 @@ def test_native_preemptor_gang_is_admitted_whole(cluster, namespace, pool, gpu_n
                       priority_class=HIGH_NEVER, scheduling_gates=[ADMISSION_GATE])
     with running_controller(cluster, config_for(namespace)):
         pods = [kube.wait_pod_running(cluster, namespace, m, timeout=90) for m in members]
+        for m in members:  # GangAdmitted is sent once the plan is Done, after the binding
+            kube.wait_for(f"GangAdmitted on {m}",
+                          lambda m=m: "GangAdmitted" in reasons(cluster, namespace, m))
     assert sorted(p.spec.node_name for p in pods) == sorted(nodes)
     plan = plan_of(cluster, namespace, "train-0")
     assert plan is not None and sorted(p.name for p in plan.placements) == members
