@@ -77,6 +77,9 @@ def test_min_member_holds_a_gated_gang_until_it_is_complete(
         _member(cluster, namespace, "w-2", pool)
         pods = [kube.wait_pod_running(cluster, namespace, n, timeout=60)
                 for n in [*first, "w-2"]]
+        for name in [*first, "w-2"]:  # sent once the plan is Done, after the binding
+            kube.wait_for(f"GangAdmitted on {name}",
+                          lambda name=name: "GangAdmitted" in reasons(cluster, namespace, name))
     assert len(pods) == 3
     for name in [*first, "w-2"]:
         assert "GangAdmitted" in reasons(cluster, namespace, name)
