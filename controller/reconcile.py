@@ -45,7 +45,7 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
+from ckpt_preempt.controller.actions import Actions, Conflict, NotLeader, api_error
 from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
@@ -62,6 +62,7 @@ from ckpt_preempt.controller.plans import (
 from ckpt_preempt.controller.watch import ClusterCache
 from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
 from ckpt_preempt.policies import gangs, kube_default, lifecycle, native_gangs, preemption
+from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
