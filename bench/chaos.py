@@ -61,9 +61,9 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from ckpt_preempt.controller.actions import RESERVED_TAINT  # noqa: E402
 from ckpt_preempt.controller.convert import ADMISSION_GATE  # noqa: E402
 from ckpt_preempt.policies import lifecycle  # noqa: E402
+from ckpt_preempt.policies.annotations import RESERVED_TAINT  # noqa: E402
 from ckpt_preempt.policies.lifecycle import PlanRecord, State  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.faultproxy import FaultProxy, Faults  # noqa: E402

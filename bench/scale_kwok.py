@@ -45,7 +45,7 @@ import yaml  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from ckpt_preempt.controller.actions import MANAGED_BY  # noqa: E402
+from ckpt_preempt.controller.write_bodies import MANAGED_BY  # noqa: E402
 from ckpt_preempt.policies import lifecycle  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, free_port  # noqa: E402

@@ -8,6 +8,8 @@ Each write passes one choke point, ``Actions._write``, which enforces, in order:
 3. **a request timeout** on every call (reads included), so no call outlives the Lease;
 4. **an audit log line** (logger ``ckpt_preempt.audit``) naming the verb, the object and the plan.
 
+What each write says (bodies, names, labels, taints) is built in ``controller/write_bodies.py``.
+
 The operations, each safe to repeat:
 
 - plans: ``create_plan`` / ``update_plan`` / ``delete_plan`` on ConfigMaps in the controller's own
@@ -49,38 +51,17 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from ckpt_preempt.controller import write_bodies as bodies
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
-from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.controller.write_bodies import COMPONENT, plan_object_name
 from ckpt_preempt.policies import lifecycle
 
 log = logging.getLogger("ckpt_preempt.actions")
 audit = logging.getLogger("ckpt_preempt.audit")
-COMPONENT = "ckpt-preempt.io/controller"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-RESERVED_TAINT = ann.RESERVED_TAINT
-MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every stored plan
-PLAN_STATE_LABEL = "ckpt-preempt.io/plan-state"
-PLAN_PREFIX = "ckpt-plan-"  # ConfigMap name = prefix + plan id
 T = TypeVar("T")
 TOLERATE_ATTEMPTS = 3  # reads and patches of a preemptor that keeps changing under us
-
-
-def plan_object_name(plan_id: str) -> str:
-    return PLAN_PREFIX + plan_id
-
-
-def has_reservation_toleration(pod: PodInfo, plan: str) -> bool:
-    return any(t.get("key") == RESERVED_TAINT and t.get("value") == plan
-               for t in pod.tolerations)
-
-
-def node_reserved_for(taints, plan: str) -> bool:
-    return any(t.get("key") == RESERVED_TAINT and t.get("value") == plan for t in taints)
-
-
-def _json_pointer(key: str) -> str:
-    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
 
 
 class Blocked(Exception):
@@ -164,21 +145,12 @@ class Actions:
         return call()
 
     # ------------------------------------------------------------------------ stored plans
-    def _plan_body(self, record: lifecycle.PlanRecord, rv: str | None) -> dict:
-        meta = {"name": plan_object_name(record.id), "namespace": self.plan_namespace,
-                "labels": {MANAGED_BY[0]: MANAGED_BY[1],
-                           PLAN_STATE_LABEL: record.state.value}}
-        if rv is not None:
-            meta["resourceVersion"] = rv
-        return {"metadata": meta,
-                "data": {lifecycle.PLAN_DATA_KEY: lifecycle.plan_to_annotation(record)}}
-
     def create_plan(self, record: lifecycle.PlanRecord) -> str | None:
         """Store a new plan; returns its resourceVersion (None in dry-run)."""
         def call() -> str:
             try:
                 cm = self.core.create_namespaced_config_map(
-                    self.plan_namespace, self._plan_body(record, None),
+                    self.plan_namespace, bodies.plan_config_map(record, self.plan_namespace, None),
                     _request_timeout=self.timeout)
             except ApiException as e:
                 if e.status == 409:
@@ -194,7 +166,8 @@ class Actions:
             try:
                 cm = self.core.replace_namespaced_config_map(
                     plan_object_name(record.id), self.plan_namespace,
-                    self._plan_body(record, rv), _request_timeout=self.timeout)
+                    bodies.plan_config_map(record, self.plan_namespace, rv),
+                    _request_timeout=self.timeout)
             except ApiException as e:
                 if e.status in (404, 409):
                     raise Conflict(f"plan {record.id} changed: {e.reason}") from e
@@ -229,14 +202,12 @@ class Actions:
         next refresh decides again on a fresh view."""
         if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
             return False
-        metadata: dict = {"annotations": {
-            lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(request)}}
-        if only_if_unchanged:
-            metadata["resourceVersion"] = pod.resource_version
+        body = bodies.drain_request_patch(
+            request, pod.resource_version if only_if_unchanged else None)
 
         def call() -> bool:
             try:
-                self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": metadata},
+                self.core.patch_namespaced_pod(pod.name, pod.namespace, body,
                                                _content_type=MERGE,
                                                _request_timeout=self.timeout)
             except ApiException as e:
@@ -252,8 +223,7 @@ class Actions:
         raw = pod.annotations.get(lifecycle.DRAIN_ANNOTATION)
         if raw is None or not lifecycle.drain_requested(pod.annotations, plan_id):
             return
-        path = _json_pointer(lifecycle.DRAIN_ANNOTATION)
-        ops = [{"op": "test", "path": path, "value": raw}, {"op": "remove", "path": path}]
+        ops = bodies.drain_withdrawal_patch(raw)
 
         def call() -> None:
             try:
@@ -309,7 +279,7 @@ class Actions:
         def call() -> None:
             try:
                 self.core.patch_namespaced_pod_status(
-                    pod.name, pod.namespace, {"status": {"nominatedNodeName": node}},
+                    pod.name, pod.namespace, bodies.nomination_patch(node),
                     _content_type=MERGE, _request_timeout=self.timeout)
             except ApiException as e:
                 if e.status not in (404, 422):  # 422: bound meanwhile (our cache lagged): done
@@ -320,8 +290,7 @@ class Actions:
         """Withdraw our nomination of `pod` on `node` (an aborted plan), if it still stands."""
         if pod.deleting or pod.node or pod.nominated != node:
             return
-        ops = [{"op": "test", "path": "/status/nominatedNodeName", "value": node},
-               {"op": "remove", "path": "/status/nominatedNodeName"}]
+        ops = bodies.nomination_withdrawal_patch(node)
 
         def call() -> None:
             try:
@@ -341,49 +310,27 @@ class Actions:
         """Narrow required node affinity to `node` (allowed while the pod is gated)."""
         if pod.deleting or ADMISSION_GATE not in pod.gates:
             return
-        live = self._read_pod(pod)
-        pin = {"key": "metadata.name", "operator": "In", "values": [node]}
-        required = (((live["spec"].get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-        terms = required.get("nodeSelectorTerms") or []
-        if terms and all(pin in (t.get("matchFields") or []) for t in terms):
-            return
-        # Narrowing may only add requirements to each existing term (or set the first one).
-        terms = [{**t, "matchFields": [*(t.get("matchFields") or []), pin]} for t in terms] \
-            or [{"matchFields": [pin]}]
-        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-                "spec": {"affinity": {"nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": terms}}}}}
-        self._patch_guarded("pin", pod, body, plan_id)
+        body = bodies.pin_patch(self._read_pod(pod), node)
+        if body is not None:
+            self._patch_guarded("pin", pod, body, plan_id)
 
     def ungate(self, pod: PodInfo, plan_id: str = "") -> None:
         if pod.deleting or ADMISSION_GATE not in pod.gates:
             return
-        live = self._read_pod(pod)
-        gates = [g["name"] for g in live["spec"].get("schedulingGates") or []]
-        if ADMISSION_GATE not in gates:
-            return
-        body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-                "spec": {"schedulingGates": [{"name": g} for g in gates if g != ADMISSION_GATE]
-                         or None}}
-        self._patch_guarded("ungate", pod, body, plan_id)
+        body = bodies.ungate_patch(self._read_pod(pod))
+        if body is not None:
+            self._patch_guarded("ungate", pod, body, plan_id)
 
     def tolerate(self, pod: PodInfo, plan_id: str) -> None:
         """Add the reservation toleration to the preemptor (a pod update may add tolerations).
         A pending pod changes often (kube-scheduler writes its status after every attempt), so
         a conflict is read again and retried, up to ``TOLERATE_ATTEMPTS`` times in all."""
-        if pod.deleting or pod.node or has_reservation_toleration(pod, plan_id):
+        if pod.deleting or pod.node or bodies.has_reservation_toleration(pod, plan_id):
             return
-        ours = {"key": RESERVED_TAINT, "operator": "Equal", "value": plan_id,
-                "effect": "NoSchedule"}
         for attempt in range(1, TOLERATE_ATTEMPTS + 1):
-            live = self._read_pod(pod)
-            present = live["spec"].get("tolerations") or []
-            if any(t.get("key") == RESERVED_TAINT and t.get("value") == plan_id for t in present):
+            body = bodies.toleration_patch(self._read_pod(pod), plan_id)
+            if body is None:
                 return
-            body = {"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-                    "spec": {"tolerations": [*present, ours]}}
             try:
                 self._patch_guarded("tolerate", pod, body, plan_id)
                 return
@@ -407,13 +354,9 @@ class Actions:
     def reserve(self, node: str, plan_id: str) -> None:
         """Taint `node` with RESERVED_TAINT=<plan>:NoSchedule (pods already there stay)."""
         live = self.core.read_node(node, _request_timeout=self.timeout)
-        taints = [t.to_dict() for t in live.spec.taints or []]
-        if any(t["key"] == RESERVED_TAINT and t.get("value") == plan_id for t in taints):
-            return
-        taints = [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
-                  for t in taints if t["key"] != RESERVED_TAINT]
-        taints.append({"key": RESERVED_TAINT, "value": plan_id, "effect": "NoSchedule"})
-        self._patch_node("reserve", live, taints, plan_id)
+        taints = bodies.reserving_taints([t.to_dict() for t in live.spec.taints or []], plan_id)
+        if taints is not None:
+            self._patch_node("reserve", live, taints, plan_id)
 
     def unreserve(self, node: str, plan_id: str) -> None:
         try:
@@ -422,17 +365,13 @@ class Actions:
             if e.status == 404:
                 return
             raise
-        taints = [t.to_dict() for t in live.spec.taints or []]
-        if not any(t["key"] == RESERVED_TAINT and t.get("value") == plan_id for t in taints):
-            return
-        self._patch_node("unreserve", live,
-                         [{"key": t["key"], "value": t.get("value"), "effect": t["effect"]}
-                          for t in taints if t["key"] != RESERVED_TAINT], plan_id)
+        taints = bodies.unreserving_taints([t.to_dict() for t in live.spec.taints or []],
+                                           plan_id)
+        if taints is not None:
+            self._patch_node("unreserve", live, taints, plan_id)
 
     def _patch_node(self, verb: str, live, taints: list[dict], plan_id: str) -> None:
-        body = {"metadata": {"resourceVersion": live.metadata.resource_version},
-                "spec": {"taints": [{k: v for k, v in t.items() if v is not None}
-                                    for t in taints] or None}}
+        body = bodies.node_taints_patch(live.metadata.resource_version, taints)
 
         def call() -> None:
             try:
@@ -448,15 +387,8 @@ class Actions:
     def emit(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
         """An events.k8s.io/v1 Event regarding the pod (also listed by core/v1 readers)."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body = {
-            "metadata": {"name": f"{pod.name}.{uuid.uuid4().hex[:12]}",
-                         "namespace": pod.namespace},
-            "eventTime": now, "reportingController": COMPONENT,
-            "reportingInstance": self.instance, "action": reason, "reason": reason,
-            "note": message[:1024], "type": "Warning" if warning else "Normal",
-            "regarding": {"apiVersion": "v1", "kind": "Pod", "name": pod.name,
-                          "namespace": pod.namespace, "uid": pod.uid},
-        }
+        body = bodies.event_body(pod, reason, message, warning=warning, instance=self.instance,
+                                 event_time=now, suffix=uuid.uuid4().hex[:12])
 
         def call() -> None:
             try:

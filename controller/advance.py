@@ -22,16 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.actions import (
-    Actions,
-    Blocked,
-    has_reservation_toleration,
-    node_reserved_for,
-)
+from ckpt_preempt.controller.actions import Actions, Blocked
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import PlanBook
+from ckpt_preempt.controller.write_bodies import has_reservation_toleration, node_reserved_for
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle, preemption
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State, StepKind

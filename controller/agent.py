@@ -20,10 +20,8 @@ SIGUSR1 for a request and SIGUSR2 for a cancel by default, and only if the proce
 signal, so a cancel never kills it; the workload acks through the SDK). Hooks run one at a time,
 in order, on the agent's hook thread.
 
-Local endpoint for the SDK (loopback): ``GET /status``; ``GET /events?after=SEQ&wait=SECONDS``
-(long poll; ``{"status", "events"}``, ``events`` null when the caller must start from the status);
-``POST /done`` ``{"plan"}`` (200 acked, 409 not: no such standing request); ``POST /checkpointed``
-(refreshes last-checkpoint). Shapes: ``ckpt_preempt_sdk.Status`` / ``Event``.
+This module holds the decisions and the hooks; the process plumbing (the API writer of the pod,
+the watch, the SDK's local endpoint and the threads) is ``controller/agent_process.py``.
 """
 
 from __future__ import annotations
@@ -37,34 +35,19 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.parse
 import urllib.request
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
 
-import urllib3
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
-from tenacity import Retrying, retry_if_exception, stop_after_attempt
-
-from ckpt_preempt.controller import backoff
 from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.annotations import LAST_CHECKPOINT
 from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
 
 log = logging.getLogger("ckpt_preempt.agent")
-MERGE = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-REQUEST_TIMEOUT_SECONDS = 10.0  # every API call
-WATCH_SECONDS = 30  # the server ends each watch after this; the agent lists and watches again
-WRITE_ATTEMPTS = 4  # an ack or last-checkpoint write, on 429 / 5xx / connection errors
-WRITE_RETRY_CAP_SECONDS = 2.0
 CANCEL_HOOK_TIMEOUT_SECONDS = 30.0
 EVENT_HISTORY = 256  # events kept for the SDK's long polls
 
@@ -175,7 +158,7 @@ class SignalHook(Hook):
 
 # ------------------------------------------------------------------------------------ writes
 class PodWriter(Protocol):
-    """Everything the agent writes, all on its own pod."""
+    """Everything the agent writes, all on its own pod (``agent_process.KubePodWriter``)."""
 
     def ack(self, *, plan: str, drain_raw: str, at: float) -> bool:
         """Write checkpoint-done=plan and last-checkpoint=at, only if the pod's drain annotation
@@ -183,43 +166,6 @@ class PodWriter(Protocol):
 
     def checkpointed(self, *, at: float) -> None:
         """Write last-checkpoint=at."""
-
-
-def _transient(e: BaseException) -> bool:
-    if isinstance(e, ApiException):
-        return e.status == 429 or e.status >= 500
-    return isinstance(e, urllib3.exceptions.HTTPError | OSError)
-
-
-def _pointer(key: str) -> str:
-    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-
-
-class KubePodWriter:
-    def __init__(self, api: client.ApiClient, *, namespace: str, name: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.namespace, self.name = namespace, name
-
-    def _patch(self, body: object, content_type: str) -> None:
-        Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(WRITE_ATTEMPTS),
-                 wait=backoff.reconnect_wait(cap_seconds=WRITE_RETRY_CAP_SECONDS), reraise=True)(
-            self.core.patch_namespaced_pod, self.name, self.namespace, body,
-            _content_type=content_type, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-
-    def ack(self, *, plan: str, drain_raw: str, at: float) -> bool:
-        ops = [{"op": "test", "path": _pointer(lifecycle.DRAIN_ANNOTATION), "value": drain_raw},
-               {"op": "add", "path": _pointer(lifecycle.DONE_ANNOTATION), "value": plan},
-               {"op": "add", "path": _pointer(LAST_CHECKPOINT), "value": rfc3339(at)}]
-        try:
-            self._patch(ops, JSON_PATCH)
-        except ApiException as e:
-            if e.status == 422:  # the test failed: the request changed or is gone
-                return False
-            raise
-        return True
-
-    def checkpointed(self, *, at: float) -> None:
-        self._patch({"metadata": {"annotations": {LAST_CHECKPOINT: rfc3339(at)}}}, MERGE)
 
 
 # ------------------------------------------------------------------------------------ the agent
@@ -373,98 +319,3 @@ class CheckpointAgent:
             if after > self._seq or (self._events and self._events[0].seq > after + 1):
                 return self._status(), None
             return self._status(), [e for e in self._events if e.seq > after]
-
-
-# ------------------------------------------------------------------------------------ running
-def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
-    """Start the SDK endpoint in a daemon thread (raises OSError when it cannot listen)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, code: int, obj: dict) -> None:
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            if url.path == "/status":
-                return self._reply(200, asdict(agent.status()))
-            if url.path != "/events":
-                return self._reply(404, {"error": "not found"})
-            q = urllib.parse.parse_qs(url.query)
-            try:
-                after = int(q["after"][0]) if "after" in q else None
-                wait = float(q.get("wait", ["0"])[0])
-            except ValueError:
-                return self._reply(400, {"error": "after must be an integer, wait a number"})
-            status, events = agent.changes(after, wait)
-            self._reply(200, {"status": asdict(status),
-                              "events": None if events is None else [asdict(e) for e in events]})
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                return self._reply(400, {"error": "body is not JSON"})
-            try:
-                if self.path == "/done":
-                    plan = body.get("plan") if isinstance(body, dict) else None
-                    if not isinstance(plan, str):
-                        return self._reply(400, {"error": 'body must be {"plan": "<id>"}'})
-                    ok = agent.ack(plan)
-                    return self._reply(200 if ok else 409, {"acked": ok})
-                if self.path == "/checkpointed":
-                    agent.checkpointed()
-                    return self._reply(200, {"ok": True})
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-                return self._reply(503, {"error": f"writing to the API server failed: {e}"})
-            return self._reply(404, {"error": "not found"})
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="agent-http", daemon=True).start()
-    return server
-
-
-def watch_own_pod(api: client.ApiClient, agent: CheckpointAgent, *, namespace: str, name: str,
-                  stop: threading.Event) -> None:
-    """Feed the pod's annotations to ``agent`` until ``stop`` is set (reconnects with backoff)."""
-    core = client.CoreV1Api(api)
-
-    def once() -> None:
-        w = watch.Watch()
-        for ev in w.stream(core.list_namespaced_pod, namespace,
-                           field_selector=f"metadata.name={name}", timeout_seconds=WATCH_SECONDS,
-                           _request_timeout=WATCH_SECONDS + REQUEST_TIMEOUT_SECONDS):
-            if stop.is_set():
-                w.stop()
-                return
-            if ev["type"] == "ERROR":
-                raise RuntimeError(f"watch error: {ev['raw_object']}")
-            if ev["type"] in ("ADDED", "MODIFIED"):
-                agent.observe(ev["object"].metadata.annotations or {})
-
-    backoff.keep_running(once, stop, what="watching own pod", logger=log)
-
-
-def run(agent: CheckpointAgent, api: client.ApiClient, *, namespace: str, name: str,
-        server: ThreadingHTTPServer | None, stop: threading.Event) -> None:
-    """Watch the pod and run hooks until ``stop`` is set; returns at once then (the watch and
-    hook threads are daemons, so a SIGTERM never waits for a watch timeout)."""
-    threading.Thread(target=watch_own_pod, args=(api, agent), name="agent-watch", daemon=True,
-                     kwargs={"namespace": namespace, "name": name, "stop": stop}).start()
-
-    def hooks() -> None:
-        while not stop.is_set():
-            agent.process_hooks(block_seconds=0.5)
-
-    threading.Thread(target=hooks, name="agent-hooks", daemon=True).start()
-    stop.wait()
-    if server is not None:
-        server.shutdown()

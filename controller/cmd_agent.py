@@ -109,7 +109,7 @@ def build_hook(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller import agent
+    from ckpt_preempt.controller import agent, agent_process
     from ckpt_preempt.controller.cmd_run import api_client
 
     try:
@@ -129,9 +129,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     checkpointer = agent.CheckpointAgent(
-        agent.KubePodWriter(api, namespace=args.namespace, name=args.pod), hook=hook)
+        agent_process.KubePodWriter(api, namespace=args.namespace, name=args.pod), hook=hook)
     try:
-        server = agent.serve(checkpointer, host, port)
+        server = agent_process.serve(checkpointer, host, port)
     except OSError as e:
         print(f"ckpt-preempt agent: cannot listen on {host}:{port}: {one_line(e)}",
               file=sys.stderr)
@@ -139,8 +139,8 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    agent.run(checkpointer, api, namespace=args.namespace, name=args.pod, server=server,
-              stop=stop)
+    agent_process.run(checkpointer, api, namespace=args.namespace, name=args.pod, server=server,
+                      stop=stop)
     return 0
 
 

@@ -24,11 +24,11 @@ from kubernetes import client
 from ckpt_preempt.controller import convert, gpu_resources, podgroups
 from ckpt_preempt.controller import explain_format as fmt
 from ckpt_preempt.controller import resource_claims as rc
-from ckpt_preempt.controller.actions import MANAGED_BY
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.health import explain_health
 from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
 from ckpt_preempt.controller.watch import stored_plan
+from ckpt_preempt.controller.write_bodies import MANAGED_BY
 from ckpt_preempt.policies import kube_default, lifecycle, preemption
 from ckpt_preempt.policies.health import NodeHealth
 from ckpt_preempt.policies.model import Plan

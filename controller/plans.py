@@ -18,8 +18,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ckpt_preempt.controller.actions import plan_object_name
 from ckpt_preempt.controller.watch import StoredPlan
+from ckpt_preempt.controller.write_bodies import plan_object_name
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.lifecycle import PlanRecord, State
 

@@ -12,7 +12,8 @@ controller rebuilds everything from the stored plans:
    (a) pods ``PodScheduled=False/Unschedulable`` with ``preemptionPolicy: Never``;
    (b) gangs whose members carry the ``ckpt-preempt.io/admission`` gate, once every member of
    the declared gang-total exists (and at least a Volcano or coscheduling PodGroup's
-   minMember, ``controller.group_crds``). The restriction step (``plans.restriction``) closes nodes
+   minMember, ``controller.group_crds``); the queue and each plan's record are built by
+   ``controller.preemptors``. The restriction step (``plans.restriction``) closes nodes
    and victims that running plans hold; a preemptor whose aborted plan still has terminating
    victims waits for them to go.
 
@@ -36,16 +37,15 @@ import contextlib
 import gc
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.actions import RESERVED_TAINT, Actions, Conflict, NotLeader, api_error
+from ckpt_preempt.controller.actions import Actions, Conflict, NotLeader, api_error
 from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
@@ -59,12 +59,13 @@ from ckpt_preempt.controller.plans import (
     restriction,
     waiting_for_victims,
 )
+from ckpt_preempt.controller.preemptors import Candidate, candidates, plan_record
 from ckpt_preempt.controller.watch import ClusterCache
 from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
-from ckpt_preempt.policies import gangs, kube_default, lifecycle, native_gangs, preemption
+from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
-from ckpt_preempt.policies.model import Plan
 from ckpt_preempt.policies.plan_cache import PlanCache
 
 log = logging.getLogger("ckpt_preempt.reconcile")
@@ -92,22 +93,6 @@ def cycle_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Candidate:
-    mode: Mode
-    key: str  # gang key, or the pod key
-    members: tuple[PodInfo, ...]
-
-    @property
-    def anchor(self) -> PodInfo:
-        return min(self.members, key=lambda p: p.name)
-
-    def order(self) -> tuple:
-        """1. priority (high first) 2. gang size (large first) 3. age (old first) 4. uid."""
-        return (-max(p.priority for p in self.members), -len(self.members),
-                min(p.created for p in self.members), self.anchor.uid)
 
 
 class Reconciler:
@@ -241,47 +226,6 @@ class Reconciler:
                                  f"unreserve {node.name}", self.actions.unreserve, node.name, plan)
 
     # ---------------------------------------------------------------------------- new plans
-    def _candidates(self, pods: list[PodInfo], conv: convert.Converted,
-                    planned: set[str], now: float) -> list[Candidate]:
-        """Single pods, or every pending member of a gang together (in either mode)."""
-        model = conv.snapshot.pod_by_uid
-        groups: dict[tuple[Mode, str], list[PodInfo]] = {}
-        waiting: set[str] = set()  # gangs with a pending member not (yet) ours to handle
-        for p in pods:
-            if p.node or p.deleting or p.uid in planned or not self.scope.covers(p):
-                continue
-            gang = model[p.uid].gang
-            if ADMISSION_GATE in p.gates:
-                groups.setdefault((Mode.ADMIT, gang or p.key), []).append(p)
-            elif not p.gates and p.unschedulable and p.preemption_policy == "Never":
-                groups.setdefault((Mode.NOMINATE, gang or p.key), []).append(p)
-            elif gang:
-                waiting.add(gang)
-        out: list[Candidate] = []
-        minimums = self.cache.groups.minimums() if groups else {}  # PodGroup minMember by gang
-        for (mode, key), members in groups.items():
-            first = model[members[0].uid]
-            if first.gang is None:
-                out.append(Candidate(mode=mode, key=key, members=tuple(members)))
-                continue
-            total = first.gang_total
-            bound = [u for u in conv.snapshot.gangs[key].members if model[u].node is not None]
-            have = len(members) + len(bound)
-            if native_gangs.is_native(key):  # minCount: at least that many, more are fine
-                ready = gangs.readiness(have, total=None, minimum=total)
-            else:
-                ready = gangs.readiness(have, total=total, minimum=minimums.get(key))
-            if ready is gangs.Readiness.OVERFULL:
-                for p in members:
-                    self._warn_once(p, "GangTotalMismatch",
-                                    f"gang {key} declares {total} members but {have} exist; "
-                                    "not admitted until that is fixed")
-                continue
-            if key in waiting or ready is gangs.Readiness.INCOMPLETE:
-                continue  # the rest of the gang is not created, or not yet unschedulable
-            out.append(Candidate(mode=mode, key=key, members=tuple(members)))
-        return sorted(out, key=Candidate.order)
-
     def _plan_new(self, view: View, world: World, stored: list[PlanRecord],
                   now: float, health: Mapping[str, Health]) -> None:
         active = [r for r in stored if not r.state.terminal]
@@ -339,7 +283,8 @@ class Reconciler:
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         blocked = held.blocked_pods
         cache = self.plan_cache  # this cycle's (_snapshot), shared by every plan of the queue
-        for cand in self._candidates(pods, conv, planned, now):
+        for cand in candidates(pods, conv, planned, scope=self.scope,
+                               minimums=self.cache.groups.minimums, warn=self._warn_once):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
             lanes.check()  # a task met NotLeader: plan no further
@@ -389,7 +334,7 @@ class Reconciler:
             return None
         self.mem.gang_waiting.pop(cand.key, None)
         kd = kube_default.plan(snap, members, kube_default.KubeDefaultConfig(seed=0))
-        record = self._record(cand, plan, conv, now)
+        record = plan_record(cand, plan, conv, now, self.cfg)
         body = plan.reason
         if plan.victim_groups:
             body += (f"; victims {', '.join(f'{v.namespace}/{v.name}' for v in plan.victims)} "
@@ -404,28 +349,6 @@ class Reconciler:
                        lost_gpu_hours=plan.lost_gpu_seconds / 3600,
                        saved_gpu_hours=(kd.lost_gpu_seconds - plan.lost_gpu_seconds) / 3600
                        if kd.feasible else None)
-
-    def _record(self, cand: Candidate, plan: Plan, conv: convert.Converted,
-                now: float) -> PlanRecord:
-        pods = {p.uid: p for p in cand.members}
-        model = conv.snapshot.pod_by_uid
-        deadline = max(now, min(plan.drain_deadline or now,
-                                now + self.cfg.max_checkpoint_seconds))
-        evict_by = deadline + self.cfg.eviction_timeout_seconds
-        return PlanRecord(
-            id=f"{int(now):x}-{uuid.uuid4().hex[:8]}", state=State.PLANNED, mode=cand.mode,
-            created=now, deadline=deadline, evict_by=evict_by,
-            bind_by=evict_by + self.cfg.bind_timeout_seconds,
-            placements=tuple(lifecycle.PlannedPlacement(
-                uid=pl.pod_uid, namespace=pods[pl.pod_uid].namespace,
-                name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
-            victims=tuple(lifecycle.PlannedVictim(
-                uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
-                workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY],
-                gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY])
-                for v in plan.victims),
-            lost_gpu_seconds=plan.lost_gpu_seconds,
-        )
 
     def _gang_timeout(self, cand: Candidate, now: float) -> None:
         if cand.mode is not Mode.ADMIT:

@@ -249,9 +249,9 @@ class ClusterCache:
     def __init__(self, api: client.ApiClient, *, plan_namespace: str,
                  gpus: GpuResources = DEFAULT_GPUS) -> None:
         from ckpt_preempt.controller import convert
-        from ckpt_preempt.controller.actions import MANAGED_BY
         from ckpt_preempt.controller.group_crds import GroupObjects
         from ckpt_preempt.controller.podgroups import PodGroupInformer
+        from ckpt_preempt.controller.write_bodies import MANAGED_BY
 
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()

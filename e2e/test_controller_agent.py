@@ -19,7 +19,7 @@ import pytest
 from kubernetes import config
 
 import ckpt_preempt_sdk as sdk
-from ckpt_preempt.controller import agent as agentmod
+from ckpt_preempt.controller import agent_process
 from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
@@ -165,7 +165,7 @@ def test_the_api_server_refuses_an_ack_for_a_request_that_changed(cluster, names
     grant_agent(cluster, namespace, "w")
     api = config.new_client_from_config(config_file=str(
         user_kubeconfig(cluster, "ckpt-preempt-agent", tmp_path / "kc")))
-    writer = agentmod.KubePodWriter(api, namespace=namespace, name="w")
+    writer = agent_process.KubePodWriter(api, namespace=namespace, name="w")
     first, second = _drain("plan-1"), _drain("plan-2")
     _annotate(cluster, namespace, "w", first)
     assert writer.ack(plan="plan-1", drain_raw=first, at=time.time())

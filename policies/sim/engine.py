@@ -12,7 +12,8 @@ Jobs that checkpoint report it (their pods carry ``last-checkpoint``) unless the
 them silent; jobs that never checkpoint report nothing, and the planner charges both as the
 unknown-checkpoint policy says. Each job is one workload for the fairness guard: the planner
 sees how often it was preempted within the window, and the result reports how often each job
-was preempted over the whole run.
+was preempted over the whole run. What the planner is shown, and the call to it, are built in
+``policies/sim/planner_view.py`` (the ``PlannerView`` mixin).
 
 Costs beyond unsaved work (``policies.sim.costs`` gives each default and what it rests on):
 every evicted job also loses its restore time (``restore_seconds``, or the job's own) on all its
@@ -35,7 +36,6 @@ applies.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -43,9 +43,10 @@ from dataclasses import dataclass, field, replace
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import kube_default, preemption
-from ckpt_preempt.policies.model import ZERO, CheckpointMode, Node, Plan, Pod, Resources, Snapshot
-from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome, report_error
+from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome
 from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload
@@ -150,7 +151,7 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-class Simulation:
+class Simulation(PlannerView):
     def __init__(
         self, workload: Workload, nodes: list[TraceNode], policy: str,
         config: SimConfig = SimConfig(), clock: Callable[[], float] | None = None,
@@ -174,10 +175,7 @@ class Simulation:
         self.events: list = []
         self.seq = 0
         self.running: dict[int, _JobState] = {}
-        # capacity held per node by each priority; pods a preemptor may not evict enter the
-        # planner's snapshot as one non-preemptible pod per node (exact for fit and victims)
-        self.held: list[dict[int, Resources]] = [{} for _ in self.nodes]
-        self.held_pods: dict[int, dict[int, Pod | None]] = {}
+        self._init_view()  # capacity held per node by each priority (PlannerView)
         self.high: list[_JobState] = []
         self.low: dict[tuple[int, int], list] = {}
         self.t = 0.0
@@ -192,43 +190,12 @@ class Simulation:
         self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
         self.measured_preemptions: Counter[int] = Counter()  # the same, after the warm-up
 
-    # -- capacity held by priority ---------------------------------------------------------
-    def _hold(self, i: int, pod: Pod, sign: int) -> None:
-        h = self.held[i]
-        have = h.get(pod.priority, ZERO)
-        h[pod.priority] = have + pod.requests if sign > 0 else have - pod.requests
-        self.held_pods.pop(i, None)
-
-    def _held_pod(self, i: int, priority: int) -> Pod | None:
-        """All capacity on node ``i`` held at ``priority`` or above, as one pod."""
-        cache = self.held_pods.setdefault(i, {})
-        if priority not in cache:
-            total, top = ZERO, priority
-            for prio, r in self.held[i].items():
-                if prio >= priority:
-                    total = total + r
-                    top = max(top, prio)
-            cache[priority] = None if total == ZERO else Pod(
-                uid=f"held-{i}", name=f"held-by-priority-{top}", priority=top, requests=total,
-                node=self.nodes[i].name, start_time=0.0, preemptible=False,
-            )
-        return cache[priority]
-
+    # -- the event queue -------------------------------------------------------------------
     def _push(self, t: float, kind: str, payload) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, payload))
 
     # -- pods ----------------------------------------------------------------------------
-    def _model(self, js: _JobState, k: int, node: str | None, t: float) -> Pod:
-        j, m = js.job, js.job.members[k]
-        return Pod(
-            uid=f"{j.id}-{k}", name=m.name, priority=j.priority,
-            requests=requests(m),
-            node=node, start_time=js.start if node else None, checkpoint=j.checkpoint,
-            checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
-            if j.is_gang else None, owner_uid=f"job-{j.id}",
-        )
-
     def _start(self, js: _JobState, placed: list[int], at: float) -> None:
         js.start = at - (js.job.done_before if not js.started else 0.0)
         js.origin = js.start + js.restore
@@ -268,60 +235,6 @@ class Simulation:
             heapq.heappush(self.low.setdefault(key, []), (at, js.job.id, js))
 
     # -- preemption ----------------------------------------------------------------------
-    def _reports(self, job: Job) -> bool:
-        return job.interval is not None and job.reports
-
-    def _published(self, js: _JobState, t: float) -> float:
-        """The checkpoint time the job's annotation shows at ``t``: the last one completed by
-        ``t - report_lag_seconds`` (its pod start while it restores), with the seeded error of
-        that report, never later than ``t``."""
-        true = js.last_checkpoint(t - self.cfg.report_lag_seconds)
-        if true > t:  # still restoring: nothing newer than the pod's start to show
-            true = js.start
-        if js.report is None or js.report[0] != true:
-            error = report_error(seed=self.seed, job_id=js.job.id, checkpoint=true,
-                                 jitter=self.cfg.report_jitter_seconds)
-            js.report = (true, min(t, true + error))
-        return min(t, js.report[1])
-
-    def _snapshot(self, pre: list[Pod], job: Job) -> Snapshot:
-        priority = min(p.priority for p in pre)
-        pods = []
-        recent: dict[str, int] = {}
-        t = self.t
-        since = t - self.cfg.fairness_window_seconds
-        for js in self.running.values():
-            if js.job.priority >= priority:
-                continue
-            last = self._published(js, t) if js.start < t and self._reports(js.job) else None
-            if js.models and js.models[0].last_checkpoint != last:
-                js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
-            pods.extend(js.models)
-            times = self.preempted.get(js.job.id)
-            if times and times[-1] > since and js.models:
-                recent[js.models[0].workload] = len(times) - bisect.bisect_right(times, since)
-        for i in range(len(self.nodes)):
-            held = self._held_pod(i, priority)
-            if held is not None:
-                pods.append(held)
-        return Snapshot(now=t, nodes=self.cap.exclusions(job.members),
-                        pods=tuple(pods) + tuple(pre),
-                        recent_preemptions=recent, unknown_checkpoint=self.unknown)
-
-    def _preempt(self, js: _JobState) -> bool:
-        pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
-        snap = self._snapshot(pre, js.job)
-        self.counts["plans"] += 1
-        t0 = self.clock() if self.clock else 0.0
-        plan = self.plan_fn(snap, pre, self.counts["plans"])
-        if self.clock:
-            self.latencies.append((self.clock() - t0) * 1000)
-        if not plan.feasible or not plan.victim_groups:
-            self.counts["failed"] += 1
-            return False
-        self._execute(js, plan, snap)
-        return True
-
     def _execute(self, js: _JobState, plan: Plan, snap: Snapshot) -> None:
         t, cfg = self.t, self.cfg
         measured = self.ledger.measured(t)

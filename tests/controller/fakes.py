@@ -21,18 +21,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.actions import (
-    RESERVED_TAINT,
-    Blocked,
-    Conflict,
-    NotLeader,
-    has_reservation_toleration,
-    plan_object_name,
-)
+from ckpt_preempt.controller.actions import Blocked, Conflict, NotLeader
 from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.group_crds import FixedGroups
 from ckpt_preempt.controller.watch import ChangeLog, Changes, StoredPlan
+from ckpt_preempt.controller.write_bodies import has_reservation_toleration, plan_object_name
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from ckpt_preempt.policies.lifecycle import PlanRecord
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z

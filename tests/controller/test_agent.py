@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ckpt_preempt_sdk as sdk
-from ckpt_preempt.controller import agent
+from ckpt_preempt.controller import agent, agent_process
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.annotations import LAST_CHECKPOINT
 from ckpt_preempt_sdk import State
@@ -277,7 +277,7 @@ def test_events_after_a_gap_or_from_another_run_start_from_the_status():
 @pytest.fixture
 def served():
     pod = Pod()
-    server = agent.serve(pod.agent, "127.0.0.1", 0)
+    server = agent_process.serve(pod.agent, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     yield pod, sdk.Checkpointer(url, poll_seconds=0)
     server.shutdown()

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from ckpt_preempt.controller import agent
+from ckpt_preempt.controller import agent, agent_process
 from tests.controller.test_agent import DONE, Pod
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples/tiny_training/train.py"
@@ -83,7 +83,7 @@ def test_evicted_loop_saves_and_exits_143(tmp_path):
 
 def test_request_is_acked_and_training_goes_on_through_a_cancel(tmp_path):
     pod = Pod(agent.SignalHook(pidfile=str(tmp_path / "train.pid")))
-    server = agent.serve(pod.agent, "127.0.0.1", 0)
+    server = agent_process.serve(pod.agent, "127.0.0.1", 0)
     stop = threading.Event()
 
     def run_hooks() -> None:  # the agent's hook thread

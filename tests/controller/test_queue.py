@@ -7,7 +7,8 @@ import gc
 import pytest
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.reconcile import Candidate, cycle_objects_frozen
+from ckpt_preempt.controller.preemptors import Candidate
+from ckpt_preempt.controller.reconcile import cycle_objects_frozen
 from ckpt_preempt.policies.lifecycle import Mode
 from tests.controller.test_convert import pod_json
 

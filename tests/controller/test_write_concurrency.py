@@ -296,7 +296,8 @@ def test_tolerate_reads_again_after_a_conflict_and_patches_the_fresh_version():
 def test_tolerate_gives_up_after_its_attempts_and_stops_once_the_toleration_is_there():
     from kubernetes.client.rest import ApiException
 
-    from ckpt_preempt.controller.actions import RESERVED_TAINT, TOLERATE_ATTEMPTS, Conflict
+    from ckpt_preempt.controller.actions import TOLERATE_ATTEMPTS, Conflict
+    from ckpt_preempt.policies.annotations import RESERVED_TAINT
 
     n = TOLERATE_ATTEMPTS
     real = _real_actions([_live(str(i)) for i in range(n)], [ApiException(status=409)] * n)

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from ckpt_preempt.controller import agent
+from ckpt_preempt.controller import agent, agent_process
 from tests.controller.test_agent import DONE, Pod
 from tests.examples.pytorch_env import EXAMPLE, START_SECONDS, Output, torch_python, trainer
 
@@ -24,7 +24,7 @@ SAVED = r"checkpoint on request for plan {} at step (\d+) in (step-\d+) \(acked=
 def test_request_cancel_request_then_sigterm(torch_python, tmp_path):
     pidfile, run = tmp_path / "train.pid", tmp_path / "run"
     pod = Pod(agent.SignalHook(pidfile=str(pidfile)))
-    server = agent.serve(pod.agent, "127.0.0.1", 0)
+    server = agent_process.serve(pod.agent, "127.0.0.1", 0)
     stop = threading.Event()
 
     def run_hooks() -> None:  # the agent's hook thread

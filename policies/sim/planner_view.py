@@ -1,0 +1,144 @@
+"""What the policy under test is shown, and how it is asked (a mixin of ``Simulation``).
+
+``PlannerView`` builds the ``policies.model`` view a preemptor is planned on and asks the
+policy: each job's pods as model ``Pod``s (``_model``); the lower-priority running pods with
+the checkpoint times their annotations would show (``_published``: the last checkpoint completed
+``report_lag_seconds`` ago, with a seeded error of up to ``report_jitter_seconds``, never in the
+future; nothing for jobs that do not report); the capacity held at the preemptor's priority or
+above as one non-preemptible pod per node (``_held_pod``, exact for fit and victims); how often
+each job was preempted within the fairness window; then ``_preempt`` asks the policy, timing it.
+
+It is apart from ``policies/sim/engine.py`` because this view differs from the ground truth on
+purpose (late and jittered checkpoint times, folded capacity), while the engine's event loop
+runs and charges on the ground truth (``Simulation._execute`` / ``_charge``); keeping the view
+here keeps that difference in one place. ``Simulation`` owns the fields and ``_execute``
+annotated below; this mixin owns ``held`` / ``held_pods`` (``_init_view``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ckpt_preempt.policies.model import ZERO, Node, Plan, Pod, Resources, Snapshot
+from ckpt_preempt.policies.sim.costs import report_error
+from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.workload import Job
+
+if TYPE_CHECKING:
+    from ckpt_preempt.policies.model import UnknownCheckpoint
+    from ckpt_preempt.policies.sim.engine import SimConfig, _JobState
+
+
+class PlannerView:
+    """The planner's view of a ``Simulation`` and the call to its policy (a mixin)."""
+
+    cfg: SimConfig
+    t: float  # the simulated time now
+    seed: int
+    nodes: tuple[Node, ...]
+    cap: Capacity
+    running: dict[int, _JobState]
+    preempted: dict[int, list[float]]  # job id -> when it was preempted
+    unknown: UnknownCheckpoint
+    plan_fn: Callable[[Snapshot, list[Pod], int], Plan]
+    clock: Callable[[], float] | None
+    counts: dict[str, int]
+    latencies: list[float]
+    _execute: Callable[[_JobState, Plan, Snapshot], None]  # carry a plan out (Simulation's)
+
+    def _init_view(self) -> None:
+        # capacity held per node by each priority; pods a preemptor may not evict enter the
+        # planner's snapshot as one non-preemptible pod per node (exact for fit and victims)
+        self.held: list[dict[int, Resources]] = [{} for _ in self.nodes]
+        self.held_pods: dict[int, dict[int, Pod | None]] = {}
+
+    # -- capacity held by priority ---------------------------------------------------------
+    def _hold(self, i: int, pod: Pod, sign: int) -> None:
+        h = self.held[i]
+        have = h.get(pod.priority, ZERO)
+        h[pod.priority] = have + pod.requests if sign > 0 else have - pod.requests
+        self.held_pods.pop(i, None)
+
+    def _held_pod(self, i: int, priority: int) -> Pod | None:
+        """All capacity on node ``i`` held at ``priority`` or above, as one pod."""
+        cache = self.held_pods.setdefault(i, {})
+        if priority not in cache:
+            total, top = ZERO, priority
+            for prio, r in self.held[i].items():
+                if prio >= priority:
+                    total = total + r
+                    top = max(top, prio)
+            cache[priority] = None if total == ZERO else Pod(
+                uid=f"held-{i}", name=f"held-by-priority-{top}", priority=top, requests=total,
+                node=self.nodes[i].name, start_time=0.0, preemptible=False,
+            )
+        return cache[priority]
+
+    # -- pods ----------------------------------------------------------------------------
+    def _model(self, js: _JobState, k: int, node: str | None, t: float) -> Pod:
+        j, m = js.job, js.job.members[k]
+        return Pod(
+            uid=f"{j.id}-{k}", name=m.name, priority=j.priority,
+            requests=requests(m),
+            node=node, start_time=js.start if node else None, checkpoint=j.checkpoint,
+            checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
+            if j.is_gang else None, owner_uid=f"job-{j.id}",
+        )
+
+    # -- what the planner sees, and asking it --------------------------------------------
+    def _reports(self, job: Job) -> bool:
+        return job.interval is not None and job.reports
+
+    def _published(self, js: _JobState, t: float) -> float:
+        """The checkpoint time the job's annotation shows at ``t``: the last one completed by
+        ``t - report_lag_seconds`` (its pod start while it restores), with the seeded error of
+        that report, never later than ``t``."""
+        true = js.last_checkpoint(t - self.cfg.report_lag_seconds)
+        if true > t:  # still restoring: nothing newer than the pod's start to show
+            true = js.start
+        if js.report is None or js.report[0] != true:
+            error = report_error(seed=self.seed, job_id=js.job.id, checkpoint=true,
+                                 jitter=self.cfg.report_jitter_seconds)
+            js.report = (true, min(t, true + error))
+        return min(t, js.report[1])
+
+    def _snapshot(self, pre: list[Pod], job: Job) -> Snapshot:
+        priority = min(p.priority for p in pre)
+        pods = []
+        recent: dict[str, int] = {}
+        t = self.t
+        since = t - self.cfg.fairness_window_seconds
+        for js in self.running.values():
+            if js.job.priority >= priority:
+                continue
+            last = self._published(js, t) if js.start < t and self._reports(js.job) else None
+            if js.models and js.models[0].last_checkpoint != last:
+                js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
+            pods.extend(js.models)
+            times = self.preempted.get(js.job.id)
+            if times and times[-1] > since and js.models:
+                recent[js.models[0].workload] = len(times) - bisect.bisect_right(times, since)
+        for i in range(len(self.nodes)):
+            held = self._held_pod(i, priority)
+            if held is not None:
+                pods.append(held)
+        return Snapshot(now=t, nodes=self.cap.exclusions(job.members),
+                        pods=tuple(pods) + tuple(pre),
+                        recent_preemptions=recent, unknown_checkpoint=self.unknown)
+
+    def _preempt(self, js: _JobState) -> bool:
+        pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
+        snap = self._snapshot(pre, js.job)
+        self.counts["plans"] += 1
+        t0 = self.clock() if self.clock else 0.0
+        plan = self.plan_fn(snap, pre, self.counts["plans"])
+        if self.clock:
+            self.latencies.append((self.clock() - t0) * 1000)
+        if not plan.feasible or not plan.victim_groups:
+            self.counts["failed"] += 1
+            return False
+        self._execute(js, plan, snap)
+        return True
