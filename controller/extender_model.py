@@ -21,7 +21,7 @@ import functools
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
@@ -51,6 +51,15 @@ def pod_shape(requests: Resources | None) -> PodShape:
     r = requests or Resources()
     return PodShape(cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, gpu_count=r.gpus,
                     gpu_milli=MILLI_PER_GPU if r.gpus else 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingPod:
+    """The pod a verb is asked about."""
+
+    info: PodInfo
+    shape: PodShape
+    model: Pod  # the planner's view (NVLink need, gang, priority)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,6 +104,9 @@ class ClusterView:
     gang_of: Mapping[str, str]  # pod uid -> gang key
     pdbs: tuple[PodDisruptionBudget, ...]
     node_problems: Mapping[str, str]  # node -> why its topology annotation was ignored
+    # what a verb derived from this view alone, kept for the next request on the same view
+    # (``extender_cliques``); dropped with the view at the next rebuild
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _gpu_node(info: NodeInfo, node: Node, used: Resources) -> GpuNode:

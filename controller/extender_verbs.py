@@ -17,15 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.extender_cliques import clique_rule
 from ckpt_preempt.controller.extender_model import (
     NEED_NO_DOMAIN_FITS,
     NEED_TOPOLOGY_UNKNOWN,
     ClusterView,
     NodeView,
+    PendingPod,
     pod_shape,
 )
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cost, gangs, preemption
+from ckpt_preempt.policies import cost, preemption
 from ckpt_preempt.policies.model import (
     NvlinkNeed,
     Pod,
@@ -34,7 +36,7 @@ from ckpt_preempt.policies.model import (
     breaks_budget,
 )
 from ckpt_preempt.policies.placement.baselines import BestFit
-from ckpt_preempt.policies.placement.devices import PodShape, fits
+from ckpt_preempt.policies.placement.devices import fits
 from ckpt_preempt.policies.placement.ours import Ours, OursConfig
 
 # k8s.io/kube-scheduler@v0.37.2 extender/v1/types.go MinExtenderPriority, MaxExtenderPriority
@@ -54,13 +56,6 @@ def field(doc: Mapping, name: str):
         return doc[name]
     low = name.lower()
     return next((v for k, v in doc.items() if isinstance(k, str) and k.lower() == low), None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PendingPod:
-    info: convert.PodInfo
-    shape: PodShape
-    model: Pod  # the planner's view (NVLink need, gang, priority)
 
 
 def pending_pod(args: Mapping) -> PendingPod:
@@ -110,55 +105,6 @@ def nvlink_problem(pod: Pod, nv: NodeView) -> tuple[str | None, bool]:
     largest = topology.largest_domain if topology else 0
     return (f"{RejectReason.NVLINK_INFEASIBLE.value} (largest NVLink domain {largest}, "
             f"{pod.gpus} GPUs asked)"), False
-
-
-@dataclass(frozen=True, kw_only=True)
-class CliqueRule:
-    """Where a member of an ``nvlink: required`` gang may go on a cluster with NVLink cliques
-    (``policies.cliques``): a node of ``cliques`` (None: of any clique)."""
-
-    cliques: frozenset[str] | None
-    why: str  # for the nodes it rules out
-
-    def problem(self, clique: str | None) -> str | None:
-        if clique is not None and (self.cliques is None or clique in self.cliques):
-            return None
-        return self.why
-
-
-def clique_rule(view: ClusterView, pod: PendingPod) -> CliqueRule | None:
-    """The clique rule for ``pod``, or None when it does not apply: the pod is no member of a
-    gang (of more than one), asks no NVLink, or no node of the view has a clique.
-
-    The clique is the one the gang's other members use: bound ones (their node), else pending
-    ones kube-scheduler nominated (their nominated node). A first member may go to any clique:
-    the extender sees one pod at a time and cannot know whether that clique will hold the rest
-    (gated gang admission places the whole gang at once, ``controller/README.md``)."""
-    m = pod.model
-    if m.nvlink is not NvlinkNeed.REQUIRED or m.gang is None or m.gang_total == 1:
-        return None
-    if not any(nv.node.clique is not None for nv in view.nodes.values()):
-        return None
-    hosts = [view.pods[u].node for u in view.gang_members.get(m.gang, ())
-             if u != pod.info.uid and u in view.pods]
-    if not hosts:  # no bound member: nominated ones, the pending pods' only placement
-        for info in view.pods.values():
-            if info.node is None and info.nominated and info.uid != pod.info.uid:
-                member, _ = gangs.detect(info.namespace, info.labels, info.annotations)
-                if member is not None and member.key == m.gang:
-                    hosts.append(info.nominated)
-    if not hosts:
-        return CliqueRule(cliques=None, why=f"{RejectReason.NVLINK_OTHER_CLIQUE.value} "
-                          "(in no NVLink clique)")
-    used = {view.nodes[h].node.clique if h in view.nodes else None for h in hosts}
-    if len(used) == 1 and None not in used:
-        (clique,) = used
-        return CliqueRule(cliques=frozenset(used),
-                          why=f"{RejectReason.NVLINK_OTHER_CLIQUE.value} (the gang's members "
-                              f"use clique {clique})")
-    return CliqueRule(cliques=frozenset(),
-                      why=f"{RejectReason.NVLINK_NO_CLIQUE.value} (the gang's members are on "
-                          f"{', '.join(sorted(set(hosts)))}, in no single clique)")
 
 
 def filter_nodes(view: ClusterView, args: Mapping) -> dict:
@@ -390,13 +336,22 @@ def preempt(view: ClusterView, args: Mapping, settings: PreemptSettings,
             ) -> tuple[dict, dict[str, str]]:
     """Keep only the candidate nodes whose best victim set loses the least work (ties: all of
     them, for kube-scheduler's own SelectCandidate to pick among), with those victims. Returns
-    the ExtenderPreemptionResult and, per dropped node, why."""
+    the ExtenderPreemptionResult and, per dropped node, why.
+
+    A node the clique rule rules out (``extender_cliques``) is dropped: kube-scheduler offers
+    nodes that failed its own filters (no GPUs free), which the filter verb never saw."""
     pending = pending_pod(args)
     offered = offered_victims(args)
     now = time.time()
     age = _unknown_age(view, now, settings.limits)
+    rule = clique_rule(view, pending)
     choices, dropped = [], {}
     for node, uids in offered.items():
+        nv = view.nodes.get(node)
+        why = None if rule is None or nv is None else rule.problem(nv.node.clique)
+        if why is not None:
+            dropped[node] = why
+            continue
         choice, why = choose_on_node(view, pending.model, node, uids, now, settings, age)
         if choice is None:
             dropped[node] = why

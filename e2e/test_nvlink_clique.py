@@ -43,26 +43,28 @@ def tray_annotation(clique_id: int | None) -> dict:
 
 def test_an_nvlink_gang_lands_inside_one_clique(
         cluster, namespace, pool, gpu_nodes, scheduler_config, tmp_path):
-    """Racks A and B (two trays each) and a tray in no clique. The first member may take any
-    clique's tray but not the clique-less one; the second must join the first's clique even
-    though that tray is the busiest by CPU (default scoring would spread it elsewhere)."""
+    """Racks A (one tray), B (two) and C (three), and a tray in no clique; a gang of two
+    four-GPU members. The first member must go to B: A cannot hold the gang, and B holds it
+    more tightly than C. A CPU filler on every tray outside B makes those the placement
+    scorer's choice (it packs, and its weight outweighs default scoring), so without the rule
+    the first member would land outside B, and the second would not join the first."""
     racks = {}
-    for rack, clique_id in (("a", 1), ("b", 2), ("x", None)):
-        racks[rack] = gpu_nodes(1 if clique_id is None else 2, prefix=f"{pool}-{rack}",
-                                gpus=GPUS, annotations=tray_annotation(clique_id))
-    (plain,) = racks["x"]
-    clique_of = {n: rack for rack, names in racks.items() for n in names}
+    for rack, clique_id, trays in (("a", 1, 1), ("b", 2, 2), ("c", 3, 3), ("x", None, 1)):
+        racks[rack] = gpu_nodes(trays, prefix=f"{pool}-{rack}", gpus=GPUS,
+                                annotations=tray_annotation(clique_id))
+    others = [n for rack in ("a", "c", "x") for n in racks[rack]]
+    for i, tray in enumerate(others):
+        kube.create_pod(cluster, namespace, f"cpu-filler-{i}", cpu="40", pool=pool,
+                        node_name=tray)
+    for i in range(len(others)):
+        kube.wait_pod_running(cluster, namespace, f"cpu-filler-{i}")
     with running_extender(cluster, tmp_path) as (_, url):
         scheduler_config(extender_config(url))
         kube.create_pod(cluster, namespace, "train-0", gpus=GPUS, pool=pool, gang="train",
                         gang_total=2, annotations=NVLINK_REQUIRED)
         first = kube.wait_pod_running(cluster, namespace, "train-0").spec.node_name
-        assert first != plain
-        (partner,) = [n for n in racks[clique_of[first]] if n != first]
-        # make the partner tray the least attractive to default scoring
-        kube.create_pod(cluster, namespace, "cpu-filler", cpu="40", pool=pool,
-                        node_name=partner)
-        kube.wait_pod_running(cluster, namespace, "cpu-filler")
+        assert first in racks["b"], first
+        (partner,) = [n for n in racks["b"] if n != first]
         kube.create_pod(cluster, namespace, "train-1", gpus=GPUS, pool=pool, gang="train",
                         gang_total=2, annotations=NVLINK_REQUIRED)
         assert kube.wait_pod_running(cluster, namespace, "train-1").spec.node_name == partner
@@ -72,6 +74,12 @@ def test_an_nvlink_gang_lands_inside_one_clique(
         pod = kube.wait_pod_unschedulable(cluster, namespace, "train-2")
         message = kube.condition(pod, "PodScheduled").message
         assert "nvlink-gang-in-another-clique" in message, message
+        # a new gang of four finds no clique that can hold it (C has three trays)
+        kube.create_pod(cluster, namespace, "big-0", gpus=GPUS, pool=pool, gang="big",
+                        gang_total=4, annotations=NVLINK_REQUIRED)
+        pod = kube.wait_pod_unschedulable(cluster, namespace, "big-0")
+        message = kube.condition(pod, "PodScheduled").message
+        assert "nvlink-required-gang-but-no-clique-fits" in message, message
 
 
 def test_a_gated_nvlink_gang_is_admitted_inside_one_clique(cluster, namespace, pool, gpu_nodes):

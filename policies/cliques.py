@@ -20,7 +20,8 @@ constrained gang never uses a node without one (no NVLink reaches it from anothe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ckpt_preempt.policies.model import (
     NodeRejection,
@@ -66,6 +67,25 @@ def _groups(snapshot: Snapshot, memo: dict) -> dict[str, tuple]:
     return got
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CliqueGpus:
+    """A clique's GPUs on its open nodes (those not ``Node.closed``)."""
+
+    allocatable: int
+    free: int
+
+
+def rank(cliques: Mapping[str, CliqueGpus], need: int) -> tuple[str, ...]:
+    """The cliques whose open nodes have allocatable GPUs enough for ``need``, best first:
+    those with free GPUs enough before the others, each by fewest free GPUs (the tightest fit,
+    so the first that needs no preemption leaves the larger cliques whole), then by name. The
+    planner (``gang_cliques``) and the extender's filter (``controller.extender_cliques``)
+    both rank by it."""
+    ranked = sorted((g.free < need, g.free, c) for c, g in cliques.items()
+                    if g.allocatable >= need)
+    return tuple(c for *_, c in ranked)
+
+
 def gang_cliques(snapshot: Snapshot, members: Sequence[Pod], memo: dict,
                  ) -> tuple[str, ...] | None:
     """The cliques the members may be placed in, best candidates first; None when the clique
@@ -73,9 +93,8 @@ def gang_cliques(snapshot: Snapshot, members: Sequence[Pod], memo: dict,
     clique); empty when it applies and no clique can host the gang (its running members are
     on no clique or on two, or no clique has GPUs enough).
 
-    Order: the clique its running members use; else those whose schedulable nodes have GPUs
-    enough, fewest free GPUs first (the tightest fit, so the first that needs no preemption
-    leaves the larger cliques whole), then the rest, by name."""
+    Order: the clique its running members use; else ``rank``'s order of the cliques whose
+    schedulable nodes have GPUs enough."""
     running = running_members(snapshot, members)
     if len(members) + len(running) < 2 or not constrained([*members, *running]):
         return None
@@ -86,15 +105,12 @@ def gang_cliques(snapshot: Snapshot, members: Sequence[Pod], memo: dict,
         by_name = snapshot.node_by_name
         used = {by_name[p.node].clique if p.node in by_name else None for p in running}
         return tuple(used) if len(used) == 1 and None not in used else ()
-    need = sum(p.gpus for p in members)
-    ranked = []
+    gpus = {}
     for clique, (nodes, _) in groups.items():
         open_nodes = [n for n in nodes if n.closed is None]
-        if sum(n.allocatable.gpus for n in open_nodes) < need:
-            continue
-        free = sum(snapshot.free(n.name).gpus for n in open_nodes)
-        ranked.append((free < need, free, clique))
-    return tuple(c for *_, c in sorted(ranked))
+        gpus[clique] = CliqueGpus(allocatable=sum(n.allocatable.gpus for n in open_nodes),
+                                  free=sum(snapshot.free(n.name).gpus for n in open_nodes))
+    return rank(gpus, sum(p.gpus for p in members))
 
 
 def clique_view(snapshot: Snapshot, clique: str, memo: dict) -> Snapshot:
