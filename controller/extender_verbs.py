@@ -36,7 +36,7 @@ from ckpt_preempt.policies.model import (
     breaks_budget,
 )
 from ckpt_preempt.policies.placement.baselines import BestFit
-from ckpt_preempt.policies.placement.devices import fits
+from ckpt_preempt.policies.placement.devices import GpuNode, PodShape, fits
 from ckpt_preempt.policies.placement.ours import Ours, OursConfig
 
 # k8s.io/kube-scheduler@v0.37.2 extender/v1/types.go MinExtenderPriority, MaxExtenderPriority
@@ -44,6 +44,9 @@ MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY = 0, 10
 # Subsets of one node's offered victims searched exhaustively; above this many victims the
 # offered set is kept whole (kube-scheduler's dry run already reprieved what it could).
 MAX_VICTIMS_SEARCHED = 12
+# Prioritize's memo of our key per (pod shape, node state) is dropped past this many entries
+# (a few MB; 5,000 nodes in distinct states times a few shapes stay below it).
+SCORE_MEMO_ENTRIES = 50_000
 
 
 class BadRequest(ValueError):
@@ -162,6 +165,11 @@ class Scorer:
         self.cheap = BestFit()
         self._seen: set[str] = set()
         self._lock = threading.Lock()
+        # our key per (pod shape, node state): nodes in one state score alike, and a large
+        # cluster has many (empty, full, one pod shape on every node); kept while the target
+        # workload stays the same, at most SCORE_MEMO_ENTRIES entries
+        self._memo: dict[PodShape, dict[tuple, tuple | None]] = {}
+        self._memo_version = self.ours.version
 
     def learn(self, view: ClusterView) -> None:
         """Observe each pod once; forget the uids of pods that are gone (bounded memory)."""
@@ -178,24 +186,47 @@ class Scorer:
             if pod.info.uid not in self._seen:
                 self._seen.add(pod.info.uid)
                 self.ours.observe(pod.shape)
-            keys = _keys(view, pod.shape, names, self.ours.evaluate, deadline)
+            size = sum(map(len, self._memo.values()))
+            if self.ours.version != self._memo_version or size > SCORE_MEMO_ENTRIES:
+                self._memo = {}
+                self._memo_version = self.ours.version
+            keys = _keys(view, names, self._ours_keys(pod.shape), deadline)
             if keys is None:
                 self.on_fallback()
-                keys = _keys(view, pod.shape, names, self.cheap.evaluate, None)
+                keys = _keys(view, names, _key_of(self.cheap.evaluate, pod.shape), None)
         return to_extender_scores(keys)
 
+    def _ours_keys(self, shape: PodShape) -> Callable[[GpuNode], tuple | None]:
+        """Our key for ``shape`` on a node, memoised by the node's state."""
+        memo = self._memo.setdefault(shape, {})
+        fresh = _key_of(self.ours.evaluate, shape)
 
-def _keys(view, shape, names, evaluate, deadline) -> dict[str, tuple] | None:
+        def key(node: GpuNode) -> tuple | None:
+            state = (node.model, node.cpu_free, node.memory_free, node.gpu_free)
+            if state in memo:
+                return memo[state]
+            got = memo[state] = fresh(node)
+            return got
+        return key
+
+
+def _key_of(evaluate, shape: PodShape) -> Callable[[GpuNode], tuple | None]:
+    """A node's key for ``shape`` by ``evaluate`` (None: the pod does not fit)."""
+    def key(node: GpuNode) -> tuple | None:
+        if not fits(node, shape):
+            return None
+        got, _ = evaluate(node, shape)
+        return got if isinstance(got, tuple) else (got,)
+    return key
+
+
+def _keys(view, names, key_of, deadline) -> dict[str, tuple | None] | None:
     keys: dict[str, tuple | None] = {}
     for i, name in enumerate(names):
         if deadline is not None and i % 16 == 0 and time.perf_counter() > deadline:
             return None
         nv = view.nodes.get(name)
-        if nv is None or not fits(nv.gpu, shape):
-            keys[name] = None
-            continue
-        key, _ = evaluate(nv.gpu, shape)
-        keys[name] = key if isinstance(key, tuple) else (key,)
+        keys[name] = None if nv is None else key_of(nv.gpu)
     return keys
 
 

@@ -10,6 +10,8 @@ import urllib.request
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.extender import Extender
@@ -325,3 +327,38 @@ def test_preempt_answers_only_offered_victims_and_never_an_empty_list():
             assert view.nodes[n].free.gpus + freed >= want
 
     check()
+
+
+def _fresh_keys(scorer, view, pod, names):
+    """What prioritize would rank by without its memo: our key per node, None if no fit."""
+    from ckpt_preempt.policies.placement.devices import fits
+    out = {}
+    for name in names:
+        nv = view.nodes.get(name)
+        if nv is None or not fits(nv.gpu, pod.shape):
+            out[name] = None
+        else:
+            out[name] = scorer.ours.evaluate(nv.gpu, pod.shape)[0]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(used=st.lists(st.tuples(st.integers(0, 8), st.integers(1, 48)), min_size=1, max_size=12),
+       asks=st.lists(st.tuples(st.integers(0, 8), st.integers(1, 16)), min_size=1, max_size=6))
+def test_prioritize_memo_scores_as_a_fresh_scorer_would(used, asks):
+    """Nodes in the same state share a memoised key; the scores must be those a fresh
+    evaluation gives, request after request, also after the target workload changes."""
+    from ckpt_preempt.controller.extender_verbs import Scorer, pending_pod
+    nodes = [node_json(f"n{i}") for i in range(len(used))]
+    pods = [pod_json(f"r{i}", gpus=g, cpu=str(c), node=f"n{i}")
+            for i, (g, c) in enumerate(used) if g]
+    view = build_view([convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods])
+    scorer = Scorer(budget_seconds=60.0)
+    scorer.learn(view)
+    names = [f"n{i}" for i in range(len(used))]
+    for k, (g, c) in enumerate(asks):
+        pod = pending_pod({"Pod": pod_json(f"ask{k}", gpus=g, cpu=str(c))})
+        got = {h["Host"]: h["Score"] for h in scorer.score(view, pod, names)}
+        want = {h["Host"]: h["Score"]
+                for h in to_extender_scores(_fresh_keys(scorer, view, pod, names))}
+        assert got == want
