@@ -47,6 +47,8 @@ MAX_VICTIMS_SEARCHED = 12
 # Prioritize's memo of our key per (pod shape, node state) is dropped past this many entries
 # (a few MB; 5,000 nodes in distinct states times a few shapes stay below it).
 SCORE_MEMO_ENTRIES = 50_000
+# The clock is read once per this many uncached scorings (reading it costs about as much).
+BUDGET_CHECK_EVERY = 16
 
 
 class BadRequest(ValueError):
@@ -190,24 +192,37 @@ class Scorer:
             if self.ours.version != self._memo_version or size > SCORE_MEMO_ENTRIES:
                 self._memo = {}
                 self._memo_version = self.ours.version
-            keys = _keys(view, names, self._ours_keys(pod.shape), deadline)
-            if keys is None:
+            try:
+                keys = _keys(view, names, self._ours_keys(pod.shape, deadline))
+            except _OverBudget:  # what was scored so far stays memoised for the next request
                 self.on_fallback()
-                keys = _keys(view, names, _key_of(self.cheap.evaluate, pod.shape), None)
+                keys = _keys(view, names, _key_of(self.cheap.evaluate, pod.shape))
         return to_extender_scores(keys)
 
-    def _ours_keys(self, shape: PodShape) -> Callable[[GpuNode], tuple | None]:
-        """Our key for ``shape`` on a node, memoised by the node's state."""
+    def _ours_keys(self, shape: PodShape, deadline: float) -> Callable[[GpuNode], tuple | None]:
+        """Our key for ``shape`` on a node, memoised by the node's state. Only scoring a state
+        not memoised counts against the budget (a lookup costs less than BestFit would): past
+        ``deadline`` it raises ``_OverBudget``, checked at the first miss and every
+        ``BUDGET_CHECK_EVERY`` after it."""
         memo = self._memo.setdefault(shape, {})
         fresh = _key_of(self.ours.evaluate, shape)
+        misses = 0
 
         def key(node: GpuNode) -> tuple | None:
+            nonlocal misses
             state = (node.model, node.cpu_free, node.memory_free, node.gpu_free)
             if state in memo:
                 return memo[state]
+            misses += 1
+            if misses % BUDGET_CHECK_EVERY == 1 and time.perf_counter() > deadline:
+                raise _OverBudget
             got = memo[state] = fresh(node)
             return got
         return key
+
+
+class _OverBudget(Exception):
+    """Scoring a request's nodes with our scorer ran past its time budget."""
 
 
 def _key_of(evaluate, shape: PodShape) -> Callable[[GpuNode], tuple | None]:
@@ -220,11 +235,9 @@ def _key_of(evaluate, shape: PodShape) -> Callable[[GpuNode], tuple | None]:
     return key
 
 
-def _keys(view, names, key_of, deadline) -> dict[str, tuple | None] | None:
+def _keys(view, names, key_of) -> dict[str, tuple | None]:
     keys: dict[str, tuple | None] = {}
-    for i, name in enumerate(names):
-        if deadline is not None and i % 16 == 0 and time.perf_counter() > deadline:
-            return None
+    for name in names:
         nv = view.nodes.get(name)
         keys[name] = None if nv is None else key_of(nv.gpu)
     return keys
