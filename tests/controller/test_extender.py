@@ -362,3 +362,23 @@ def test_prioritize_memo_scores_as_a_fresh_scorer_would(used, asks):
         want = {h["Host"]: h["Score"]
                 for h in to_extender_scores(_fresh_keys(scorer, view, pod, names))}
         assert got == want
+
+
+def test_only_scoring_new_node_states_counts_against_the_budget():
+    """Once a shape's node states are memoised, a request costs lookups, not scoring: even a
+    budget already spent does not send it to BestFit. A new shape's states still count."""
+    from ckpt_preempt.controller.extender_verbs import Scorer, pending_pod
+    nodes = [node_json(f"n{i}") for i in range(40)]
+    pods = [pod_json(f"r{i}", gpus=1 + i % 4, cpu=str(1 + i % 7), node=f"n{i}") for i in range(40)]
+    view = build_view([convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods])
+    fallbacks = []
+    scorer = Scorer(budget_seconds=60.0, on_fallback=lambda: fallbacks.append(1))
+    scorer.learn(view)
+    names = [f"n{i}" for i in range(40)]
+    ask = pending_pod({"Pod": pod_json("ask", gpus=2)})
+    first = scorer.score(view, ask, names)
+    scorer.budget_seconds = 0.0  # spent before it starts
+    again = scorer.score(view, pending_pod({"Pod": pod_json("ask2", gpus=2)}), names)
+    assert again == first and not fallbacks
+    scorer.score(view, pending_pod({"Pod": pod_json("other", gpus=3)}), names)
+    assert fallbacks == [1]
