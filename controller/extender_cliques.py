@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.extender_model import ClusterView, PendingPod
-from ckpt_preempt.policies import cliques, gangs
+from ckpt_preempt.controller.extender_model import ClusterView, PendingPod, gang_key
+from ckpt_preempt.policies import cliques
 from ckpt_preempt.policies.model import NvlinkNeed, RejectReason
 
 
@@ -49,12 +49,11 @@ def clique_rule(view: ClusterView, pod: PendingPod) -> CliqueRule | None:
     pending = []  # the gang's other pending members
     if not hosts:  # no bound member: nominated ones, the pending pods' only placement
         for info in view.pods.values():
-            if info.node is None and not info.deleting and info.uid != pod.info.uid:
-                member, _ = gangs.detect(info.namespace, info.labels, info.annotations)
-                if member is not None and member.key == m.gang:
-                    pending.append(info)
-                    if info.nominated:
-                        hosts.append(info.nominated)
+            if (info.node is None and not info.deleting and info.uid != pod.info.uid
+                    and gang_key(info, view.podgroups) == m.gang):
+                pending.append(info)
+                if info.nominated:
+                    hosts.append(info.nominated)
     if not hosts:
         known = [m.gpus] + [i.requests.gpus if i.requests else 0 for i in pending]
         unseen = max((m.gang_total or 0) - len(known), 0)  # counted at this pod's GPUs

@@ -5,8 +5,9 @@ and planner values, rebuilt only when the cache changed.
 (``controller.watch.ClusterCache``, trimmed by ``controller.convert``) and returns a frozen
 ``ClusterView``: per node what bound, unfinished pods hold, the planner's ``Node`` (with the
 hwprobe NVLink topology) and the placement model's ``GpuNode`` (``policies.placement.devices``);
-per pod uid its record; per gang the uids of its bound members. ``CachedView`` rebuilds it from a
-live ``ClusterCache`` on the first request after a watch event.
+per pod uid its record; per gang the uids of its bound members, gangs read as the controller
+reads them (``gang_key``: a native PodGroup first, then the label and annotation conventions).
+``CachedView`` rebuilds it from a live ``ClusterCache`` on the first request after a watch event.
 
 Kubernetes does not say which device indices a pod's ``nvidia.com/gpu`` got (the device plugin
 picks them), and nothing in this project publishes them yet, so a node's used GPUs are put on
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
-from ckpt_preempt.policies import gangs, preemption
+from ckpt_preempt.controller.podgroups import index as podgroup_index
+from ckpt_preempt.policies import gangs, native_gangs, preemption
 from ckpt_preempt.policies.model import (
     Node,
     NvlinkNeed,
@@ -104,6 +106,8 @@ class ClusterView:
     gang_of: Mapping[str, str]  # pod uid -> gang key
     pdbs: tuple[PodDisruptionBudget, ...]
     node_problems: Mapping[str, str]  # node -> why its topology annotation was ignored
+    # native PodGroups by "<namespace>/<name>" (empty where they are not served)
+    podgroups: Mapping[str, native_gangs.NativeGroup] = field(default_factory=dict)
     # what a verb derived from this view alone, kept for the next request on the same view
     # (``extender_cliques``); dropped with the view at the next rebuild
     memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -128,8 +132,24 @@ def _gpu_node(info: NodeInfo, node: Node, used: Resources) -> GpuNode:
     )
 
 
+def gang_key(p: PodInfo, podgroups: Mapping[str, native_gangs.NativeGroup]) -> str | None:
+    """The gang ``p`` belongs to, as the controller's conversion reads it
+    (``convert.to_pod``): the native PodGroup it names first (a bound member of a ``Single``
+    group is in none; an unknown group counts as a gang), else the label and annotation
+    conventions (``policies.gangs.detect``)."""
+    if p.pod_group is not None:
+        key, _ = native_gangs.membership(
+            namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
+            group=podgroups.get(f"{p.namespace}/{p.pod_group}"))
+        return key
+    member, _ = gangs.detect(p.namespace, p.labels, p.annotations)
+    return None if member is None else member.key
+
+
 def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
-               pdbs: Iterable[PdbInfo] = ()) -> ClusterView:
+               pdbs: Iterable[PdbInfo] = (),
+               podgroups: Mapping[str, native_gangs.NativeGroup] | None = None) -> ClusterView:
+    podgroups = dict(podgroups or {})
     used: dict[str, Resources] = {}
     on: dict[str, list[str]] = {}
     by_uid: dict[str, PodInfo] = {}
@@ -143,10 +163,10 @@ def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
             continue
         used[p.node] = used.get(p.node, Resources()) + (p.requests or Resources())
         on.setdefault(p.node, []).append(p.uid)
-        gang, _ = gangs.detect(p.namespace, p.labels, p.annotations)
+        gang = gang_key(p, podgroups)
         if gang is not None:
-            members.setdefault(gang.key, set()).add(p.uid)
-            gang_of[p.uid] = gang.key
+            members.setdefault(gang, set()).add(p.uid)
+            gang_of[p.uid] = gang
     views, problems = {}, {}
     for info in nodes:
         node, problem = convert.to_node(info)
@@ -160,7 +180,7 @@ def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
     return ClusterView(nodes=views, pods=by_uid,
                        gang_members={k: frozenset(v) for k, v in members.items()},
                        gang_of=gang_of, pdbs=tuple(convert.to_pdb(b) for b in pdbs),
-                       node_problems=problems)
+                       node_problems=problems, podgroups=podgroups)
 
 
 class CachedView:
@@ -186,7 +206,8 @@ class CachedView:
                 self.cache.changed.clear()
                 start = time.perf_counter()
                 self._view = build_view(self.cache.nodes.items(), self.cache.pods.items(),
-                                        self.cache.pdbs.items())
+                                        self.cache.pdbs.items(),
+                                        podgroup_index(self.cache.podgroups))
                 self.last_build_seconds = time.perf_counter() - start
                 self.rebuilds += 1
             return self._view

@@ -21,6 +21,7 @@ from ckpt_preempt.controller.extender_verbs import (
     MIN_EXTENDER_PRIORITY,
     to_extender_scores,
 )
+from ckpt_preempt.controller.podgroups import podgroup_info
 from ckpt_preempt.policies.topology import SCHEMA
 
 HOUR = 3600.0
@@ -266,6 +267,7 @@ class _Cache:
         self.changed = threading.Event()
         self.nodes, self.pods = _Items(nodes, convert.node_info), _Items(pods, convert.pod_info)
         self.pdbs = _Items([], convert.pdb_info)
+        self.podgroups = _Items([], podgroup_info)
 
     def synced(self):
         return True
@@ -382,3 +384,42 @@ def test_only_scoring_new_node_states_counts_against_the_budget():
     assert again == first and not fallbacks
     scorer.score(view, pending_pod({"Pod": pod_json("other", gpus=3)}), names)
     assert fallbacks == [1]
+
+
+def _native(pod: dict, group: str) -> dict:
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def test_preempt_never_splits_a_native_podgroup_gang(extenders):
+    """Members of a native PodGroup (spec.schedulingGroup) are one gang for the preempt verb,
+    as for the controller: offering one member's node alone is dropped, not half a gang."""
+    nodes = [node_json("n1"), node_json("n2")]
+    pods = [_native(pod_json("g0", gpus=8, node="n1", started_ago=HOUR / 60), "train"),
+            _native(pod_json("g1", gpus=8, node="n2", started_ago=HOUR / 60), "train")]
+    _, url = extenders(nodes, pods)
+    code, out = post(url + "/preempt", {"Pod": pod_json("p", gpus=4, priority=1000),
+                                        "NodeNameToMetaVictims": _victims(n1=["g0"])})
+    assert code == 200 and out == {"NodeNameToMetaVictims": {}}
+
+
+def test_a_bound_member_of_a_single_disruption_podgroup_may_go_alone():
+    """With the PodGroup known and its disruption mode Single, a bound member is no gang
+    member (policies.native_gangs.membership): the preempt verb may take it alone."""
+    from ckpt_preempt.controller.extender_verbs import PreemptSettings, preempt
+    from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
+
+    nodes = [node_json("n1"), node_json("n2")]
+    pods = [_native(pod_json("g0", gpus=8, node="n1", started_ago=HOUR / 60), "train"),
+            _native(pod_json("g1", gpus=8, node="n2", started_ago=HOUR / 60), "train")]
+    groups = {"team/train": NativeGroup(namespace="team", name="train", min_count=2,
+                                        disruption=Disruption.SINGLE)}
+    args = {"Pod": pod_json("p", gpus=4, priority=1000),
+            "NodeNameToMetaVictims": _victims(n1=["g0"])}
+    infos = [convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods]
+    view = build_view(*infos, podgroups=groups)
+    out, _ = preempt(view, args, PreemptSettings())
+    assert out == {"NodeNameToMetaVictims": _victims(n1=["g0"])}
+    gang_view = build_view(*infos)  # the group unknown: members count as a gang
+    out, _ = preempt(gang_view, args, PreemptSettings())
+    assert out == {"NodeNameToMetaVictims": {}}
