@@ -156,8 +156,8 @@ def filter_nodes(view: ClusterView, args: Mapping) -> dict:
 class Scorer:
     """Our placement scorer (``policies.placement.ours.Ours``) with its target workload learned
     online from every pod the extender sees, under a per-request time budget: when scoring the
-    candidates would take longer, they are scored again by BestFit and ``on_fallback`` is
-    called. Scoring is serialised (the scorer memoises)."""
+    candidates' node states not yet memoised would take longer, they are scored again by BestFit
+    and ``on_fallback`` is called. Scoring is serialised (the scorer memoises)."""
 
     def __init__(self, budget_seconds: float, on_fallback: Callable[[], None] = lambda: None,
                  config: OursConfig | None = None) -> None:
@@ -168,8 +168,8 @@ class Scorer:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         # our key per (pod shape, node state): nodes in one state score alike, and a large
-        # cluster has many (empty, full, one pod shape on every node); kept while the target
-        # workload stays the same, at most SCORE_MEMO_ENTRIES entries
+        # cluster has many nodes in few states (empty, full, one common pod shape); kept while
+        # the target workload stays the same, at most SCORE_MEMO_ENTRIES entries
         self._memo: dict[PodShape, dict[tuple, tuple | None]] = {}
         self._memo_version = self.ours.version
 
