@@ -10,6 +10,7 @@ is refused before anything is written. The config knob is checked like every oth
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -161,6 +162,7 @@ def test_run_with_a_bad_write_concurrency_says_one_line_and_exits_2(tmp_path):
 # -------------------------------------------------------------------------- the reconciler
 
 N = 10  # full nodes, one 8-GPU victim each, and as many 8-GPU preemptors
+MEET_SECONDS = 10.0  # how long a first writer thread waits for a second one
 
 
 def burst() -> FakeCache:
@@ -173,9 +175,33 @@ class Oracle:
     """Looks at every write before it is applied: an eviction must name a victim of a stored
     plan that is Evicting, and no pod may be evicted twice."""
 
-    def __init__(self, rig: Rig) -> None:
+    def __init__(self, rig: Rig, *, meet: bool = False) -> None:
         self.rig, self.evicted, self.threads, self.bad = rig, [], set(), []
         rig.actions.before_write = self
+        if meet:
+            self._meet_writers(rig)
+
+    def _meet_writers(self, rig: Rig) -> None:
+        """The first two writer threads wait for each other before their first write (outside
+        the fake's one-write-at-a-time lock): side by side they meet at once, whatever the
+        machine's timing; written one at a time, the first waits MEET_SECONDS in vain and the
+        test sees a single writer thread."""
+        self._meet = threading.Barrier(2, timeout=MEET_SECONDS)
+        self._met: set[str] = set()
+        self._lock = threading.Lock()
+        send = rig.actions._write
+
+        def write(call: Call, *args, **kwargs):
+            name = threading.current_thread().name
+            with self._lock:
+                meet = (name.startswith("ckpt-writes") and name not in self._met
+                        and len(self._met) < 2)
+                self._met.add(name)
+            if meet:
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    self._meet.wait()
+            return send(call, *args, **kwargs)
+        rig.actions._write = write
 
     def __call__(self, call: Call) -> None:
         self.threads.add(threading.current_thread().name)
@@ -193,7 +219,7 @@ def stored(rig: Rig) -> list[lifecycle.PlanRecord]:
 
 def test_a_burst_is_written_side_by_side_and_each_victim_is_evicted_once_in_its_plan():
     rig = Rig(burst(), write_concurrency=4)
-    oracle = Oracle(rig)
+    oracle = Oracle(rig, meet=True)
     rig.tick(T0)
     plans = stored(rig)
     assert len(plans) == N and oracle.bad == []
