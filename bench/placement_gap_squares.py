@@ -13,24 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
-from importlib import resources
 from pathlib import Path
+
+from placement import parse_seeds, read_trace  # bench/placement.py, next to this script
 
 from ckpt_preempt.policies.placement import benchmark, gap_squares, ours, protocol
 
 TRACE = "openb_pod_list_default.csv"
 
 
-def seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=seeds, default=list(protocol.PAPER_SEEDS))
+    ap.add_argument("--seeds", type=parse_seeds, default=protocol.PAPER_SEEDS)
     ap.add_argument("--modes", default="tie,first,blend")
     ap.add_argument("--weight", type=float, default=1.0, help="blend: score points per "
                     f"{gap_squares.BLEND_UNITS:.0f} of growth")
@@ -40,9 +37,8 @@ def main() -> int:
     bad = [m for m in modes if m not in gap_squares.MODES or m == "off"]
     if bad:
         ap.error(f"unknown mode {', '.join(bad)} (known: tie, first, blend)")
-    data = resources.files("ckpt_preempt.policies").joinpath("data")
-    setup = benchmark.prepare(TRACE, data.joinpath(benchmark.NODE_LIST).read_text(),
-                              data.joinpath(TRACE).read_text(), args.seeds)
+    setup = benchmark.prepare(TRACE, read_trace(benchmark.NODE_LIST), read_trace(TRACE),
+                              args.seeds)
     t0 = time.monotonic()
     per_seed: dict[str, list[float]] = {m: [] for m in ["off", *modes]}
     for seed in args.seeds:
@@ -54,10 +50,10 @@ def main() -> int:
             print(f"seed {seed} {mode}: {per_seed[mode][-1]:.2f} "
                   f"({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
     report = {
-        "trace": TRACE, "seeds": args.seeds, "weight": args.weight,
-        "ours_130": {"median": benchmark.median_curve([{0: v} for v in per_seed["off"]])[0],
+        "trace": TRACE, "seeds": list(args.seeds), "weight": args.weight,
+        "ours_130": {"median": round(statistics.median(per_seed["off"]), 2),
                      "per_seed": per_seed["off"]},
-        "modes": {m: {"median": benchmark.median_curve([{0: v} for v in per_seed[m]])[0],
+        "modes": {m: {"median": round(statistics.median(per_seed[m]), 2),
                       "per_seed": per_seed[m],
                       "vs_ours": benchmark.paired_difference(per_seed[m], per_seed["off"])}
                   for m in modes},

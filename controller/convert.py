@@ -105,14 +105,27 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
         owner_uid=p.owner_uid, terminating=p.deleting, in_scope=in_scope,
     )
     problems = [str(x) for x in found]
-    if p.pod_group is not None:  # the native convention comes first (policies.native_gangs)
-        gang, total = native_gangs.membership(
-            namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
-            group=(podgroups or {}).get(f"{p.namespace}/{p.pod_group}"))
+    native = native_membership(p, podgroups)
+    if native is not None:  # the native convention comes first (policies.native_gangs)
+        gang, total = native
         pod = dataclasses.replace(pod, gang=gang, gang_total=total)
     if requests is None:
         problems.append("pod states no resource requests; planned as requesting nothing")
     return pod, problems
+
+
+def native_membership(p: PodInfo,
+                      podgroups: Mapping[str, native_gangs.NativeGroup] | None = None,
+                      ) -> tuple[str | None, int | None] | None:
+    """(gang key, declared size) from the native PodGroup ``p`` names
+    (``policies.native_gangs.membership``; ``podgroups`` by ``<namespace>/<name>``, a group
+    not in it is unknown); None when it names none, and the label and annotation conventions
+    decide."""
+    if p.pod_group is None:
+        return None
+    return native_gangs.membership(
+        namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
+        group=(podgroups or {}).get(f"{p.namespace}/{p.pod_group}"))
 
 
 def to_node(n: NodeInfo, health: Health = Health.UNKNOWN) -> tuple[Node, str | None]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.extender_model import ClusterView, PendingPod, gang_key
+from ckpt_preempt.controller.extender_model import ClusterView, PendingPod
 from ckpt_preempt.policies import cliques
 from ckpt_preempt.policies.model import NvlinkNeed, RejectReason
 
@@ -46,14 +46,9 @@ def clique_rule(view: ClusterView, pod: PendingPod) -> CliqueRule | None:
         return None
     hosts = [view.pods[u].node for u in view.gang_members.get(m.gang, ())
              if u != pod.info.uid and u in view.pods]
-    pending = []  # the gang's other pending members
+    pending = [view.pods[u] for u in view.gang_pending.get(m.gang, ()) if u != pod.info.uid]
     if not hosts:  # no bound member: nominated ones, the pending pods' only placement
-        for info in view.pods.values():
-            if (info.node is None and not info.deleting and info.uid != pod.info.uid
-                    and gang_key(info, view.podgroups) == m.gang):
-                pending.append(info)
-                if info.nominated:
-                    hosts.append(info.nominated)
+        hosts = [info.nominated for info in pending if info.nominated]
     if not hosts:
         known = [m.gpus] + [i.requests.gpus if i.requests else 0 for i in pending]
         unseen = max((m.gang_total or 0) - len(known), 0)  # counted at this pod's GPUs

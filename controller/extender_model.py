@@ -5,8 +5,9 @@ and planner values, rebuilt only when the cache changed.
 (``controller.watch.ClusterCache``, trimmed by ``controller.convert``) and returns a frozen
 ``ClusterView``: per node what bound, unfinished pods hold, the planner's ``Node`` (with the
 hwprobe NVLink topology) and the placement model's ``GpuNode`` (``policies.placement.devices``);
-per pod uid its record; per gang the uids of its bound members, gangs read as the controller
-reads them (``gang_key``: a native PodGroup first, then the label and annotation conventions).
+per pod uid its record; per gang the uids of its bound and of its pending members, gangs read
+as the controller reads them (``gang_key``: a native PodGroup first, then the label and
+annotation conventions).
 ``CachedView`` rebuilds it from a live ``ClusterCache`` on the first request after a watch event.
 
 Kubernetes does not say which device indices a pod's ``nvidia.com/gpu`` got (the device plugin
@@ -104,10 +105,9 @@ class ClusterView:
     pods: Mapping[str, PodInfo]  # by uid, unfinished ones only
     gang_members: Mapping[str, frozenset[str]]  # gang key -> uids of its bound members
     gang_of: Mapping[str, str]  # pod uid -> gang key
+    gang_pending: Mapping[str, frozenset[str]]  # gang key -> uids of its pending members
     pdbs: tuple[PodDisruptionBudget, ...]
     node_problems: Mapping[str, str]  # node -> why its topology annotation was ignored
-    # native PodGroups by "<namespace>/<name>" (empty where they are not served)
-    podgroups: Mapping[str, native_gangs.NativeGroup] = field(default_factory=dict)
     # what a verb derived from this view alone, kept for the next request on the same view
     # (``extender_cliques``); dropped with the view at the next rebuild
     memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -132,16 +132,15 @@ def _gpu_node(info: NodeInfo, node: Node, used: Resources) -> GpuNode:
     )
 
 
-def gang_key(p: PodInfo, podgroups: Mapping[str, native_gangs.NativeGroup]) -> str | None:
+def gang_key(p: PodInfo,
+             podgroups: Mapping[str, native_gangs.NativeGroup] | None = None) -> str | None:
     """The gang ``p`` belongs to, as the controller's conversion reads it
     (``convert.to_pod``): the native PodGroup it names first (a bound member of a ``Single``
     group is in none; an unknown group counts as a gang), else the label and annotation
     conventions (``policies.gangs.detect``)."""
-    if p.pod_group is not None:
-        key, _ = native_gangs.membership(
-            namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
-            group=podgroups.get(f"{p.namespace}/{p.pod_group}"))
-        return key
+    native = convert.native_membership(p, podgroups)
+    if native is not None:
+        return native[0]
     member, _ = gangs.detect(p.namespace, p.labels, p.annotations)
     return None if member is None else member.key
 
@@ -149,21 +148,23 @@ def gang_key(p: PodInfo, podgroups: Mapping[str, native_gangs.NativeGroup]) -> s
 def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
                pdbs: Iterable[PdbInfo] = (),
                podgroups: Mapping[str, native_gangs.NativeGroup] | None = None) -> ClusterView:
-    podgroups = dict(podgroups or {})
     used: dict[str, Resources] = {}
     on: dict[str, list[str]] = {}
     by_uid: dict[str, PodInfo] = {}
     members: dict[str, set[str]] = {}
     gang_of: dict[str, str] = {}
+    pending: dict[str, set[str]] = {}
     for p in pods:
         if p.done:
             continue
         by_uid[p.uid] = p
+        gang = gang_key(p, podgroups)
         if p.node is None:
+            if gang is not None and not p.deleting:
+                pending.setdefault(gang, set()).add(p.uid)
             continue
         used[p.node] = used.get(p.node, Resources()) + (p.requests or Resources())
         on.setdefault(p.node, []).append(p.uid)
-        gang = gang_key(p, podgroups)
         if gang is not None:
             members.setdefault(gang, set()).add(p.uid)
             gang_of[p.uid] = gang
@@ -179,8 +180,9 @@ def build_view(nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
             nvlink_need=nvlink_needs(node.topology, info.allocatable.gpus))
     return ClusterView(nodes=views, pods=by_uid,
                        gang_members={k: frozenset(v) for k, v in members.items()},
+                       gang_pending={k: frozenset(v) for k, v in pending.items()},
                        gang_of=gang_of, pdbs=tuple(convert.to_pdb(b) for b in pdbs),
-                       node_problems=problems, podgroups=podgroups)
+                       node_problems=problems)
 
 
 class CachedView:

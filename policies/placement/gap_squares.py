@@ -49,15 +49,8 @@ def _shared_key(policy: Ours, node: GpuNode, pod: PodShape, gaps: Counter[int], 
     """The node's key for shared ``pod`` (larger is better) and its best GPU. Within the node
     the GPU with the best head wins, then the tightest, then the lowest index (as ``Ours``);
     between nodes the head, then our tie-break."""
-    before = policy.frag(node.model, node.cpu_free, node.gpu_free, node.memory_free)
-    cpu_after = node.cpu_free - pod.cpu_milli
-    mem_after = node.memory_free - pod.memory_mib
     best: tuple[tuple, int] | None = None
-    for i, g in enumerate(node.gpu_free):
-        if g < pod.gpu_milli:
-            continue
-        after = (*node.gpu_free[:i], g - pod.gpu_milli, *node.gpu_free[i + 1:])
-        score = policy._primary(before - policy.frag(node.model, cpu_after, after, mem_after))
+    for i, g, score in policy.gpu_scores(node, pod):
         growth = 0 if mode == "off" else square_growth(gaps, g, pod.gpu_milli)
         if mode == "first":
             head: tuple = (-growth, score)
@@ -70,7 +63,7 @@ def _shared_key(policy: Ours, node: GpuNode, pod: PodShape, gaps: Counter[int], 
     if best is None:
         raise ValueError(f"{node.name}: pod does not fit")
     (head, _), i = best
-    return (*head, policy._tie(node, pod, node.gpu_free_total - pod.total_gpu_milli)), (i,)
+    return (*head, policy.tie(node, pod)), (i,)
 
 
 def run(nodes: Sequence[GpuNode], pods: Sequence[PodShape], policy: Ours, seed: int,

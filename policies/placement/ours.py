@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckpt_preempt.policies.placement.baselines import MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI
@@ -195,20 +196,11 @@ class Ours:
         return -(0.5 * cpu_left / MAX_SPEC_CPU_MILLI + 0.5 * gpu_left_after / MAX_SPEC_GPU_MILLI)
 
     def evaluate(self, node: GpuNode, pod: PodShape) -> tuple[tuple[float, float], tuple[int, ...]]:
-        before = self.frag(node.model, node.cpu_free, node.gpu_free, node.memory_free)
-        cpu_after = node.cpu_free - pod.cpu_milli
-        mem_after = node.memory_free - pod.memory_mib
-        left_after = node.gpu_free_total - pod.total_gpu_milli
-        tie = self._tie(node, pod, left_after)
+        tie = self.tie(node, pod)
         if pod.is_shared:
             best = None
-            for i, g in enumerate(node.gpu_free):
-                if g < pod.gpu_milli:
-                    continue
-                after = (*node.gpu_free[:i], g - pod.gpu_milli, *node.gpu_free[i + 1:])
-                decrease = before - self.frag(node.model, cpu_after, after, mem_after)
-                # equal decreases: the tightest GPU, then the lowest index
-                key = (self._primary(decrease), -g)
+            for i, g, score in self.gpu_scores(node, pod):
+                key = (score, -g)  # equal scores: the tightest GPU, then the lowest index
                 if best is None or key > best[0]:
                     best = (key, i)
             if best is None:
@@ -218,8 +210,26 @@ class Ours:
         if after is None:
             raise ValueError(f"{node.name}: pod does not fit")
         gpus = first_free_gpus(node.gpu_free, pod.gpu_count) if pod.total_gpu_milli else ()
-        decrease = before - self.frag(node.model, cpu_after, after, mem_after)
-        return (self._primary(decrease), tie), gpus
+        before = self.frag(node.model, node.cpu_free, node.gpu_free, node.memory_free)
+        after_frag = self.frag(node.model, node.cpu_free - pod.cpu_milli, after,
+                               node.memory_free - pod.memory_mib)
+        return (self._primary(before - after_frag), tie), gpus
+
+    def tie(self, node: GpuNode, pod: PodShape) -> float:
+        """Our tie-break for ``pod`` on ``node`` (higher is better)."""
+        return self._tie(node, pod, node.gpu_free_total - pod.total_gpu_milli)
+
+    def gpu_scores(self, node: GpuNode, pod: PodShape) -> Iterator[tuple[int, int, float]]:
+        """For a shared ``pod``: (GPU index, its free milli, our score) of each GPU of ``node``
+        it fits on, in index order."""
+        before = self.frag(node.model, node.cpu_free, node.gpu_free, node.memory_free)
+        cpu_after = node.cpu_free - pod.cpu_milli
+        mem_after = node.memory_free - pod.memory_mib
+        for i, g in enumerate(node.gpu_free):
+            if g < pod.gpu_milli:
+                continue
+            after = (*node.gpu_free[:i], g - pod.gpu_milli, *node.gpu_free[i + 1:])
+            yield i, g, self._primary(before - self.frag(node.model, cpu_after, after, mem_after))
 
     def _primary(self, decrease: float) -> float:
         if self.config.integer_score:
