@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from typing import NoReturn
 
 PORT_MIN, PORT_MAX = 1, 65535  # TCP ports a server can listen on (0 would pick one at random)
@@ -27,6 +28,20 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_command(self, argv: Sequence[str] | None = None) -> argparse.Namespace:
+        """``parse_args`` for a program of subcommands (``dest="command"``, added without
+        ``required=True``): an unknown flag is named before a missing command, where argparse
+        would report only "the following arguments are required: COMMAND"."""
+        args, unknown = self.parse_known_args(argv)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if getattr(args, "command", None) is None:
+            names = [name for action in self._actions
+                     if isinstance(action, argparse._SubParsersAction)
+                     for name in action.choices]
+            self.error(f"a COMMAND is required: one of {', '.join(names)}")
+        return args
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:

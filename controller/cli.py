@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}",
                         help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+    # not required=True: parse_command reports an unknown flag first, then a missing COMMAND
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
                                 title="commands", help="what to do, one of:")
     for mod in _commands():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.__doc__,
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command(argv)
     try:
         return args._run(args)
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ Exactly one replica acts at a time (a coordination/v1 Lease). Logs are JSON line
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -34,12 +35,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     logs.add_level_flag(p)
 
 
+def kubeconfig_problem(path: str) -> str | None:
+    """Why the file at ``path`` is not a kubeconfig, or None. The client's loader reports a file
+    that is YAML but not a mapping (``/etc/passwd``, say) as "'str' object does not support item
+    assignment"; this names the file and what it lacks instead."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except OSError as e:
+        return f"kubeconfig {path}: {e.strerror or e}"
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        return f"kubeconfig {path}: not YAML ({type(e).__name__})"
+    if not isinstance(doc, dict) or not any(k in doc for k in ("clusters", "contexts", "users")):
+        return f"kubeconfig {path}: not a kubeconfig (no clusters, contexts or users)"
+    return None
+
+
+def _kubeconfig_files(kubeconfig: str | None) -> list[str]:
+    """The files the client's loader would read: the flag, else $KUBECONFIG's existing entries,
+    else ~/.kube/config where it exists."""
+    if kubeconfig:
+        return [kubeconfig]
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        return [p for p in listed if os.path.exists(p)]
+    default = os.path.expanduser("~/.kube/config")
+    return [default] if os.path.exists(default) else []
+
+
 def api_client(kubeconfig: str | None, in_cluster: bool):
     from kubernetes import client, config
 
     if in_cluster:
         config.load_incluster_config()
         return client.ApiClient()
+    for path in _kubeconfig_files(kubeconfig):
+        if problem := kubeconfig_problem(path):
+            raise ValueError(problem)
     return config.new_client_from_config(config_file=kubeconfig)
 
 

@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -163,8 +164,15 @@ def plot_problem(path: Path, importer: Callable[[str], object] = importlib.impor
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         return f"--plot: directory {parent} does not exist"
+    if path.is_dir():
+        return f"--plot: {path} is a directory"
     if not os.access(parent, os.W_OK):
         return f"--plot: directory {parent} is not writable"
+    try:  # os.access says yes to root everywhere, /proc included: create a file to be sure
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".ckpt-preempt-plot-", suffix=".png"):
+            pass
+    except OSError as e:
+        return f"--plot: cannot create a file in {parent}: {e.strerror or e}"
     try:
         importer("matplotlib")
     except ImportError:
@@ -282,9 +290,14 @@ def run(args: argparse.Namespace) -> int:
     doc = result.as_dict()
     doc["generator"] = cell.params.describe() if cell.params else {}
     doc["wall_seconds"] = round(time.monotonic() - started, 1)
+    plot_error = None
     if args.plot:
-        _plot(result, args.plot)
-        doc["plot"] = str(args.plot)
+        try:  # checked before the run, but the disk can still fill or the folder vanish
+            _plot(result, args.plot)
+            doc["plot"] = str(args.plot)
+        except OSError as e:
+            plot_error = (f"ckpt-preempt simulate: --plot: cannot write {args.plot}: "
+                          f"{e.strerror or e}")
     if args.json:
         emit(json.dumps(doc, indent=2))
     else:
@@ -294,6 +307,9 @@ def run(args: argparse.Namespace) -> int:
                                       if k != "seed"),
             "simulator: " + ", ".join(f"{k}={v}" for k, v in doc["sim"].items()),
         ]))
+    if plot_error:  # the results above are kept; only the picture is missing
+        print(plot_error, file=sys.stderr)
+        return 1
     return 0
 
 

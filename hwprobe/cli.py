@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argtypes.Parser(prog=PROG, description="NVML topology probe for GPU nodes")
     p.add_argument("--version", action="version", version=f"{PROG} {version()}",
                    help="print the version and exit")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands",
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands",
                            help="what to do, one of:")
     sub.add_parser("show", help="topo -m style matrix and a summary")
     report = sub.add_parser("report", help="the full hwprobe/v1 report")
@@ -134,7 +134,7 @@ def _verdict(topo, spec_name, samples=1, interval=0.0):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command(argv)
     logging.basicConfig(level=logging.INFO, format="hwprobe: %(message)s")
     try:
         return _dispatch(args)

@@ -102,7 +102,10 @@ SIM_NUMBERS = [  # every numeric flag of simulate, with a value its type refuses
 ]
 
 ROWS = [
-    c(says="the following arguments are required: COMMAND", id="no subcommand"),
+    c(says="a COMMAND is required: one of simulate, explain, run", id="no subcommand"),
+    c("--bogus", says="unrecognized arguments: --bogus", id="unknown flag, no subcommand"),
+    c("--bogus", "simulate", says="unrecognized arguments: --bogus",
+      id="unknown flag before the subcommand"),
     c("fly", says="invalid choice: 'fly'", id="unknown subcommand"),
     c("simulate", "--bogus", says="unrecognized arguments: --bogus", id="unknown flag"),
     # simulate
@@ -142,6 +145,11 @@ ROWS = [
       id="explain pod without kubeconfig"),
     c("explain", "ns/pod", "--kubeconfig", f"{MISSING}/config",
       says="cannot load Kubernetes credentials", id="explain pod missing kubeconfig"),
+    c("explain", "ns/pod", "--kubeconfig", "/etc/passwd",
+      says="kubeconfig /etc/passwd: not a kubeconfig (no clusters, contexts or users)",
+      id="explain pod with a file that is no kubeconfig"),
+    c("run", "--kubeconfig", "/etc/passwd", says="kubeconfig /etc/passwd: not a kubeconfig",
+      id="run with a file that is no kubeconfig"),
     c("explain", "ns/", says="POD must be NAMESPACE/NAME", id="explain pod without name"),
     c("explain", "ns/pod", "--config", f"{MISSING}/c.yaml", says=f"config {MISSING}/c.yaml",
       id="explain missing config"),
@@ -198,7 +206,8 @@ ROWS = [
     c("agent", "--pod", "p", "--namespace", "n", "--signal-pid", "1", "--signal", "SIGNOPE",
       says="unknown signal 'SIGNOPE'", id="agent unknown signal"),
     # hwprobe
-    h(says="the following arguments are required: COMMAND", id="no subcommand"),
+    h(says="a COMMAND is required: one of show, report", id="no subcommand"),
+    h("--bogus", says="unrecognized arguments: --bogus", id="unknown flag, no subcommand"),
     h("fly", says="invalid choice: 'fly'", id="unknown subcommand"),
     h("show", says="cannot load HWPROBE_NVML_LIBRARY", id="show without NVML"),
     h("report", "--json", says="cannot load HWPROBE_NVML_LIBRARY", id="report without NVML"),

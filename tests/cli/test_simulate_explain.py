@@ -81,6 +81,23 @@ def test_plot_problems_are_found_before_any_simulation(tmp_path, monkeypatch, ca
     assert "--plot needs matplotlib" in capsys.readouterr().err
 
 
+def test_plot_into_a_folder_that_takes_no_files_fails_before_the_simulation(monkeypatch, capsys):
+    # /proc passes os.access for root and is a directory, but no file can be created there
+    def never(*a, **k):
+        raise AssertionError("simulated before validating --plot")
+
+    monkeypatch.setattr(cmd_simulate.experiment, "run_cell", never)
+    monkeypatch.setattr(cmd_simulate.trace_files, "load", never)
+    assert cmd_simulate.run(_args("--plot", "/proc/x.png")) == 2
+    assert "--plot: cannot create a file in /proc" in capsys.readouterr().err
+
+
+def test_plot_onto_a_directory_is_refused(tmp_path):
+    (tmp_path / "d.png").mkdir()
+    problem = cmd_simulate.plot_problem(tmp_path / "d.png", importer=lambda name: None)
+    assert problem == f"--plot: {tmp_path / 'd.png'} is a directory"
+
+
 def test_plot_check_accepts_a_writable_png_path(tmp_path):
     assert cmd_simulate.plot_problem(tmp_path / "x.png", importer=lambda name: None) is None
 

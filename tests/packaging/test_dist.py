@@ -32,9 +32,18 @@ def run(*args: object, **kw) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    logs = []
     for source in (REPO / "sdk", REPO):
-        run(sys.executable, "-m", "build", "--outdir", out, source)
+        r = run(sys.executable, "-m", "build", "--outdir", out, source)
+        logs.append(r.stdout + r.stderr)
+    (out.parent / "build.log").write_text("\n".join(logs))
     return out
+
+
+def test_the_build_is_quiet_about_data_folders(dist):
+    # setuptools warns for every data folder Python could import that is not declared
+    log = (dist.parent / "build.log").read_text()
+    assert "Package would be ignored" not in log, log[:3000]
 
 
 def fresh_venv(where: Path) -> Path:
