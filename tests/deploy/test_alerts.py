@@ -101,3 +101,8 @@ def test_the_unit_tests_fire_and_silence_every_alert():
 def test_the_anchor_reader_follows_github():
     text = "# Ops\n## Alerts: what to do\n```\n# not a heading\n```\n## Alerts: what to do\n"
     assert mon.github_anchors(text) == {"ops", "alerts-what-to-do", "alerts-what-to-do-1"}
+
+
+def test_the_charts_copy_of_the_alerts_is_the_same_file():
+    copy = mon.REPO / "deploy" / "helm" / "ckpt-preempt" / "files" / "alerts.yaml"
+    assert copy.read_text() == mon.ALERTS.read_text(), f"cp {mon.ALERTS} {copy}"
