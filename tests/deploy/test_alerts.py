@@ -7,6 +7,7 @@ promtool itself runs on these files in e2e/test_alert_rules.py."""
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -52,6 +53,14 @@ def test_the_dashboard_covers_the_controllers_metrics():
                                   "ckpt_preempt_health_checkpoint_requests"}
 
 
+def test_every_dashboard_selector_follows_the_namespace_variable():
+    """Two releases in two namespaces are shown apart: each selector of our metrics matches
+    the dashboard's `namespace` variable."""
+    for expr in mon.dashboard_exprs():
+        selectors = re.findall(r"\b(?:ckpt_preempt|hwprobe)_[a-z_]+(\{[^}]*\})?", expr)
+        assert selectors and all('namespace=~"$namespace"' in s for s in selectors), expr
+
+
 def test_the_dashboard_is_a_grafana_model():
     doc = json.loads(mon.DASHBOARD.read_text())
     assert doc["uid"] and doc["title"] and doc["schemaVersion"] >= 36
@@ -60,7 +69,7 @@ def test_the_dashboard_is_a_grafana_model():
     for p in doc["panels"]:
         assert p["datasource"]["uid"] == "${datasource}"
         assert {t["refId"] for t in p["targets"]} == {chr(65 + i) for i in range(len(p["targets"]))}
-    assert [v["name"] for v in doc["templating"]["list"]] == ["datasource"]
+    assert [v["name"] for v in doc["templating"]["list"]] == ["datasource", "namespace"]
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r["alert"] for r in RULES])
