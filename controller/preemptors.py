@@ -94,6 +94,7 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
     deadlines after it."""
     pods = {p.uid: p for p in cand.members}
     model = conv.snapshot.pod_by_uid
+    leaving = {v.uid for g in plan.victim_groups if g.shrink for v in g.victims}
     deadline = max(now, min(plan.drain_deadline or now,
                             now + cfg.max_checkpoint_seconds))
     evict_by = deadline + cfg.eviction_timeout_seconds
@@ -107,7 +108,8 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
         victims=tuple(lifecycle.PlannedVictim(
             uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
             workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY],
-            gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY])
+            gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY],
+            shrink=v.uid in leaving)
             for v in plan.victims),
         lost_gpu_seconds=plan.lost_gpu_seconds,
     )
