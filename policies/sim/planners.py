@@ -38,8 +38,9 @@ def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float,
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
-def _cost_aware(max_ckpt: float, penalty: float, restart: float) -> Planner:
-    cfg = _config(False, max_ckpt, penalty, restart)
+def _cost_aware(max_ckpt: float, penalty: float, restart: float,
+                shrink: bool = True) -> Planner:
+    cfg = _config(False, max_ckpt, penalty, restart, shrink)
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
@@ -54,13 +55,15 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     """The named policy. ``restart_seconds`` is what our search (cost-aware and both
     checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
     ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it. ``shrink``:
-    whether both checkpoint-aware policies may shrink elastic gangs (``policies.shrink``)."""
+    whether our search (cost-aware and both checkpoint-aware policies) may shrink elastic gangs
+    (``policies.shrink``)."""
     if name == kube_default.POLICY:
         return _kube
     if name == kube_workload.POLICY:
         return _kube_workload
     if name == cost_aware.POLICY:
-        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
+        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+                           shrink)
     if name == preemption.POLICY:
         return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
                       shrink)

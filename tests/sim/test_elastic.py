@@ -41,14 +41,14 @@ class Probe(engine.Simulation):
         super()._stop(js, at)
 
 
-def run(minimum, **cfg):
+def run(minimum, policy="checkpoint-aware", **cfg):
     """A 3-member elastic job (10 h of work) fills 3 nodes; a 1-node high job arrives at 1 h
     and runs 1 h."""
     jobs = (job(0, 0.0, 3, duration=10 * HOUR, minimum=minimum),
             job(1, HOUR, 1, duration=HOUR, high=True))
     w = workload.Workload(jobs=jobs, compress=1.0, offered_load=1.0, extra_pods=0,
                           window=12 * HOUR, capacity_gpus=24, params=workload.WorkloadParams())
-    sim = Probe(w, nodes(3), "checkpoint-aware",
+    sim = Probe(w, nodes(3), policy,
                 replace(engine.SimConfig().without_costs(), **cfg))
     return sim.run(), sim.stopped
 
@@ -72,6 +72,16 @@ def test_with_shrink_off_the_elastic_job_is_evicted_whole():
     r, _ = run(minimum=2, shrink=False)
     assert (r.shrinks, r.victims) == (0, 3)
     assert r.lost_work_gpu_hours == pytest.approx(24 * (HOUR + GRACE) / HOUR)
+
+
+@pytest.mark.parametrize("policy", ["checkpoint-aware-drain", "cost-aware"])
+def test_our_search_shrinks_in_every_policy_built_on_it_unless_shrink_is_off(policy):
+    assert run(minimum=2, policy=policy)[0].shrinks == 1
+    assert run(minimum=2, policy=policy, shrink=False)[0].shrinks == 0
+
+
+def test_kube_default_never_shrinks():
+    assert run(minimum=2, policy="kube-default")[0].shrinks == 0
 
 
 def test_a_job_without_a_minimum_is_never_shrunk():
