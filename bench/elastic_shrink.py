@@ -10,6 +10,9 @@ and ours ÷ the strongest baseline within each setting, with 95 % bootstrap inte
 utilisation, victims, shrinks, grow-backs).
 
     python bench/elastic_shrink.py --seeds 10 --scale 0.1 --out bench/results/elastic_shrink.json
+
+It prints one JSON line (the ratios); ``--out`` gets the whole document (medians, per-seed
+values, each seed's workload).
 """
 
 from __future__ import annotations
@@ -112,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(doc, indent=1, sort_keys=True)
     if args.out:
         args.out.write_text(text + "\n")
-    for pr, s in doc["protocols"].items():
-        print(f"training/{pr}: lost, shrink on / off: {s['lost_ratio_shrink_on_vs_off']}; "
-              f"ours / strongest {s['strongest_baseline']}: {s['lost_ratio_vs_strongest']}")
-    print(f"wall {doc['wall_seconds']} s, cpu {doc['cpu_seconds']} s")
+    keys = ("strongest_baseline", "lost_ratio_shrink_on_vs_off", "lost_ratio_vs_strongest",
+            "seeds_where_shrink_lost_more")
+    print(json.dumps({"wall_seconds": doc["wall_seconds"], "protocols": {
+        pr: {k: s[k] for k in keys} for pr, s in doc["protocols"].items()}}))
     return 0
 
 
