@@ -296,9 +296,9 @@ class PlanStepper:
                 self.actions.emit(anchor, "PreemptionDone", f"plan {new.id}: {new.reason}")
 
     def _request(self, r: PlanRecord, uids: tuple[str, ...], world: World) -> None:
-        req = lifecycle.DrainRequest(plan=r.id, requested=world.now, deadline=r.deadline)
         for uid in uids:
             p = world.by_uid[uid]
+            req = lifecycle.drain_request(r, uid, world.now)  # a shrink names who leaves
             if self.actions.request_checkpoint(p, req):
                 self.actions.emit(p, "CheckpointRequested",
                                   f"plan {r.id}: please checkpoint before "

@@ -13,9 +13,14 @@ It watches only its own pod (RBAC: get/watch/patch on that one pod) and writes o
   request being acknowledged, so the API server refuses an ack that lost a race with the cancel.
 - Repeated and malformed drain annotations are ignored (a malformed one is logged once).
 
+An elastic gang's shrink (``policies.shrink``) is a drain request whose ``leaving`` names the
+gang's members that go (this pod among them); the hooks and the SDK pass the names on, so the job
+lets exactly those go and the rest re-form without them (only those are evicted).
+
 Hooks: ``ExecHook`` (run a command; exit 0 = saved; ``cancel_command`` on cancel; both get
-``CKPT_PREEMPT_ACTION``/``_PLAN``/``_DEADLINE``), ``HttpHook`` (POST ``{"action", "plan",
-"deadline"}``; 2xx = saved; cancels go to ``cancel_url``), ``SignalHook`` (signal the workload,
+``CKPT_PREEMPT_ACTION``/``_PLAN``/``_DEADLINE``/``_LEAVING``, the last comma-separated and empty
+unless a shrink), ``HttpHook`` (POST ``{"action", "plan", "deadline"}``, plus ``"leaving"`` on a
+shrink; 2xx = saved; cancels go to ``cancel_url``), ``SignalHook`` (signal the workload,
 SIGUSR1 for a request and SIGUSR2 for a cancel by default, and only if the process handles that
 signal, so a cancel never kills it; the workload acks through the SDK). Hooks run one at a time,
 in order, on the agent's hook thread.
@@ -71,7 +76,8 @@ class Hook:
 
 def _env(action: str, request: lifecycle.DrainRequest) -> dict[str, str]:
     return {**os.environ, "CKPT_PREEMPT_ACTION": action, "CKPT_PREEMPT_PLAN": request.plan,
-            "CKPT_PREEMPT_DEADLINE": rfc3339(request.deadline)}
+            "CKPT_PREEMPT_DEADLINE": rfc3339(request.deadline),
+            "CKPT_PREEMPT_LEAVING": ",".join(request.leaving)}
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,8 @@ class HttpHook(Hook):
 
     def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
         return _post(self.url, {"action": "checkpoint", "plan": request.plan,
-                                "deadline": rfc3339(request.deadline)},
+                                "deadline": rfc3339(request.deadline),
+                                **({"leaving": list(request.leaving)} if request.leaving else {})},
                      timeout=max(1.0, request.deadline - time.time()))
 
     def cancel(self, request: lifecycle.DrainRequest) -> None:
@@ -199,7 +206,7 @@ class CheckpointAgent:
         self._seq += 1
         deadline = None if state is State.CANCELLED else request.deadline
         self._events.append(Event(seq=self._seq, state=state, plan=request.plan,
-                                  deadline=deadline))
+                                  deadline=deadline, leaving=request.leaving))
         self._cond.notify_all()
         log.info("checkpoint %s", state, extra={"plan": request.plan})
 
@@ -208,7 +215,8 @@ class CheckpointAgent:
         if s is not None:
             return Status(agent=self.instance, seq=self._seq,
                           state=State.ACKED if s.acked else State.REQUESTED,
-                          plan=s.request.plan, deadline=s.request.deadline)
+                          plan=s.request.plan, deadline=s.request.deadline,
+                          leaving=s.request.leaving)
         return Status(agent=self.instance, seq=self._seq,
                       state=State.IDLE if c is None else State.CANCELLED,
                       plan=None if c is None else c.plan, deadline=None)

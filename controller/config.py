@@ -28,6 +28,8 @@
     fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
     fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
     restartCostSeconds: 0            # per evicted GPU: your jobs' restart/restore time (0: off)
+    elasticShrink: true              # elastic gangs may give up members above their minimum
+    rendezvousCostSeconds: 60        # per GPU of a shrinking gang: its re-rendezvous (assumed)
     # GPU health from dcgm-exporter through Prometheus (controller/health.py); off without a URL
     prometheusUrl: https://prometheus.monitoring:9090
     prometheusBearerTokenFile: /var/run/secrets/prometheus/token   # sent as Authorization
@@ -57,7 +59,7 @@ import yaml
 
 from ckpt_preempt.controller import gpu_resources as gpu_names
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies import preemption, shrink
 
 # What kube-scheduler calls itself, and what the API server writes into a pod that names no
 # scheduler (kubernetes v1.37.2 staging/src/k8s.io/api/core/v1/types.go DefaultSchedulerName;
@@ -107,6 +109,8 @@ class Config:
     fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
     restart_cost_seconds: float = 0.0
+    elastic_shrink: bool = True
+    rendezvous_cost_seconds: float = shrink.RENDEZVOUS_SECONDS  # an assumption
     prometheus_url: str = ""
     prometheus_bearer_token_file: str = ""
     prometheus_ca_file: str = ""
@@ -178,7 +182,7 @@ class Config:
 
 
 # 0 turns the fairness guard off, and leaves restarts out of a victim's cost
-_ZERO_ALLOWED = {"fairness_penalty_seconds", "restart_cost_seconds"}
+_ZERO_ALLOWED = {"fairness_penalty_seconds", "restart_cost_seconds", "rendezvous_cost_seconds"}
 
 
 def _camel(name: str) -> str:

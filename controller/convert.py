@@ -89,6 +89,7 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
         drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds,
         fairness_penalty_seconds=cfg.fairness_penalty_seconds,
         restart_seconds=cfg.restart_cost_seconds,
+        shrink=cfg.elastic_shrink, rendezvous_seconds=cfg.rendezvous_cost_seconds,
     )
 
 
@@ -107,8 +108,8 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
     problems = [str(x) for x in found]
     native = native_membership(p, podgroups)
     if native is not None:  # the native convention comes first (policies.native_gangs)
-        gang, total = native
-        pod = dataclasses.replace(pod, gang=gang, gang_total=total)
+        gang, minimum = native  # minCount is a minimum, never an exact size
+        pod = dataclasses.replace(pod, gang=gang, gang_total=None, gang_minimum=minimum)
     if requests is None:
         problems.append("pod states no resource requests; planned as requesting nothing")
     return pod, problems
@@ -117,7 +118,7 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
 def native_membership(p: PodInfo,
                       podgroups: Mapping[str, native_gangs.NativeGroup] | None = None,
                       ) -> tuple[str | None, int | None] | None:
-    """(gang key, declared size) from the native PodGroup ``p`` names
+    """(gang key, gang minimum) from the native PodGroup ``p`` names
     (``policies.native_gangs.membership``; ``podgroups`` by ``<namespace>/<name>``, a group
     not in it is unknown); None when it names none, and the label and annotation conventions
     decide."""

@@ -40,7 +40,8 @@ def clique_rule(view: ClusterView, pod: PendingPod) -> CliqueRule | None:
     ones kube-scheduler nominated (their nominated node). With neither, ``first_member_rule``.
     Members in two cliques, or on a node in none, leave no clique."""
     m = pod.model
-    if m.nvlink is not NvlinkNeed.REQUIRED or m.gang is None or m.gang_total == 1:
+    size = m.gang_total or m.gang_minimum  # a native gang's minCount is its minimum
+    if m.nvlink is not NvlinkNeed.REQUIRED or m.gang is None or size == 1:
         return None
     if not any(nv.node.clique is not None for nv in view.nodes.values()):
         return None
@@ -51,7 +52,7 @@ def clique_rule(view: ClusterView, pod: PendingPod) -> CliqueRule | None:
         hosts = [info.nominated for info in pending if info.nominated]
     if not hosts:
         known = [m.gpus] + [i.requests.gpus if i.requests else 0 for i in pending]
-        unseen = max((m.gang_total or 0) - len(known), 0)  # counted at this pod's GPUs
+        unseen = max((size or 0) - len(known), 0)  # counted at this pod's GPUs
         return first_member_rule(view, pod, sum(known) + unseen * m.gpus)
     used = {view.nodes[h].node.clique if h in view.nodes else None for h in hosts}
     if len(used) == 1 and None not in used:

@@ -3,10 +3,11 @@
 ``candidates`` picks the preemptors due this pass from the pending pods: single pods, or every
 pending member of a gang together, in mode (a) (``PodScheduled=False/Unschedulable`` with
 ``preemptionPolicy: Never``) or mode (b) (the ``ckpt-preempt.io/admission`` gate), a gang only
-once it is complete (``policies.gangs.readiness``: its declared total, a native gang's minCount,
-or a Volcano / coscheduling PodGroup's minMember). ``Candidate.order`` is the queue order.
-``plan_record`` turns the planner's plan for a candidate into the ``PlanRecord`` that is stored,
-with its deadlines capped by the config.
+once it is complete (``policies.gangs.readiness``: its declared total, and its minimum,
+``Pod.gang_minimum``, a native gang's minCount or ``ckpt-preempt.io/min-members``, or a Volcano /
+coscheduling PodGroup's minMember, the larger when both are known). ``Candidate.order`` is the
+queue order. ``plan_record`` turns the planner's plan for a candidate into the ``PlanRecord``
+that is stored, with its deadlines capped by the config.
 
 These are apart from ``controller/reconcile.py`` because they only shape data: they read the
 pass's pods and snapshot and write nothing (a gang with more members than it declares is
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
-from ckpt_preempt.policies import gangs, lifecycle, native_gangs
+from ckpt_preempt.policies import gangs, lifecycle
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
 
@@ -73,10 +74,8 @@ def candidates(pods: list[PodInfo], conv: convert.Converted, planned: set[str], 
         total = first.gang_total
         bound = [u for u in conv.snapshot.gangs[key].members if model[u].node is not None]
         have = len(members) + len(bound)
-        if native_gangs.is_native(key):  # minCount: at least that many, more are fine
-            ready = gangs.readiness(have, total=None, minimum=total)
-        else:
-            ready = gangs.readiness(have, total=total, minimum=minimum_of.get(key))
+        declared = [m for m in (first.gang_minimum, minimum_of.get(key)) if m is not None]
+        ready = gangs.readiness(have, total=total, minimum=max(declared, default=None))
         if ready is gangs.Readiness.OVERFULL:
             for p in members:
                 warn(p, "GangTotalMismatch", f"gang {key} declares {total} members but {have} "
@@ -95,6 +94,7 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
     deadlines after it."""
     pods = {p.uid: p for p in cand.members}
     model = conv.snapshot.pod_by_uid
+    leaving = {v.uid for g in plan.victim_groups if g.shrink for v in g.victims}
     deadline = max(now, min(plan.drain_deadline or now,
                             now + cfg.max_checkpoint_seconds))
     evict_by = deadline + cfg.eviction_timeout_seconds
@@ -108,7 +108,8 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
         victims=tuple(lifecycle.PlannedVictim(
             uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
             workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY],
-            gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY])
+            gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY],
+            shrink=v.uid in leaving)
             for v in plan.victims),
         lost_gpu_seconds=plan.lost_gpu_seconds,
     )

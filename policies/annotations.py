@@ -13,7 +13,10 @@ protection, and none makes it cheaper to preempt:
 - a bad ``preemptible``, ``min-runtime`` or ``nvlink`` is ignored: preemptible, no min-runtime,
   no NVLink need;
 - a bad gang name is ignored (the next convention, if any, names the gang), a bad gang total
-  leaves the gang's size undeclared.
+  leaves the gang's size undeclared;
+- a bad ``min-members`` (not a count, more than the gang's declared total, or on a pod in no
+  gang) is ignored: the gang is not elastic, so no member of it can leave more cheaply than the
+  whole gang.
 
 Protection is the admin's to grant (``Limits``): an opt-out (``preemptible: "false"``) is
 honoured only in the namespaces or priority classes the config lists, and a min-runtime only up
@@ -45,6 +48,8 @@ CHECKPOINT_SECONDS = PREFIX + "checkpoint-seconds"
 MIN_RUNTIME = PREFIX + "min-runtime"
 PREEMPTIBLE = PREFIX + "preemptible"
 NVLINK = PREFIX + "nvlink"
+# the fewest members a gang runs with (torchrun-elastic style jobs): members above it may leave
+MIN_MEMBERS = PREFIX + "min-members"
 RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (the controller's)
 # Other projects' names for our last-checkpoint, read only when ours is absent (ours wins when
 # both are set). Volcano's checkpoint-aware victim ordering proposal reads this RFC 3339 (UTC)
@@ -112,6 +117,7 @@ class PodPolicyFields:
     gang_total: int | None = None
     checkpoint_malformed: bool = False  # a checkpoint annotation was bad: all were dropped
     problems: tuple[AnnotationProblem, ...] = ()
+    gang_minimum: int | None = None  # MIN_MEMBERS: the fewest members the gang runs with
 
 
 def parse_duration(value: str) -> float:
@@ -263,12 +269,37 @@ def parse_pod_fields(
         AnnotationProblem(key=e.key, value=e.value, problem=e.problem, consequence=absent)
         for e in bad
     )
+    minimum = None
+    if MIN_MEMBERS in annotations:
+        minimum, bad_min = _min_members(annotations[MIN_MEMBERS], member)
+        if bad_min is not None:
+            problems.append(bad_min)
     return PodPolicyFields(
         checkpoint=mode, last_checkpoint=last, checkpoint_seconds=seconds,
         min_runtime=min_runtime, preemptible=preemptible, nvlink=nvlink,
         gang=member.key if member else None, gang_total=member.total if member else None,
-        checkpoint_malformed=p is not None, problems=tuple(problems),
+        checkpoint_malformed=p is not None, problems=tuple(problems), gang_minimum=minimum,
     )
+
+
+def _min_members(raw: str, member: gangs.GangMembership | None
+                 ) -> tuple[int | None, AnnotationProblem | None]:
+    """The gang minimum ``raw`` declares, or None and why it is ignored (the gang is then not
+    elastic: its members leave only all together)."""
+    ignored = "ignored: the gang is not elastic, its members leave only all together"
+    try:
+        minimum = gangs.parse_total(MIN_MEMBERS, raw)
+    except gangs.GangError as e:
+        return None, AnnotationProblem(key=MIN_MEMBERS, value=raw, problem=e.problem,
+                                       consequence=ignored)
+    if member is None:
+        return None, AnnotationProblem(key=MIN_MEMBERS, value=raw,
+                                       problem="the pod is in no gang", consequence="ignored")
+    if member.total is not None and minimum > member.total:
+        return None, AnnotationProblem(
+            key=MIN_MEMBERS, value=raw,
+            problem=f"more than the gang's declared total of {member.total}", consequence=ignored)
+    return minimum, None
 
 
 def build_pod(
@@ -300,5 +331,6 @@ def build_pod(
         min_runtime=f.min_runtime, preemptible=f.preemptible and in_scope, nvlink=f.nvlink,
         gang=f.gang, gang_total=f.gang_total, labels=labels, terminating=terminating,
         checkpoint_malformed=f.checkpoint_malformed, owner_uid=owner_uid,
+        gang_minimum=f.gang_minimum,
     )
     return pod, f.problems

@@ -76,6 +76,16 @@ def covers(have: Resources, need: Resources) -> bool:
     return need.fits_in(have)
 
 
+def _gangs_offered_twice(units: Sequence[Unit]) -> frozenset[str]:
+    """The gangs with more than one unit among ``units`` (an elastic gang's alternatives)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for u in units:
+        if u.gang is not None:
+            (twice if u.gang in seen else seen).add(u.gang)
+    return frozenset(twice)
+
+
 def gpu_lower_bound(pieces: list[tuple[float, int]], need_gpus: int) -> float:
     """Fractional-knapsack bound on the cost of freeing ``need_gpus`` GPUs.
 
@@ -121,7 +131,9 @@ def min_cover(
     everything left cannot cover the need, or when its cost plus a bound on the GPUs still
     missing (at the cheapest per-GPU rate left) cannot beat the best cover. Units that free
     nothing the need lacks are dropped first: they only add victims. A unit the PDBs do not
-    admit next to those chosen is skipped: adding more only uses up more budget.
+    admit next to those chosen is skipped: adding more only uses up more budget. Units of one
+    gang exclude each other (an elastic gang's shrinks and its whole unit, ``policies.shrink``):
+    a cover takes at most one of them.
     """
 
     def useful(r: Resources) -> bool:
@@ -155,6 +167,8 @@ def min_cover(
     best: list = [None]  # (cost, pdb, victims, ids)
     steps = 0
     chosen: list[int] = []
+    exclusive = _gangs_offered_twice(order)  # gangs of which a cover takes one unit at most
+    taken: set[str] = set()  # those gangs, among the units chosen
 
     def record(c: float, count: int) -> None:
         ids = tuple(order[i].id for i in chosen)
@@ -196,14 +210,23 @@ def min_cover(
         if not covers(have + suffix[i], need):
             return
         u = order[i]
-        if gate is None or not u.pdb_cover:
+        alone = u.gang not in exclusive
+        if not alone and u.gang in taken:
+            pass  # another unit of its gang is chosen
+        elif gate is None or not u.pdb_cover:
             chosen.append(i)
+            if not alone:
+                taken.add(u.gang)
             dfs(i + 1, have + rel[i], c + u.cost, count + len(u.pods))
+            taken.discard(u.gang)
             chosen.pop()
         elif gate.admits(u):
             chosen.append(i)
             gate.add(u)
+            if not alone:
+                taken.add(u.gang)
             dfs(i + 1, have + rel[i], c + u.cost, count + len(u.pods))
+            taken.discard(u.gang)
             gate.remove(u)
             chosen.pop()
         dfs(i + 1, have, c, count)
@@ -217,6 +240,10 @@ def min_cover(
         for i in range(n):
             if greedy is not None and not greedy.admits(order[i]):
                 continue
+            if order[i].gang in exclusive:
+                if order[i].gang in taken:
+                    continue
+                taken.add(order[i].gang)
             if greedy is not None:
                 greedy.add(order[i])
             chosen.append(i)

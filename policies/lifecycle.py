@@ -59,6 +59,7 @@ from ckpt_preempt.policies.plan_record import PlanRecord as PlanRecord
 from ckpt_preempt.policies.plan_record import State as State
 from ckpt_preempt.policies.plan_record import acked as acked
 from ckpt_preempt.policies.plan_record import drain_from_annotation as drain_from_annotation
+from ckpt_preempt.policies.plan_record import drain_request as drain_request
 from ckpt_preempt.policies.plan_record import drain_requested as drain_requested
 from ckpt_preempt.policies.plan_record import drain_to_annotation as drain_to_annotation
 from ckpt_preempt.policies.plan_record import plan_from_annotation as plan_from_annotation

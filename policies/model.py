@@ -216,6 +216,10 @@ class Pod:
     checkpoint_malformed: bool = False
     owner_uid: str | None = None  # the controlling owner (ownerReferences, controller: true)
     held: PodHold | None = None
+    # The fewest members the pod's gang runs with (native PodGroup minCount, or
+    # ``ckpt-preempt.io/min-members``): the members above it may leave and the job goes on
+    # (elastic shrink, ``policies.shrink``). None: not elastic, every member is needed.
+    gang_minimum: int | None = None
 
     @property
     def key(self) -> str:
@@ -335,6 +339,8 @@ class VictimGroup:
     lost_gpu_seconds: float
     reason: str
     penalty_gpu_seconds: float = 0.0
+    # an elastic gang giving up only these members (``policies.shrink``); the rest run on
+    shrink: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

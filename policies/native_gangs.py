@@ -11,8 +11,10 @@ group is that group's gang, whatever labels it also carries.
 
 What the PodGroup says (k8s.io/api@v0.37.2 scheduling/v1beta1/types.go):
 
-- ``spec.schedulingPolicy.gang.minCount``: the gang's size as we plan it (the pending members
-  of an ``All`` group are planned together once that many exist, bound members included);
+- ``spec.schedulingPolicy.gang.minCount``: the fewest members the gang runs with, so a minimum
+  (``Pod.gang_minimum``), never an exact size: the pending members of an ``All`` group are
+  planned together once that many exist, bound members included, and the bound members above
+  it may leave while the rest run on (an elastic shrink, ``policies.shrink``);
 - ``spec.disruptionMode``: ``{all: {}}`` means the group is disrupted as a whole, so it is one
   eviction unit, exactly like a labelled gang; ``{single: {}}`` (the default) means its members
   may be disrupted one by one, so a bound member is its own unit (and loses its own work only).
@@ -78,16 +80,11 @@ def gang_key(namespace: str, ref: str) -> str:
     return f"{namespace}/{CONVENTION}/{ref}"
 
 
-def is_native(gang_key_: str) -> bool:
-    """Whether a gang key (``<namespace>/<convention>/<name>``) names a native PodGroup, whose
-    declared size (``minCount``) is a minimum: more members may exist."""
-    return gang_key_.split("/", 2)[1:2] == [CONVENTION]
-
-
 def membership(*, namespace: str, ref: str, group: NativeGroup | None,
                bound: bool) -> tuple[str | None, int | None]:
-    """(gang key, declared size) of a pod naming native group ``ref``; ``group`` is the PodGroup
-    when known. A bound member of a ``Single`` group is no gang member: (None, None)."""
+    """(gang key, gang minimum: its ``minCount``) of a pod naming native group ``ref``; ``group``
+    is the PodGroup when known. A bound member of a ``Single`` group is no gang member:
+    (None, None)."""
     if group is None:
         return gang_key(namespace, ref), None
     if group.disruption is Disruption.SINGLE:

@@ -67,6 +67,9 @@ class PlannedVictim:
     drain: bool  # ask it to checkpoint first
     workload: str = ""  # the victim's workload key (gang, owner or pod), for fairness history
     gang: str = ""  # its gang, if any: once one member is evicted, the rest always follow
+    # one of the members an elastic gang gives up (policies.shrink): its gang's other members
+    # are no victims and are never touched; its drain request names every member that leaves
+    shrink: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,7 +186,8 @@ def plan_to_annotation(r: PlanRecord) -> str:
         "placements": [{"uid": p.uid, "namespace": p.namespace, "name": p.name, "node": p.node}
                        for p in r.placements],
         "victims": [{"uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
-                     "drain": v.drain, "workload": v.workload, "gang": v.gang}
+                     "drain": v.drain, "workload": v.workload, "gang": v.gang,
+                     **({"shrink": True} if v.shrink else {})}
                     for v in r.victims],
     }, separators=(",", ":"))
 
@@ -221,14 +225,17 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             name=_str(p, "name", _NAME, E), node=_str(p, "node", _NAME, E)))
     victims = []
     for v in d["victims"]:
-        if set(v) != _VICTIM_KEYS:
+        if set(v) - {"shrink"} != _VICTIM_KEYS:
             raise E(f"victims: unexpected fields {sorted(v)}")
         if not isinstance(v["drain"], bool):
             raise E(f"victims.drain: expected true or false, got {v['drain']!r}")
+        if v.get("shrink", False) is not False and v["shrink"] is not True:
+            raise E(f"victims.shrink: expected true, got {v['shrink']!r}")
         victims.append(PlannedVictim(
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
             name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
-            workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E)))
+            workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E),
+            shrink=v.get("shrink", False)))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]
@@ -256,21 +263,50 @@ class DrainRequest:
     plan: str
     requested: float
     deadline: float
+    # an elastic gang's shrink (policies.shrink): the names of its members that leave, this pod
+    # among them; the job runs on without them. Empty: the pod's whole workload goes.
+    leaving: tuple[str, ...] = ()
+
+
+MAX_LEAVING = 1024  # names in one drain request's ``leaving`` (the members on one node)
 
 
 def drain_to_annotation(d: DrainRequest) -> str:
     return json.dumps({"plan": d.plan, "requested": _time(d.requested),
-                       "deadline": _time(d.deadline)}, separators=(",", ":"))
+                       "deadline": _time(d.deadline),
+                       **({"leaving": list(d.leaving)} if d.leaving else {})},
+                      separators=(",", ":"))
 
 
 def drain_from_annotation(raw: str) -> DrainRequest:
     E = DrainFormatError
-    d = _object(raw, E, {"plan", "requested", "deadline"})
+    keys = {"plan", "requested", "deadline"}
+    try:
+        shrinking = "leaving" in json.loads(raw)
+    except (ValueError, TypeError, RecursionError):
+        shrinking = False  # _object says what is wrong
+    d = _object(raw, E, keys | {"leaving"} if shrinking else keys)
     req = _parse_time(d["requested"], "requested", E)
     deadline = _parse_time(d["deadline"], "deadline", E)
     if deadline < req:
         raise E("deadline: before requested")
-    return DrainRequest(plan=_str(d, "plan", _ID, E), requested=req, deadline=deadline)
+    leaving = d.get("leaving", [])
+    if shrinking and (not isinstance(leaving, list) or not 0 < len(leaving) <= MAX_LEAVING
+                      or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in leaving)
+                      or len(set(leaving)) != len(leaving)):
+        raise E(f"leaving: expected 1 to {MAX_LEAVING} distinct pod names")
+    return DrainRequest(plan=_str(d, "plan", _ID, E), requested=req, deadline=deadline,
+                        leaving=tuple(leaving))
+
+
+def drain_request(record: PlanRecord, uid: str, now: float) -> DrainRequest:
+    """The drain request victim ``uid`` of ``record`` gets at ``now``: on a shrink, naming
+    every member of its gang that this plan takes (all on one node: ``policies.shrink``)."""
+    victim = next(v for v in record.victims if v.uid == uid)
+    leaving = tuple(sorted(v.name for v in record.victims
+                           if v.shrink and v.gang == victim.gang)) if victim.shrink else ()
+    return DrainRequest(plan=record.id, requested=now, deadline=record.deadline,
+                        leaving=leaving)
 
 
 def acked(annotations: Mapping[str, str], plan_id: str) -> bool:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ckpt_preempt.policies import candidates, cliques, cost, units
+from ckpt_preempt.policies import shrink as shrink_rules
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     NvlinkNeed,
@@ -70,6 +71,10 @@ class PlannerConfig:
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
     placement: str = admission.GANG_BLOCK  # how a pod that fits as things stand is placed
+    # elastic shrink (policies.shrink): an elastic gang may give up only members above its
+    # minimum, each GPU that stays charged this many seconds; False: every gang goes whole
+    shrink: bool = True
+    rendezvous_seconds: float = shrink_rules.RENDEZVOUS_SECONDS
 
     def __post_init__(self) -> None:
         if self.placement not in admission.PLACEMENTS:
@@ -93,7 +98,13 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
             )
             for p, lost, drained in zip(u.pods, u.losses, u.drained, strict=True)
         )
-        if any(v.drain for v in victims):
+        if u.shrink:
+            victims = tuple(replace(v, checkpoint_seconds=min(
+                cfg.rendezvous_seconds, cfg.max_checkpoint_seconds) if v.drain else None)
+                for v in victims)
+            why = (f"elastic gang gives up {len(victims)} member(s) above its minimum: "
+                   "loses only its re-rendezvous")
+        elif any(v.drain for v in victims):
             why = "on-request checkpoint: loses only its checkpoint time"
         elif u.gang:
             why = f"whole gang of {len(victims)}: least work since its last checkpoint"
@@ -102,7 +113,7 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
         if u.penalty:
             why += f"; preempted recently: charged {u.penalty / 3600:.2f} GPU-h more (fairness)"
         out.append(VictimGroup(gang=u.gang, victims=victims, lost_gpu_seconds=u.lost,
-                               reason=why, penalty_gpu_seconds=u.penalty))
+                               reason=why, penalty_gpu_seconds=u.penalty, shrink=u.shrink))
     return out
 
 
@@ -212,7 +223,27 @@ def plan(
     """Plan for one pending pod or every pending member of one gang.
 
     ``cache``: the cycle's ``PlanCache``, when ``snapshot`` is its base or a view of it
-    (``Snapshot.restricted``); the plan is the same with it or without it."""
+    (``Snapshot.restricted``); the plan is the same with it or without it.
+
+    A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
+    shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
+    (``policies.shrink``), so a later member may need the gang whole."""
+    got = _plan(snapshot, preemptor, config, cache)
+    if not config.shrink or len(preemptor) < 2 or (
+            got.feasible and not any(g.shrink for g in got.victim_groups)):
+        return got
+    whole = _plan(snapshot, preemptor, replace(config, shrink=False), cache)
+    if whole.feasible and (not got.feasible or _plan_key(whole) < _plan_key(got)):
+        return whole
+    return got
+
+
+def _plan_key(p: Plan) -> tuple[float, int, int]:
+    return (p.lost_gpu_seconds + p.penalty_gpu_seconds, p.pdb_violations, len(p.victims))
+
+
+def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
+          cache: PlanCache | None) -> Plan:
     members = sorted(preemptor, key=lambda p: (-p.gpus, -p.requests.cpu_milli, p.uid))
     uids = tuple(p.uid for p in members)
     if not members:
@@ -310,7 +341,7 @@ def _share(cache: PlanCache, snapshot: Snapshot, priority: int,
            config: PlannerConfig) -> Share | None:
     return cache.share(snapshot, priority, search_budget=config.search_budget, cost_settings=(
         config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
-        config.restart_seconds))
+        config.restart_seconds, config.shrink and config.rendezvous_seconds))
 
 
 def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
@@ -320,6 +351,7 @@ def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
         penalty_seconds=config.fairness_penalty_seconds,
         restart_seconds=config.restart_seconds,
+        rendezvous_seconds=config.rendezvous_seconds if config.shrink else None,
         shared=None if shared is None else shared.evictable(),
         unshared=frozenset() if shared is None else shared.unshared,
     )

@@ -346,6 +346,8 @@ class _Search:
                 self.free[n] = self.free_on(n) + res
                 self.touched.add(n)
                 self.dirty.add(n)
+            if unit.shrink:  # its gang's other nodes offer it no more (policies.shrink)
+                self.dirty.update(self.units.nodes_of(unit))
         self.free[name] = self.free_on(name) - pod.requests
         self.dirty.add(name)
         return name

@@ -1,9 +1,10 @@
 """Eviction units, as the planner and the oracle see them.
 
 A unit is what one eviction decision removes: a single pod, or every running member of a gang
-(a gang goes whole or not at all). Its cost is the whole gang's lost work, plus the fairness
-penalty for a workload preempted recently, and it frees the whole gang's resources, on every
-node the gang occupies.
+(a gang goes whole or not at all), or, for an elastic gang, some of its members above its
+minimum (a shrink, ``policies.shrink``; built only when the builder has ``rendezvous_seconds``).
+A whole unit's cost is the whole gang's lost work, plus the fairness penalty for a workload
+preempted recently, and it frees the whole gang's resources, on every node the gang occupies.
 
 The PDB rule for gangs (``PdbBudget``) and the exact within-node search (``min_cover``) are in
 ``policies.cover``, re-exported here.
@@ -15,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ckpt_preempt.policies import cost
+from ckpt_preempt.policies import cost, shrink
 
 # the PDB rule and the exact search, re-exported: callers use them as ``units.*``
 from ckpt_preempt.policies.cover import Cover as Cover
@@ -44,6 +45,7 @@ class Unit:
     penalty: float = 0.0  # fairness: GPU-seconds charged for the workload's recent preemptions
     pdb_cover: tuple[tuple[int, int], ...] = ()  # (index into Snapshot.pdbs, pods it covers)
     cost: float = 0.0  # what the search minimises: lost work plus penalty
+    shrink: bool = False  # some members of an elastic gang, which runs on without them
 
     @property
     def lost(self) -> float:
@@ -81,9 +83,12 @@ class UnitBuilder:
         self, snapshot: Snapshot, preemptor_priority: int, *, drain: bool,
         max_checkpoint_seconds: float, penalty_seconds: float = 0.0,
         restart_seconds: float = 0.0, shared: dict[str, Evictable] | None = None,
-        unshared: frozenset[str] = frozenset(),
+        unshared: frozenset[str] = frozenset(), rendezvous_seconds: float | None = None,
     ) -> None:
         self.s = snapshot
+        # None: no elastic shrink, every gang goes whole (``policies.shrink``)
+        self.rendezvous_seconds = rendezvous_seconds
+        self._shrink_rate: dict[str, float] = {}
         # ``shared``: a cycle's store of what ``evictable_on`` found, for this builder's priority
         # band and cost settings (``policies.plan_cache``), used for every node but ``unshared``
         # (where the snapshot differs from the one the store describes)
@@ -213,6 +218,8 @@ class UnitBuilder:
             r = p.requests
             if r.gpus:
                 charge = self.loss(p)[0]
+                if p.gang is not None and self.rendezvous_seconds is not None:
+                    charge = min(charge, self.shrink_rate(p) * r.gpus)
                 rate = (charge + self.penalty(p) if recent else charge) / r.gpus
             else:
                 rate = 0.0
@@ -238,14 +245,55 @@ class UnitBuilder:
                 (_min_runtime_end(p, self.s.now) for p in self.members(pod)), default=math.inf)
         return got
 
-    def units_on(self, node: str, exclude: Iterable[str] = ()) -> list[Unit]:
+    def shrink_rate(self, pod: Pod) -> float:
+        """A lower bound on what a shrink of ``pod``'s gang costs per GPU it frees (inf: it
+        cannot shrink)."""
+        got = self._shrink_rate.get(pod.gang)
+        if got is None:
+            got = self._shrink_rate[pod.gang] = shrink.rate_bound(
+                self.members(pod), self.rendezvous_seconds)
+        return got
+
+    def shrink_units(self, pod: Pod, node: str) -> list[Unit]:
+        """The shrinks of ``pod``'s elastic gang that evict only members on ``node``
+        (``policies.shrink``); none without ``rendezvous_seconds`` or spare members."""
+        if self.rendezvous_seconds is None or pod.gang is None:
+            return []
+        members = self.members(pod)
+        out = []
+        for leaving in shrink.options(members, node):
+            lost = shrink.shrink_cost(members, self.rendezvous_seconds)
+            penalty = sum(self.penalty(p) for p in leaving)
+            pods = tuple(sorted(leaving, key=lambda p: p.uid))
+            out.append(Unit(
+                id=shrink.unit_id(pod.gang, node, len(pods)), gang=pod.gang, pods=pods,
+                losses=tuple(lost / len(pods) for _ in pods),
+                drained=tuple(self.drain for _ in pods),
+                release={node: shrink.release(pods)}, penalty=penalty,
+                pdb_cover=self.pdb_cover(pods), cost=lost + penalty, shrink=True))
+        return out
+
+    def nodes_of(self, unit: Unit) -> set[str]:
+        """The nodes where choosing ``unit`` changes what may still be evicted: where it frees
+        resources, and for a shrink every node of its gang (the gang is offered no more)."""
+        if not unit.shrink:
+            return set(unit.release)
+        return {p.node for p in self.s.gang_pods(unit.gang) if p.node is not None}
+
+    def units_on(self, node: str, exclude: Iterable[str] | Mapping[str, Unit] = ()) -> list[Unit]:
+        """The eligible units with pods on ``node``, those of an elastic gang's shrinks
+        included; ``exclude``: unit ids, or chosen units by id (their gangs are left out)."""
         skip = set(exclude)
+        if isinstance(exclude, Mapping):
+            skip.update(u.gang for u in exclude.values() if u.gang is not None)
         out: dict[str, Unit] = {}
         for p in self.s.pods_on_node.get(node, ()):
             uid = self.unit_id(p)
             if uid in skip or uid in out or self.why_not(p) is not None:
                 continue
             out[uid] = self.unit(p)
+            for u in self.shrink_units(p, node):
+                out[u.id] = u
         return list(out.values())
 
     def all_units(self) -> list[Unit]:

@@ -16,6 +16,11 @@ Standard library only, so it drops into any training image next to the agent sid
             elif event.state is sdk.State.CANCELLED:
                 pass                       # the plan was aborted: nobody will evict this pod
 
+An elastic job (``ckpt-preempt.io/min-members``, or a native PodGroup's ``minCount``) may be
+asked to shrink: then ``event.leaving`` names the gang's pods that leave (this one among them)
+and only those are evicted; the rest keep running and re-form without them. Empty ``leaving``:
+the whole workload goes.
+
 A checkpoint request never means "stop": keep training until the pod is evicted (SIGTERM), and
 then exit non-zero, so that a Job is never marked Succeeded by a preemption.
 
@@ -75,11 +80,20 @@ class Status:
     state: State
     plan: str | None
     deadline: float | None  # epoch seconds, while requested or acked
+    leaving: tuple[str, ...] = ()  # on an elastic shrink: the gang's pods that leave
 
     @classmethod
     def from_json(cls, d: dict) -> Status:
         return cls(agent=str(d["agent"]), seq=int(d["seq"]), state=State(d["state"]),
-                   plan=d.get("plan"), deadline=d.get("deadline"))
+                   plan=d.get("plan"), deadline=d.get("deadline"),
+                   leaving=_names(d.get("leaving")))
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """Pod names from the agent's JSON; anything else is no names (an older agent sends none)."""
+    if isinstance(value, list | tuple) and all(isinstance(n, str) for n in value):
+        return tuple(value)
+    return ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,11 +104,12 @@ class Event:
     state: State
     plan: str
     deadline: float | None
+    leaving: tuple[str, ...] = ()  # on an elastic shrink: the gang's pods that leave
 
     @classmethod
     def from_json(cls, d: dict) -> Event:
         return cls(seq=int(d["seq"]), state=State(d["state"]), plan=str(d["plan"]),
-                   deadline=d.get("deadline"))
+                   deadline=d.get("deadline"), leaving=_names(d.get("leaving")))
 
 
 class Checkpointer:

@@ -96,6 +96,13 @@ class Ledger:
         self.evictions.append((work + restart) / 3600)
         self.series.append((t, self.total / 3600))
 
+    def restarted(self, t: float, gpu_seconds: float) -> None:
+        """GPU-seconds idle while a job re-forms without being evicted (an elastic job
+        growing back, ``policies.sim.elastic``)."""
+        if self.measured(t):
+            self.restart += gpu_seconds
+            self.series.append((t, self.total / 3600))
+
     def delayed(self, t: float, gpu_seconds: float) -> None:
         if self.measured(t):
             self.delay += gpu_seconds

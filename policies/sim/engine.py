@@ -44,8 +44,10 @@ from dataclasses import dataclass, field, replace
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import kube_default, preemption
 from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from ckpt_preempt.policies.shrink import RENDEZVOUS_SECONDS
 from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome
 from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.elastic import ElasticJobs
 from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
@@ -72,6 +74,8 @@ class SimConfig:
     # what our search charges per evicted GPU for a restart (the controller's
     # restartCostSeconds): None = the operator set it to restore_seconds; 0 = blind to restarts
     planner_restart_seconds: float | None = None
+    shrink: bool = True  # our planner may shrink elastic jobs (policies.sim.elastic)
+    rendezvous_seconds: float = RENDEZVOUS_SECONDS
 
     @property
     def planner_restart(self) -> float:
@@ -115,11 +119,13 @@ class PolicyResult:
     drains_failed: int = 0  # drain requests that ended without a checkpoint
     drains_overrun: int = 0  # drains whose checkpoint took longer than estimated
     lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
+    shrinks: int = 0  # elastic jobs that gave up members and ran on (policies.sim.elastic)
+    grown_back: int = 0  # shrunken jobs that took their members back
 
 
 class _JobState:
     __slots__ = ("job", "models", "origin", "pods", "queued_at", "remaining", "report",
-                 "restore", "retry_at", "start", "started", "token")
+                 "restore", "retry_at", "speed", "start", "started", "token")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -135,6 +141,7 @@ class _JobState:
         self.pods: list[tuple[Pod, int]] = []  # (model pod, node index) while running
         self.models: tuple[Pod, ...] = ()  # the same pods, last checkpoint kept current
         self.report: tuple[float, float] | None = None  # (true checkpoint, published time)
+        self.speed = 1.0  # share of its members running (policies.sim.elastic)
 
     def last_checkpoint(self, t: float) -> float:
         """The last periodic checkpoint by ``t`` (its training origin before the first one)."""
@@ -151,7 +158,7 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-class Simulation(PlannerView):
+class Simulation(PlannerView, ElasticJobs):
     def __init__(
         self, workload: Workload, nodes: list[TraceNode], policy: str,
         config: SimConfig = SimConfig(), clock: Callable[[], float] | None = None,
@@ -161,7 +168,8 @@ class Simulation(PlannerView):
         self.cfg = config
         self.policy = policy
         self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
-                                   config.fairness_penalty_seconds, config.planner_restart)
+                                   config.fairness_penalty_seconds, config.planner_restart,
+                                   shrink=config.shrink)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress
@@ -186,7 +194,7 @@ class Simulation(PlannerView):
         self.waits: list[float] = []
         self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
                            invalid=0, waiting=0, unreported=0, drains_failed=0,
-                           drains_overrun=0)
+                           drains_overrun=0, shrinks=0, grown_back=0)
         self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
         self.measured_preemptions: Counter[int] = Counter()  # the same, after the warm-up
 
@@ -200,6 +208,7 @@ class Simulation(PlannerView):
         js.start = at - (js.job.done_before if not js.started else 0.0)
         js.origin = js.start + js.restore
         js.started = True
+        js.speed = 1.0
         js.token += 1
         js.pods = [
             (self._model(js, k, self.nodes[i].name, at), i) for k, i in enumerate(placed)
@@ -244,6 +253,7 @@ class Simulation(PlannerView):
             (v.checkpoint_seconds or 0.0 for v in plan.victims if v.drain), default=0.0))
         release = t + max(cfg.grace_seconds, deadline)
         hit = sorted({int(v.uid.split("-")[0]) for v in plan.victims})
+        leaving = {v.uid for g in plan.victim_groups if g.shrink for v in g.victims}
         self.counts["preemptions"] += measured
         for job_id in hit:
             vs = self.running[job_id]
@@ -252,14 +262,16 @@ class Simulation(PlannerView):
             times.append(t)
             self.measured_preemptions[job_id] += measured
             self.counts["unreported"] += measured and not self._reports(vs.job)
-            evicted = {f"{job_id}-{k}" for k in range(len(vs.job.members))}
+            evicted = {p.uid for p, _ in vs.pods}
             named = {v.uid for v in plan.victims} & evicted
+            if self._shrinks(vs, named, leaving, t, release, measured):
+                continue
             if vs.job.is_gang and named != evicted:
                 if plan.policy != kube_default.POLICY:
                     self.counts["invalid"] += 1  # a gang-aware plan must take the whole gang
                 self.counts["gangs_broken"] += measured
             self._charge(vs, t, release, bool(drained & evicted), nth, deadline, measured)
-            self.counts["victims"] += measured * len(vs.job.members)
+            self.counts["victims"] += measured * len(evicted)
         placed = [0] * len(js.job.members)
         by_uid = {p.pod_uid: p.node for p in plan.placements}
         allowed = self.cap.allowed_for(js.job.members)
@@ -286,6 +298,7 @@ class Simulation(PlannerView):
         """Stop victim job ``vs`` at ``release`` (its plan made at ``t``), charge what it
         loses and requeue it; ``nth``: how often it was preempted before."""
         job, cfg = vs.job, self.cfg
+        gpus = sum(p.gpus for p, _ in vs.pods)  # fewer than the job's while it is shrunken
         saved_by_drain = False
         if drained and job.checkpoint is CheckpointMode.ON_REQUEST:
             out = drain_outcome(
@@ -297,14 +310,14 @@ class Simulation(PlannerView):
             if out.saved:
                 saved_by_drain = True
                 saved = max(0.0, t - vs.origin)
-                lost = job.gpus * out.seconds
+                lost = gpus * out.seconds
         if not saved_by_drain:
             last = vs.last_checkpoint(release)
             saved = max(0.0, last - vs.origin)
-            lost = job.gpus * max(0.0, release - max(last, vs.origin))
+            lost = gpus * max(0.0, release - max(last, vs.origin))
         restore = job.restore_seconds if job.restore_seconds is not None else cfg.restore_seconds
         self._stop(vs, release)
-        vs.remaining = max(1.0, vs.remaining - saved)
+        vs.remaining = max(1.0, vs.remaining - saved * vs.speed)
         vs.restore = restore
         self.ledger.evicted(t, lost, job.gpus * restore)
         self._push(release, "requeue", vs)
@@ -331,6 +344,7 @@ class Simulation(PlannerView):
                     break
                 _, _, js = heapq.heappop(q)
                 self._start(js, placed, self.t)
+        self._grow_back()
 
     def run(self) -> PolicyResult:
         jobs = self.w.jobs
@@ -389,5 +403,6 @@ class Simulation(PlannerView):
             eviction_losses=tuple(led.evictions),
             drains_failed=self.counts["drains_failed"],
             drains_overrun=self.counts["drains_overrun"],
-            lost_series=tuple(led.series),
+            lost_series=tuple(led.series), shrinks=self.counts["shrinks"],
+            grown_back=self.counts["grown_back"],
         )

@@ -86,6 +86,7 @@ class PlannerView:
             node=node, start_time=js.start if node else None, checkpoint=j.checkpoint,
             checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
             if j.is_gang else None, owner_uid=f"job-{j.id}",
+            gang_minimum=j.min_members if j.is_gang else None,
         )
 
     # -- what the planner sees, and asking it --------------------------------------------

@@ -25,20 +25,22 @@ def _kube_workload(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
 
 
 def _config(drain: bool, max_ckpt: float, penalty: float,
-            restart: float) -> preemption.PlannerConfig:
+            restart: float, shrink: bool = True) -> preemption.PlannerConfig:
     return preemption.PlannerConfig(
         drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
-        fairness_penalty_seconds=penalty, restart_seconds=restart,
+        fairness_penalty_seconds=penalty, restart_seconds=restart, shrink=shrink,
     )
 
 
-def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float) -> Planner:
-    cfg = _config(drain, max_ckpt, penalty, restart)
+def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float,
+           shrink: bool = True) -> Planner:
+    cfg = _config(drain, max_ckpt, penalty, restart, shrink)
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
-def _cost_aware(max_ckpt: float, penalty: float, restart: float) -> Planner:
-    cfg = _config(False, max_ckpt, penalty, restart)
+def _cost_aware(max_ckpt: float, penalty: float, restart: float,
+                shrink: bool = True) -> Planner:
+    cfg = _config(False, max_ckpt, penalty, restart, shrink)
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
@@ -49,18 +51,23 @@ POLICIES = (*BASELINES, preemption.POLICY, DRAIN_POLICY)
 
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
-                restart_seconds: float = 0.0) -> Planner:
+                restart_seconds: float = 0.0, *, shrink: bool = True) -> Planner:
     """The named policy. ``restart_seconds`` is what our search (cost-aware and both
     checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
-    ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it."""
+    ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it. ``shrink``:
+    whether our search (cost-aware and both checkpoint-aware policies) may shrink elastic gangs
+    (``policies.shrink``)."""
     if name == kube_default.POLICY:
         return _kube
     if name == kube_workload.POLICY:
         return _kube_workload
     if name == cost_aware.POLICY:
-        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
+        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+                           shrink)
     if name == preemption.POLICY:
-        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
+        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+                      shrink)
     if name == DRAIN_POLICY:
-        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
+        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+                      shrink)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

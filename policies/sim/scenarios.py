@@ -24,6 +24,9 @@ cited (where it was read) or marked as an assumption.
 - Restore after an eviction: U(60, 600) s. Assumption; CheckFreq's abstract says its
   checkpoints cut recovery "from hours to seconds", which bounds neither end.
 - CPU and memory: 4 cores and 16 GiB per GPU. Assumption, sized to fit every openb node type.
+- Elastic: 50 % of low-priority multi-node jobs run elastic (torchrun-elastic style), with a
+  minimum of half their pods; drawn from their own seeded stream, so every other draw is as
+  without them. Assumption: no published share of elastic training jobs was found.
 - Arrivals: Poisson with mean gap 300 s. Assumption; every protocol rescales time or shrinks
   the cluster to reach its load, so only the mix matters.
 
@@ -64,6 +67,8 @@ class TrainingParams:
     on_request_share: float = 0.5
     checkpoint_seconds: tuple[float, float] = (30.0, 180.0)
     restore_seconds: tuple[float, float] = (60.0, 600.0)
+    elastic_share: float = 0.5  # of low-priority multi-node jobs (assumption)
+    elastic_min_fraction: float = 0.5  # their minimum: this share of their pods, at least 1
 
     def describe(self) -> dict:
         return asdict(self)
@@ -83,6 +88,7 @@ class TrainingJob:
     interval: float | None
     checkpoint_seconds: float | None
     restore_seconds: float
+    min_pods: int | None = None  # elastic: the fewest pods it runs with; None: all
 
     @property
     def gpus(self) -> int:
@@ -101,6 +107,7 @@ def _run_seconds(rng: random.Random) -> float:
 def training_trace(seed: int, params: TrainingParams = TrainingParams()) -> list[TrainingJob]:
     """``params.jobs`` training jobs with Poisson arrivals from t = 0, seeded."""
     rng = random.Random(f"training-{seed}")
+    elastic_rng = random.Random(f"training-elastic-{seed}")  # apart: the other draws stay
     out = []
     t = 0.0
     for i in range(params.jobs):
@@ -124,11 +131,13 @@ def training_trace(seed: int, params: TrainingParams = TrainingParams()) -> list
             mode, interval_or_none, ckpt_or_none = CheckpointMode.ON_REQUEST, interval, ckpt
         else:
             mode, interval_or_none, ckpt_or_none = CheckpointMode.PERIODIC, interval, ckpt
+        elastic = pods > 1 and not high and elastic_rng.random() < params.elastic_share
         out.append(TrainingJob(
             name=f"train-{i:05d}", creation=t, deletion=t + run,
             qos=HIGH_QOS if high else LOW_QOS, pods=pods, gpus_per_pod=per_pod,
             checkpoint=mode, interval=interval_or_none, checkpoint_seconds=ckpt_or_none,
             restore_seconds=restore,
+            min_pods=max(1, int(pods * params.elastic_min_fraction)) if elastic else None,
         ))
     return out
 
@@ -148,6 +157,6 @@ def jobs_from(arrivals: list[Arrival]) -> list[Job]:
             ),
             checkpoint=t.checkpoint, interval=t.interval,
             checkpoint_seconds=t.checkpoint_seconds, restore_seconds=t.restore_seconds,
-            done_before=a.done_before,
+            done_before=a.done_before, min_members=t.min_pods,
         ))
     return jobs

@@ -81,6 +81,8 @@ class Job:
     reports: bool = True  # its pods carry last-checkpoint (False: it checkpoints silently)
     restore_seconds: float | None = None  # restart/restore time after eviction; None: SimConfig
     done_before: float = 0.0  # seconds it had run before the replay began (pre-filled jobs)
+    # elastic: the fewest members it runs with (policies.sim.elastic); None: all are needed
+    min_members: int | None = None
 
     @property
     def gpus(self) -> int:

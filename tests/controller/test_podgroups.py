@@ -116,7 +116,8 @@ def _victims(snap) -> list[str]:
 def test_all_group_is_one_victim_unit_and_wins_over_labels():
     snap = _snapshot("all", labelled=True)
     assert {snap.pod_by_uid[f"uid-v-{i}"].gang for i in range(4)} == {"team/native/g"}
-    assert snap.pod_by_uid["uid-v-0"].gang_total == 4
+    assert snap.pod_by_uid["uid-v-0"].gang_minimum == 4
+    assert snap.pod_by_uid["uid-v-0"].gang_total is None
     assert _victims(snap) == ["v-0", "v-1", "v-2", "v-3"]
 
 

@@ -8,6 +8,8 @@ and without, and requires identical plans; the unit tests pin down what invalida
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +55,9 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
             prio = gang_priority[gang] if gang else draw(st.sampled_from(PRIORITIES))
             pods.append(running_pod(draw(BITS), f"p{len(pods)}", name, g, gang, prio))
             left -= g
+    # some gangs elastic (policies.shrink): their members above the minimum may go alone
+    minimum = {g: draw(st.sampled_from([None, 1, 1, 2])) for g in gangs}
+    pods = [replace(p, gang_minimum=minimum[p.gang]) if p.gang else p for p in pods]
     queue = []
     for k in range(draw(st.integers(1, 5))):
         size = draw(st.sampled_from([1, 1, 2, 3]))
@@ -76,6 +81,7 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
         min_candidate_nodes_absolute=draw(st.integers(1, 4)),
         record_rejections=draw(st.booleans()),
         restart_seconds=draw(st.sampled_from([0.0, 60.0])),
+        rendezvous_seconds=draw(st.sampled_from([1.0, 60.0])),
     )
     names, uids = [n.name for n in nodes], [p.uid for p in pods]
     own = [

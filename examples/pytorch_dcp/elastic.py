@@ -1,0 +1,231 @@
+"""An elastic run that shrinks from 3 to 2 ranks and keeps training: torchrun's elastic agents
+(c10d rendezvous, gloo, CPU) and DCP checkpoints, as an elastic gang under ckpt-preempt.
+
+    python examples/pytorch_dcp/elastic.py --dir /tmp/elastic --steps 60 --leave-at 20
+
+The launcher starts three torchrun agents (``--nnodes 2:3``: the job runs on 2 or 3 "nodes",
+one rank each; the pods of an elastic gang carrying ``ckpt-preempt.io/min-members: "2"``) on one
+c10d rendezvous. Each rank trains the MLP of ``train.py`` (DDP over gloo) and all ranks save a
+DCP checkpoint together every ``--every`` steps and whenever one of them hears a drain request
+through the SDK (``ckpt_preempt_sdk``: with ``--agent-url``; a shrink's request names the pods
+that leave in ``event.leaving``).
+
+At step ``--leave-at``, right after the checkpoint of that step (the one a shrink's drain
+request would have asked for), the launcher ends the third agent with SIGTERM: the eviction of
+the member the shrink takes. The other ranks' next collective fails, their agents restart them,
+the rendezvous re-forms with the two agents left (torchrun's ``--nnodes 2:3``), and the two new
+ranks load the latest checkpoint and go on from that step, now with world size 2: nothing
+trained before the checkpoint is lost, only the re-rendezvous and the reload. Rank 0 appends
+``{"step", "loss", "world"}`` lines to ``<dir>/loss.jsonl``; the launcher exits 0 once the
+survivors finish ``--steps``.
+
+Worker mode (torchrun sets RANK/WORLD_SIZE) is the same file with ``--worker``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+with contextlib.suppress(IndexError):  # run from a source checkout: the SDK is in sdk/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk"))
+import ckpt_preempt_sdk as sdk
+
+NODES, MIN_NODES = 3, 2
+FEATURES, HIDDEN, BATCH = 16, 64, 32
+LATEST = "latest"
+# how long the rendezvous waits for more agents once it has the minimum, and for the first
+# ones: short, so the demo re-forms in seconds (torch's defaults: 30 s and 600 s)
+RDZV_CONF = "last_call_timeout=3,join_timeout=120,close_timeout=5"
+LEAVE_TIMEOUT_SECONDS = 300
+
+
+def at_least(low: int):
+    def parse_value(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
+        return value
+    return parse_value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump: the project's bad-input rule
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", required=True, help="checkpoints and loss.jsonl go here")
+    ap.add_argument("--steps", type=at_least(1), default=60)
+    ap.add_argument("--leave-at", type=at_least(1), default=20,
+                    help="the step after which the third rank's agent is ended")
+    ap.add_argument("--every", type=at_least(1), default=10, help="checkpoint interval")
+    ap.add_argument("--seed", type=at_least(0), default=0)
+    ap.add_argument("--agent-url", help="the ckpt-preempt agent's endpoint (rank 0 polls it)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if not args.leave_at < args.steps:
+        ap.error("--leave-at must be below --steps")
+    return args
+
+
+# ---------------------------------------------------------------------------- the launcher
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args: argparse.Namespace, argv: list[str]) -> int:
+    run = Path(args.dir)
+    try:
+        (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"elastic.py: cannot use --dir {args.dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    port = free_port()
+    env = {"OMP_NUM_THREADS": "1", **os.environ}
+    agents = []
+    for node in range(NODES):
+        agents.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", f"--nnodes={MIN_NODES}:{NODES}",
+             "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+             "--rdzv-id=elastic-demo", f"--rdzv-conf={RDZV_CONF}", "--max-restarts=3",
+             "--monitor-interval=0.5", __file__, "--worker", *argv],
+            env={**env, "CKPT_ELASTIC_NODE": str(node)}))
+        if node == 0:
+            time.sleep(1.0)  # the first agent hosts the c10d store; the others join it
+    leaving = agents[-1]
+    marker = run / f"left-at-{args.leave_at}"
+    end = time.monotonic() + LEAVE_TIMEOUT_SECONDS
+    while not marker.exists() and time.monotonic() < end and all(
+            a.poll() is None for a in agents):
+        time.sleep(0.2)
+    if not marker.exists():
+        for a in agents:
+            a.terminate()
+        print(f"elastic.py: step {args.leave_at} was not reached", file=sys.stderr)
+        return 1
+    print(f"launcher: ending node {NODES - 1}'s agent after step {args.leave_at} "
+          "(the member the shrink takes)", flush=True)
+    leaving.send_signal(signal.SIGTERM)
+    leaving.wait()
+    codes = [a.wait() for a in agents[:-1]]
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+# ---------------------------------------------------------------------------- the workers
+
+
+def worker(args: argparse.Namespace) -> int:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    node = int(os.environ.get("CKPT_ELASTIC_NODE", "0"))
+    torch.manual_seed(args.seed)
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, 1)))
+    optim = torch.optim.Adam(model.parameters(), lr=0.01)
+    teacher = torch.randn(FEATURES, 1, generator=torch.Generator().manual_seed(args.seed + 1))
+    ckpts = Path(args.dir) / "checkpoints"
+
+    def batch(step: int):
+        g = torch.Generator().manual_seed((args.seed * 1_000_003 + step) * 16 + rank)
+        x = torch.randn(BATCH, FEATURES, generator=g)
+        return x, 2 * torch.sin(x @ teacher / 4)
+
+    def save(step: int) -> None:
+        model_sd, optim_sd = get_state_dict(model, optim)
+        path = ckpts / f"step-{step:08d}"
+        dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)},
+                 checkpoint_id=path)
+        dist.barrier()  # every rank's shard is written before `latest` names it
+        if rank == 0:
+            (ckpts / f"{LATEST}.tmp").write_text(path.name)
+            os.replace(ckpts / f"{LATEST}.tmp", ckpts / LATEST)
+
+    step = 0
+    if (ckpts / LATEST).exists():
+        path = ckpts / (ckpts / LATEST).read_text().strip()
+        model_sd, optim_sd = get_state_dict(model, optim)
+        state = {"model": model_sd, "optim": optim_sd, "step": torch.tensor(0)}
+        dcp.load(state, checkpoint_id=path)  # resharded to this world size by DCP
+        set_state_dict(model, optim, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        step = int(state["step"])
+    if rank == 0:
+        print(f"rank 0: world size {world}, training from step {step}", flush=True)
+    agent = sdk.Checkpointer(args.agent_url) if rank == 0 and args.agent_url else None
+    losses = open(Path(args.dir) / "loss.jsonl", "a") if rank == 0 else None  # noqa: SIM115
+    try:
+        while step < args.steps:
+            wanted = []
+            if agent is not None:
+                with contextlib.suppress(sdk.AgentUnavailable):
+                    wanted = [e for e in agent.events() if e.state is sdk.State.REQUESTED]
+                for e in wanted:  # a shrink names who leaves; everyone saves first
+                    print(f"drain request {e.plan}: leaving {list(e.leaving) or 'all'}",
+                          flush=True)
+            x, y = batch(step)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            step += 1
+            agreed = torch.tensor([loss.item(), float(bool(wanted))], dtype=torch.float64)
+            dist.all_reduce(agreed)
+            if losses is not None:
+                losses.write(json.dumps({"step": step, "loss": agreed[0].item() / world,
+                                         "world": world}) + "\n")
+                losses.flush()
+            if agreed[1] > 0 or step % args.every == 0 or step == args.leave_at:
+                save(step)
+                for e in wanted:
+                    with contextlib.suppress(sdk.AgentUnavailable):
+                        agent.done(e.plan)
+            if step == args.leave_at and node == NODES - 1 and world == NODES:
+                (Path(args.dir) / f"left-at-{step}").write_text("")  # the launcher's cue
+                time.sleep(LEAVE_TIMEOUT_SECONDS)  # evicted here: SIGTERM ends it
+    finally:
+        if losses is not None:
+            losses.close()
+    if rank == 0:
+        print(f"rank 0: finished at step {step} with world size {world}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    if args.worker:
+        code = worker(args)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # as train.py: torch's threads can abort the interpreter's teardown
+    return launch(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
