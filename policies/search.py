@@ -338,17 +338,20 @@ class _Search:
                         "but leaves the rest of the gang costlier")
         name, cover, here_units = top[rank][4], top[rank][5], top[rank][6]
         for uid in cover.unit_ids:
-            unit = here_units[uid]
-            self.chosen[uid] = unit
-            self.cost += unit.cost
-            self.pdb.add(unit)
-            for n, res in unit.release.items():
-                self.free[n] = self.free_on(n) + res
-                self.touched.add(n)
-                self.dirty.add(n)
+            self.take(here_units[uid])
         self.free[name] = self.free_on(name) - pod.requests
         self.dirty.add(name)
         return name
+
+    def take(self, unit: units.Unit) -> None:
+        """Evict ``unit``: charge its cost and PDB budget, free what it holds on every node."""
+        self.chosen[unit.id] = unit
+        self.cost += unit.cost
+        self.pdb.add(unit)
+        for n, res in unit.release.items():
+            self.free[n] = self.free_on(n) + res
+            self.touched.add(n)
+            self.dirty.add(n)
 
 
 class _Sampler:

@@ -132,9 +132,6 @@ def test_unknown_group_is_evicted_whole():
     assert _victims(snap) == ["v-0", "v-1", "v-2", "v-3"]
 
 
-@pytest.mark.xfail(strict=True, reason="the planner places a gang preemptor member by member "
-                   "(policies/preemption.py), so it misses one victim group that frees room on "
-                   "two nodes at once; e2e/test_native_compare.py seed 1 shows it live")
 def test_gang_preemptor_takes_the_victim_group_that_frees_two_nodes_at_once():
     """Seed 1 of e2e/test_native_compare.py: groups ga (39.84 GPU-h unsaved) and gb
     (10 GPU-h) straddle n0 and n1; s2 (44.48) and s3 (35.28) fill n2 and n3. Two 8-GPU members
