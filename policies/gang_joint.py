@@ -60,11 +60,12 @@ def total(search: _Search) -> tuple[float, int, int]:
 def place_members(
     snapshot: Snapshot, members: Sequence[Pod], config, builder: units.UnitBuilder,
     memo: dict, first_rank: int = 0, together: int = 1, ceiling: float = float("inf"),
-    shared: Share | None = None, seed: units.Unit | None = None,
+    shared: Share | None = None, seed: units.Unit | None = None, collect: bool = False,
 ) -> tuple[_Search, list[Placement], Pod | None]:
     """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
     ``together`` > 1, the first that many members share one node, freed by one joint cover;
-    with ``seed``, that unit is evicted before any member is placed.
+    with ``seed``, that unit is evicted before any member is placed; with ``collect``, the
+    search keeps every cover evaluated for the first member (``_Search.covers_seen``).
 
     An ``nvlink: required`` gang on a cluster with NVLink cliques is placed inside one clique
     (``policies.cliques``): each candidate clique is tried in turn and the cheapest total wins.
@@ -75,7 +76,7 @@ def place_members(
     domains = cliques.gang_cliques(snapshot, members, memo)
     if domains is None:
         return _place_in(snapshot, members, config, builder, memo, first_rank, together,
-                         ceiling, shared, seed)
+                         ceiling, shared, seed, collect)
     best: tuple[_Search, list[Placement]] | None = None
     failed: list[tuple[str, _Search, Pod]] = []
     evaluated = 0
@@ -84,7 +85,7 @@ def place_members(
         # the cycle's shared judgements index the whole node list: not this view's
         search, placements, stuck = _place_in(
             cliques.clique_view(snapshot, clique, memo), members, config, builder, memo,
-            first_rank, together, limit, None, seed)
+            first_rank, together, limit, None, seed, collect)
         evaluated += search.evaluated
         if stuck is not None:
             failed.append((clique, search, stuck))
@@ -120,10 +121,12 @@ def place_members(
 def _place_in(
     snapshot: Snapshot, members: Sequence[Pod], config, builder: units.UnitBuilder,
     memo: dict, first_rank: int, together: int, ceiling: float, shared: Share | None,
-    seed: units.Unit | None,
+    seed: units.Unit | None, collect: bool,
 ) -> tuple[_Search, list[Placement], Pod | None]:
     """``place_members`` on every node of ``snapshot``, whatever their cliques."""
     search = _Search(snapshot, builder, config, memo, shared)
+    if collect:
+        search.covers_seen = []
     placements = []
     rest = list(members)
     if seed is not None:
@@ -152,6 +155,7 @@ def _place_in(
         placements.append(Placement(pod_uid=pod.uid, node=node))
         if len(placements) == 1:  # only the first member placed so far
             search.first_cost = search.cost
+            search.first_covers, search.covers_seen = search.covers_seen or [], None
     return search, placements, None
 
 
@@ -159,8 +163,9 @@ def improve(
     snapshot: Snapshot, members: Sequence[Pod], config, builder: units.UnitBuilder,
     memo: dict, shared: Share | None, search: _Search, placements: list[Placement],
 ) -> tuple[_Search, list[Placement], int]:
-    """The cheapest of the member-by-member plan (``search``, ``placements``) and the tries in
-    the module docstring: (its search, its placements, nodes the tries evaluated).
+    """The cheapest of the member-by-member plan (``search``, ``placements``: from
+    ``place_members`` with ``collect``) and the tries in the module docstring: (its search, its
+    placements, nodes the tries evaluated).
 
     Every try costs at least the first member's cheapest cover, so when the later members cost
     nothing (``search.cost == search.first_cost``) there is nothing to gain and none is made."""
@@ -170,14 +175,14 @@ def improve(
     tries = [(rank, 1) for rank in range(1, config.gang_first_member_alternatives + 1)]
     if not any(p.nvlink is NvlinkNeed.REQUIRED and p.gpus > 1 for p in members):
         tries += [(0, k) for k in range(2, len(members) + 1)]
-    ceiling = search.cost
+    ceiling, first = search.cost, search
     for rank, together in tries:
         alt, alt_placements, alt_stuck = place_members(
             snapshot, members, config, builder, memo, rank, together, ceiling, shared)
         evaluated += alt.evaluated
         if alt_stuck is None and total(alt) < total(search):
             search, placements = alt, alt_placements
-    for seed in spread_units(snapshot, members, builder, search.cost, config.joint_seeds):
+    for seed in spread_units(snapshot, members, first, total(search)[0], config.joint_seeds):
         best = total(search)
         if seed.cost > best[0]:
             break  # seeds come cheapest first: this one alone costs more than the plan
@@ -189,33 +194,39 @@ def improve(
     return search, placements, evaluated
 
 
-def spread_units(snapshot: Snapshot, members: Sequence[Pod], builder: units.UnitBuilder,
+def spread_units(snapshot: Snapshot, members: Sequence[Pod], first: _Search,
                  ceiling: float, limit: int) -> list[units.Unit]:
-    """Up to ``limit`` evictable victim gangs, cheapest first (then by id), that cost no more
-    than ``ceiling`` and hold resources on at least two open nodes big enough for a member:
-    the victims that can make room for several members at once."""
-    if limit <= 0:
+    """Up to ``limit`` victim gangs, cheapest first (then by id), that cost no more than
+    ``ceiling``, hold resources on at least two open nodes big enough for a member (they can
+    make room for several members at once), and are in the exact cover of a node the
+    member-by-member search ``first`` evaluated for its first member.
+
+    The nodes are those whose lower bound is at most what the first member cost there: every
+    search evaluates all of them whatever the cycle's caches hold (a bound kept from an earlier
+    cycle may be lower, so a cached search can evaluate more; those are left out by
+    recomputing their bound), so the seeds, and the plan, are the same with and without."""
+    if limit <= 0 or len(members) < 2:
         return []
-    priority = builder.priority
     by_name = snapshot.node_by_name
     requests = {p.requests for p in members}
-    found = []
-    for pods in snapshot.pods_by_gang.values():
-        if len(pods) < 2:
-            continue
-        bound = [p for p in pods if p.node is not None]
-        if not bound or any(p.priority >= priority for p in bound):
-            continue  # not running, or a member the preemptor may not evict protects it
-        hosts = set()
-        for p in bound:
-            node = by_name.get(p.node)
-            if node is not None and node.closed is None and any(
-                    r.fits_in(node.allocatable) for r in requests):
-                hosts.add(p.node)
-        if len(hosts) < 2 or builder.why_not(bound[0]) is not None:
-            continue
-        unit = builder.unit(bound[0])
-        if unit.cost <= ceiling:
-            found.append(unit)
-    found.sort(key=lambda u: (u.cost, u.id))
-    return found[:limit]
+    cut = first.first_cost
+    found: dict[str, units.Unit] = {}
+    for name, bound, cover, here in first.first_covers:
+        spread = [here[uid] for uid in cover.unit_ids
+                  if here[uid].gang is not None and len(here[uid].release) > 1
+                  and here[uid].cost <= ceiling and here[uid].id not in found]
+        if not spread or bound > cut:
+            continue  # no spread gang, or a bound above the cut: a true one is no lower
+        if cover.cost > cut and first.shared is not None:
+            fresh = first.bound_afresh(members[0], by_name[name])
+            if fresh is None or fresh > cut:
+                continue  # evaluated only because a bound kept from an earlier cycle is lower
+        for unit in spread:
+            hosts = 0
+            for n in unit.release:
+                node = by_name.get(n)
+                hosts += node is not None and node.closed is None and any(
+                    r.fits_in(node.allocatable) for r in requests)
+            if hosts > 1:
+                found[unit.id] = unit
+    return sorted(found.values(), key=lambda u: (u.cost, u.id))[:limit]

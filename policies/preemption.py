@@ -127,7 +127,7 @@ def plan(
     builder = _builder(snapshot, priority, config, shared)
     memo: dict = {}
     search, placements, stuck = gang_joint.place_members(snapshot, members, config, builder,
-                                                         memo, shared=shared)
+                                                         memo, shared=shared, collect=True)
     if stuck is not None:
         failing = sum(1 for n in snapshot.nodes if n.health is Health.FAILING)
         return Plan(

@@ -97,6 +97,9 @@ class _Search:
         self.no_clique = ""  # why no NVLink clique can host the gang (policies.cliques)
         self.ahead: Sequence[Pod] = ()  # gang members still to place after the current one
         self.scorer: admission.AdmissionScorer | None = None  # built when first needed
+        # when a list: (node, its bound, exact cover, units there) of every node evaluated
+        self.covers_seen: list[tuple[str, float, units.Cover, dict]] | None = None
+        self.first_covers: list[tuple[str, float, units.Cover, dict]] = []  # the first member's
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -262,6 +265,19 @@ class _Search:
         gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus, gpu_milli=gap_milli)
         return units.gpu_lower_bound(pieces, gap_gpus), gap
 
+    def bound_afresh(self, pod: Pod, node) -> float | None:
+        """``pod``'s lower bound on ``node`` as ``_judge`` finds it for the first member of a
+        plan (nothing placed yet), but from the snapshot itself: never from the cycle's kept
+        judgements or evictable pods, which an earlier cycle may have computed (lower, as
+        costs only grow). None where the node cannot host the pod."""
+        builder = self.units
+        fresh = units.UnitBuilder(
+            self.s, builder.priority, drain=builder.drain,
+            max_checkpoint_seconds=builder.max_checkpoint_seconds,
+            penalty_seconds=builder.penalty_seconds, restart_seconds=builder.restart_seconds)
+        got = _Search(self.s, fresh, self.cfg, {})._judge(pod, node)
+        return None if isinstance(got[0], RejectReason) else got[0]
+
     def _cover(self, name: str, gap: Resources) -> tuple:
         """The exact cover of ``gap`` on node ``name`` the PDBs admit next to the units chosen
         so far, and the units there."""
@@ -318,6 +334,8 @@ class _Search:
                 continue
             if cover.exhausted:
                 self.exhausted.append(name)
+            if self.covers_seen is not None:
+                self.covers_seen.append((name, bound, cover, here))
             miss = False
             if prefer:
                 freed = sum(here[u].release[name].gpus for u in cover.unit_ids)

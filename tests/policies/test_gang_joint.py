@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ckpt_preempt.policies import gang_joint, oracle, preemption, units
 from ckpt_preempt.policies.model import Plan, Resources, Snapshot
 from ckpt_preempt.policies.preemption import PlannerConfig
-from tests.policies.builders import NOW, gang, gpu_node, make_pod, pdb, pending, snapshot
+from tests.policies.builders import gang, gpu_node, make_pod, pdb, pending, snapshot
 
 MEMBER_BY_MEMBER = PlannerConfig(joint_seeds=0)
 HOUR = 3600.0
@@ -59,18 +59,31 @@ def test_a_spread_gang_its_pdb_protects_is_not_taken():
     assert _victims(got) == ["s2", "s3"]
 
 
-def test_spread_units_are_evictable_gangs_on_two_open_nodes_cheapest_first():
-    snap, members = _seed_one()
+def _first_search(snap: Snapshot, members: list):
     builder = units.UnitBuilder(snap, 100, drain=True, max_checkpoint_seconds=600.0)
-    seeds = gang_joint.spread_units(snap, members, builder, float("inf"), 8)
+    search, _, stuck = gang_joint.place_members(snap, members, PlannerConfig(), builder, {},
+                                                collect=True)
+    assert stuck is None
+    return search
+
+
+def test_spread_units_are_gangs_in_first_member_covers_on_two_open_nodes_cheapest_first():
+    snap, members = _seed_one()
+    first = _first_search(snap, members)
+    # the first member went to n3 (s3, 35.28 GPU-h); n0 and n1 were evaluated on the way
+    # (bound 24.92: each gang's share there) and their cover is ga + gb
+    assert first.first_cost == pytest.approx(35.28 * HOUR)
+    seeds = gang_joint.spread_units(snap, members, first, float("inf"), 8)
     assert [u.id for u in seeds] == ["default/seed/gb", "default/seed/ga"]
-    assert gang_joint.spread_units(snap, members, builder, 20 * HOUR, 8)[0].id == "default/seed/gb"
-    assert [u.id for u in gang_joint.spread_units(snap, members, builder, 5 * HOUR, 8)] == []
-    assert gang_joint.spread_units(snap, members, builder, float("inf"), 0) == []
-    cordoned = Snapshot(now=NOW, nodes=(gpu_node("n0", unschedulable=True), *snap.nodes[1:]),
-                        pods=snap.pods)
-    builder = units.UnitBuilder(cordoned, 100, drain=True, max_checkpoint_seconds=600.0)
-    assert gang_joint.spread_units(cordoned, members, builder, float("inf"), 8) == []
+    assert [u.id for u in gang_joint.spread_units(snap, members, first, 20 * HOUR, 8)] == [
+        "default/seed/gb"]
+    assert gang_joint.spread_units(snap, members, first, 5 * HOUR, 8) == []
+    assert gang_joint.spread_units(snap, members, first, float("inf"), 0) == []
+    assert gang_joint.spread_units(snap, members[:1], first, float("inf"), 8) == []
+    # n0 cordoned: the gangs hold room on one open node only, so no seed
+    cordoned = snapshot([gpu_node("n0", unschedulable=True), *snap.nodes[1:]], snap.pods)
+    first = _first_search(cordoned, members)
+    assert gang_joint.spread_units(cordoned, members, first, float("inf"), 8) == []
 
 
 # --- the property ---------------------------------------------------------------------------------
