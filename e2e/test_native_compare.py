@@ -45,7 +45,28 @@ from e2e.test_controller_support import (
 from e2e.test_native_gang import create_member, create_podgroup
 
 pytestmark = pytest.mark.e2e
-SEED = int(os.environ.get("CKPT_NATIVE_COMPARE_SEED", "13"))
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Seeds and inclusive ranges, comma-separated: "13", "1-20", "1,5,9-12"."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise pytest.UsageError(f"CKPT_NATIVE_COMPARE_SEEDS: {part.strip()!r} is neither a "
+                                    "seed nor a range such as 1-20") from None
+        if last < first or last - first >= 1000:
+            raise pytest.UsageError(f"CKPT_NATIVE_COMPARE_SEEDS: {part.strip()!r} is not a range "
+                                    "of at most 1000 seeds from low to high")
+        out += range(first, last + 1)
+    return list(dict.fromkeys(out))
+
+
+# one seed by default; CKPT_NATIVE_COMPARE_SEEDS="1-20" runs each on the same control plane
+SEEDS = parse_seeds(os.environ.get("CKPT_NATIVE_COMPARE_SEEDS")
+                    or os.environ.get("CKPT_NATIVE_COMPARE_SEED", "13"))
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +158,11 @@ def lost_gpu_hours(pods: list[dict], gone: list[str]) -> float:
                                       else by[n]["started"]) for n in gone), 2)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 def test_native_gangs_gpu_hours_lost_workload_aware_preemption_vs_ckpt_preempt(
-        cluster, namespace, pool, gpu_nodes):
+        cluster, namespace, pool, gpu_nodes, seed):
     priority_classes(cluster)
-    pods = workload(SEED)
+    pods = workload(seed)
     ours = gpu_nodes(4)
     kpool = pool + "k"
     theirs = kube.create_gpu_nodes(cluster, 4, prefix=f"{pool}-k", pool=kpool)
@@ -166,11 +188,11 @@ def test_native_gangs_gpu_hours_lost_workload_aware_preemption_vs_ckpt_preempt(
         kube.delete_nodes(cluster, theirs)
 
     lost = {k: lost_gpu_hours(pods, v) for k, v in gone.items()}
-    report = {"seed": SEED, "workload": pods, "victims": gone, "lost_gpu_hours": lost,
+    report = {"seed": seed, "workload": pods, "victims": gone, "lost_gpu_hours": lost,
               "simulated_kube_workload_victims": simulated}
     print("native compare:", json.dumps(report))
     if os.environ.get("CKPT_E2E_REPORT_DIR"):
-        Path(os.environ["CKPT_E2E_REPORT_DIR"], f"native-compare-{SEED}.json").write_text(
+        Path(os.environ["CKPT_E2E_REPORT_DIR"], f"native-compare-{seed}.json").write_text(
             json.dumps(report))
     for who, names in gone.items():  # both evict a group whole or not at all
         for g in ("ga", "gb"):

@@ -240,3 +240,14 @@ def test_min_count_is_a_minimum_more_members_are_admitted_together(members, admi
     assert sum(len(p.placements) for p in plans) == admitted
     assert len(plans) == (1 if admitted else 0)  # the whole group in one plan, or none yet
     assert "GangTotalMismatch" not in rig.actions.event_reasons()
+
+
+def test_native_compare_seed_lists_parse_and_bad_ones_say_why_in_one_line():
+    from e2e.test_native_compare import parse_seeds
+
+    assert parse_seeds("13") == [13]
+    assert parse_seeds("1-3, 7,2") == [1, 2, 3, 7]
+    for bad in ("", "x", "3-1", "1-", "0-5000", "1,,2"):
+        with pytest.raises(pytest.UsageError, match="CKPT_NATIVE_COMPARE_SEEDS") as e:
+            parse_seeds(bad)
+        assert "\n" not in str(e.value)
