@@ -65,7 +65,7 @@ def place_members(
     """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
     ``together`` > 1, the first that many members share one node, freed by one joint cover;
     with ``seed``, that unit is evicted before any member is placed; with ``collect``, the
-    search keeps every cover evaluated for the first member (``_Search.covers_seen``).
+    search keeps the candidate nodes sampled for the first member (``_Search.candidates``).
 
     An ``nvlink: required`` gang on a cluster with NVLink cliques is placed inside one clique
     (``policies.cliques``): each candidate clique is tried in turn and the cheapest total wins.
@@ -125,8 +125,7 @@ def _place_in(
 ) -> tuple[_Search, list[Placement], Pod | None]:
     """``place_members`` on every node of ``snapshot``, whatever their cliques."""
     search = _Search(snapshot, builder, config, memo, shared)
-    if collect:
-        search.covers_seen = []
+    search.keep_candidates = collect
     placements = []
     rest = list(members)
     if seed is not None:
@@ -155,7 +154,6 @@ def _place_in(
         placements.append(Placement(pod_uid=pod.uid, node=node))
         if len(placements) == 1:  # only the first member placed so far
             search.first_cost = search.cost
-            search.first_covers, search.covers_seen = search.covers_seen or [], None
     return search, placements, None
 
 
@@ -196,37 +194,52 @@ def improve(
 
 def spread_units(snapshot: Snapshot, members: Sequence[Pod], first: _Search,
                  ceiling: float, limit: int) -> list[units.Unit]:
-    """Up to ``limit`` victim gangs, cheapest first (then by id), that cost no more than
-    ``ceiling``, hold resources on at least two open nodes big enough for a member (they can
-    make room for several members at once), and are in the exact cover of a node the
-    member-by-member search ``first`` evaluated for its first member.
+    """Up to ``limit`` evictable victim gangs, cheapest first (then by id), that cost no more
+    than ``ceiling`` and hold resources on at least two open nodes big enough for a member (so
+    they can make room for several members at once), among those on the candidate nodes the
+    member-by-member search ``first`` sampled for its first member whose lower bound there is
+    at most ``ceiling`` (a node above it cannot host the first member within the plan's cost).
 
-    The nodes are those whose lower bound is at most what the first member cost there: every
-    search evaluates all of them whatever the cycle's caches hold (a bound kept from an earlier
-    cycle may be lower, so a cached search can evaluate more; those are left out by
-    recomputing their bound), so the seeds, and the plan, are the same with and without."""
+    A bound the cycle's caches kept from an earlier cycle may be lower than the true one, so
+    a node it admits is admitted only after its bound is recomputed: the seeds, and the plan,
+    are the same with and without the caches."""
     if limit <= 0 or len(members) < 2:
         return []
     by_name = snapshot.node_by_name
+    gang_pods = snapshot.pods_by_gang
     requests = {p.requests for p in members}
-    cut = first.first_cost
+    builder = first.units
     found: dict[str, units.Unit] = {}
-    for name, bound, cover, here in first.first_covers:
-        spread = [here[uid] for uid in cover.unit_ids
-                  if here[uid].gang is not None and len(here[uid].release) > 1
-                  and here[uid].cost <= ceiling and here[uid].id not in found]
-        if not spread or bound > cut:
-            continue  # no spread gang, or a bound above the cut: a true one is no lower
-        if cover.cost > cut and first.shared is not None:
+    judged: set[str] = set()  # gangs already found or ruled out
+    for bound, _, name, _ in first.candidates:
+        if bound > ceiling:
+            break  # candidates come by bound; a true bound is never below a kept one
+        new = []
+        for *_, unit_id in builder.evictable_on(name).entries:
+            if unit_id in judged or unit_id not in gang_pods:
+                continue
+            judged.add(unit_id)
+            pod = next(p for p in gang_pods[unit_id] if p.node is not None)
+            unit = builder.unit(pod)
+            if unit.cost <= ceiling and _hosts(unit, by_name, requests) > 1:
+                new.append(unit)
+        if not new:
+            continue
+        if first.shared is not None:
             fresh = first.bound_afresh(members[0], by_name[name])
-            if fresh is None or fresh > cut:
-                continue  # evaluated only because a bound kept from an earlier cycle is lower
-        for unit in spread:
-            hosts = 0
-            for n in unit.release:
-                node = by_name.get(n)
-                hosts += node is not None and node.closed is None and any(
-                    r.fits_in(node.allocatable) for r in requests)
-            if hosts > 1:
-                found[unit.id] = unit
+            if fresh is None or fresh > ceiling:
+                judged.difference_update(u.id for u in new)  # another node may admit them
+                continue
+        for unit in new:
+            found[unit.id] = unit
     return sorted(found.values(), key=lambda u: (u.cost, u.id))[:limit]
+
+
+def _hosts(unit: units.Unit, by_name: dict, requests: set[Resources]) -> int:
+    """How many nodes ``unit`` frees room on that are open and big enough for a member."""
+    count = 0
+    for n in unit.release:
+        node = by_name.get(n)
+        count += node is not None and node.closed is None and any(
+            r.fits_in(node.allocatable) for r in requests)
+    return count

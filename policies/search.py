@@ -97,9 +97,8 @@ class _Search:
         self.no_clique = ""  # why no NVLink clique can host the gang (policies.cliques)
         self.ahead: Sequence[Pod] = ()  # gang members still to place after the current one
         self.scorer: admission.AdmissionScorer | None = None  # built when first needed
-        # when a list: (node, its bound, exact cover, units there) of every node evaluated
-        self.covers_seen: list[tuple[str, float, units.Cover, dict]] | None = None
-        self.first_covers: list[tuple[str, float, units.Cover, dict]] = []  # the first member's
+        self.keep_candidates = False  # keep the next ``place``'s sampled candidates:
+        self.candidates: list[tuple[float, int, str, Resources]] = []  # (bound, index, node, gap)
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -313,6 +312,8 @@ class _Search:
                 self.s.largest_allocatable):
             return None  # fits on no node; with rejections recorded, each node says so
         found = self._scan(pod)
+        if self.keep_candidates:
+            self.candidates, self.keep_candidates = found, False
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
         by_name = self.s.node_by_name
         # the rank+1 best: (cost, pdb, victims, no NVLink domain surely fits, node, cover,
@@ -334,8 +335,6 @@ class _Search:
                 continue
             if cover.exhausted:
                 self.exhausted.append(name)
-            if self.covers_seen is not None:
-                self.covers_seen.append((name, bound, cover, here))
             miss = False
             if prefer:
                 freed = sum(here[u].release[name].gpus for u in cover.unit_ids)
