@@ -9,18 +9,25 @@ therefore tries, next to the member-by-member plan, and keeps the cheapest total
 - the first member on its next-cheapest node(s) (``PlannerConfig.gang_first_member_alternatives``);
 - the first 2, 3, ... members packed onto one node, freed by one joint cover (not for an
   ``nvlink: required`` gang of multi-GPU members, whose members need a domain each);
-- **joint seeds**: each victim gang spread over several nodes that could host a member
-  (``spread_units``), evicted first, with the members then placed one by one on what it
-  freed. Its cost is counted once for every member it makes room for, so the plan that
-  evicts one spread victim gang to place the whole preemptor gang is found (issue 22: the
-  native side-by-side's seed 1, ``e2e/test_native_compare.py``).
+- **joint seeds**: each of the cheapest ``PlannerConfig.joint_seeds`` victim gangs spread
+  over several nodes that could host a member (``spread_units``) is evicted first, and the
+  members are then placed one by one on what it freed. Its cost is counted once for every
+  member it makes room for, so the plan that evicts one spread victim gang to place the whole
+  preemptor gang is found (issue 22: the native side-by-side's seed 1,
+  ``e2e/test_native_compare.py``).
+
+Which gangs are seeds: those on the candidate nodes the first member's search sampled whose
+lower bound for it is within the plan's cost. A gang on no such node is not tried even when
+evicting it first would be cheaper (``tests/policies/test_gang_joint.py`` has such a case):
+scanning every gang of the cluster cost ~17 ms CPU per gang plan at the frontier size.
 
 Every try is a complete plan under the same rules as the first (whole victim gangs, the PDB
 budget, NVLink cliques), and one replaces the plan only when it is strictly better on (lost
 work + penalty, PDB violations, victims), so the result never costs more than the
 member-by-member plan. A try stops as soon as it costs more than the plan it would have to
 beat. The seeds depend only on the snapshot (or view) and the preemptor, never on what the
-cycle's caches hold, so plans stay the same with and without them.
+cycle's caches hold (a bound kept from an earlier cycle is recomputed before it admits a
+node), so plans stay the same with and without them.
 """
 
 from __future__ import annotations
@@ -226,7 +233,7 @@ def spread_units(snapshot: Snapshot, members: Sequence[Pod], first: _Search,
         if not new:
             continue
         if first.shared is not None:
-            fresh = first.bound_afresh(members[0], by_name[name])
+            fresh = _bound_afresh(first, members[0], by_name[name])
             if fresh is None or fresh > ceiling:
                 judged.difference_update(u.id for u in new)  # another node may admit them
                 continue
@@ -243,3 +250,16 @@ def _hosts(unit: units.Unit, by_name: dict, requests: set[Resources]) -> int:
         count += node is not None and node.closed is None and any(
             r.fits_in(node.allocatable) for r in requests)
     return count
+
+
+def _bound_afresh(first: _Search, pod: Pod, node) -> float | None:
+    """``pod``'s lower bound on ``node`` as ``first`` found it for its first member (nothing
+    placed yet), but from the snapshot itself: never from the cycle's kept judgements or
+    evictable pods, which an earlier cycle may have computed (lower, as costs only grow).
+    None where the node cannot host the pod."""
+    b = first.units
+    fresh = units.UnitBuilder(first.s, b.priority, drain=b.drain,
+                              max_checkpoint_seconds=b.max_checkpoint_seconds,
+                              penalty_seconds=b.penalty_seconds, restart_seconds=b.restart_seconds)
+    got = _Search(first.s, fresh, first.cfg, {})._judge(pod, node)
+    return None if isinstance(got[0], RejectReason) else got[0]

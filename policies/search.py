@@ -264,19 +264,6 @@ class _Search:
         gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus, gpu_milli=gap_milli)
         return units.gpu_lower_bound(pieces, gap_gpus), gap
 
-    def bound_afresh(self, pod: Pod, node) -> float | None:
-        """``pod``'s lower bound on ``node`` as ``_judge`` finds it for the first member of a
-        plan (nothing placed yet), but from the snapshot itself: never from the cycle's kept
-        judgements or evictable pods, which an earlier cycle may have computed (lower, as
-        costs only grow). None where the node cannot host the pod."""
-        builder = self.units
-        fresh = units.UnitBuilder(
-            self.s, builder.priority, drain=builder.drain,
-            max_checkpoint_seconds=builder.max_checkpoint_seconds,
-            penalty_seconds=builder.penalty_seconds, restart_seconds=builder.restart_seconds)
-        got = _Search(self.s, fresh, self.cfg, {})._judge(pod, node)
-        return None if isinstance(got[0], RejectReason) else got[0]
-
     def _cover(self, name: str, gap: Resources) -> tuple:
         """The exact cover of ``gap`` on node ``name`` the PDBs admit next to the units chosen
         so far, and the units there."""
