@@ -47,10 +47,9 @@ from ckpt_preempt.policies.model import (
 from ckpt_preempt.policies.plan_cache import Share
 from ckpt_preempt.policies.search import _Search
 
-# Assumption, not measured: how many spread victim gangs (cheapest first) a gang plan also
-# tries evicting first. Each try is a whole member-by-member plan, cut short once it costs more
-# than the best so far; the spot and frontier latency runs (bench/plan_latency.py) stay within
-# their targets with this many.
+# Assumption, not tuned: how many spread victim gangs (cheapest first) a gang plan also tries
+# evicting first. Each try is a whole member-by-member plan, cut short once it costs more than
+# the best so far. bench/plan_latency.py's spot queue (seed 3) found at most 5 per gang plan.
 JOINT_SEEDS = 8
 
 

@@ -142,7 +142,8 @@ class _Search:
             pool = self.s.free_gpus_index
             names = {name for _, name in pool[bisect.bisect_left(pool, (r.gpus, "")):]}
             by_name = self.s.node_by_name
-            nodes = [by_name[n] for n in sorted(names.union(self.free))]
+            nodes = [by_name[n] for n in sorted(names.union(self.free))
+                     if n in by_name]  # a victim gang may free room outside a clique's view
         else:
             nodes = self.s.nodes
         bestfit = self.cfg.placement == admission.BESTFIT

@@ -207,3 +207,20 @@ def test_a_bound_kept_from_an_earlier_cycle_adds_no_seed():
     assert _victims(fresh) == ["ga-0", "ga-1", "v", "w"]
     got = preemption.plan(later, members, cfg, carried)
     assert replace(got, nodes_evaluated=0) == replace(fresh, nodes_evaluated=0)
+
+
+def test_a_victim_gang_reaching_into_another_nvlink_clique_is_evicted_whole():
+    """An nvlink: required gang is placed in one clique's view; a victim gang it evicts there
+    also runs in the other clique, so the room it frees is partly outside the view. That
+    raised KeyError before (search.fit_without_preemption looked the outside node up)."""
+    from tests.policies.test_cliques import gang as nvlink_gang
+    from tests.policies.test_cliques import tray
+
+    nodes = [tray("a0", "A"), tray("a1", "A"), tray("b0", "B"), tray("b1", "B")]
+    pods = gang("v", ["a1", "b0"], gpus=4, age=100.0)
+    pods += [make_pod("x", node="a0", gpus=4, age=90_000.0),
+             make_pod("y", node="b1", gpus=4, age=90_000.0)]
+    got = preemption.plan(snapshot(nodes, pods), nvlink_gang(2))
+    assert got.feasible
+    assert _victims(got) == ["v-0", "v-1", "x"]
+    assert sorted(p.node for p in got.placements) == ["a0", "a1"]
