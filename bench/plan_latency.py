@@ -24,7 +24,7 @@ preempted), ``--churn`` of the running pods checkpointed since, and a new queue 
 choose the same.
 Prints one JSON line per run; targets: p99 ≤ 25 ms (spot) and ≤ 50 ms (frontier), cached.
 Usage: python bench/plan_latency.py [--size spot|frontier] [--pods N] [--samples 300]
-       [--seed 3] [--active 20] [--cold | --no-cold]
+       [--seed 3] [--active 20] [--cold | --no-cold] [--joint-seeds N]
 """
 
 from __future__ import annotations
@@ -206,6 +206,8 @@ def main() -> None:
                     help="seconds between the first cycle and the next")
     ap.add_argument("--churn", type=float, default=0.01,
                     help="fraction of running pods that checkpointed in between")
+    ap.add_argument("--joint-seeds", type=int, default=preemption.PlannerConfig().joint_seeds,
+                    help="spread victim gangs a gang plan evicts first (0: member by member)")
     args = ap.parse_args()
     target_pods, target_p99 = SIZES[args.size]
     cold_too = args.cold if args.cold is not None else args.size == "spot"
@@ -213,7 +215,9 @@ def main() -> None:
     rng = random.Random(args.seed)
     nodes, pods = cluster(args.pods or target_pods, rng,
                           frontier_nodes() if args.size == "frontier" else None)
-    cfg = preemption.PlannerConfig(record_rejections=False)
+    if args.joint_seeds < 0:
+        ap.error("--joint-seeds must be 0 or more")
+    cfg = preemption.PlannerConfig(record_rejections=False, joint_seeds=args.joint_seeds)
     queue = [pending(rng, k) for k in range(args.samples)]
     cycle = Snapshot(now=NOW, nodes=tuple(nodes),
                      pods=tuple(pods) + tuple(p for pre in queue for p in pre))
@@ -302,6 +306,7 @@ def main() -> None:
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "target_p99_ms": target_p99,
         "seed": args.seed,
+        "joint_seeds": args.joint_seeds,
         "active_plans": args.active,
     }
     if cold:

@@ -19,8 +19,10 @@ to go (``units.PdbBudget``), so the Eviction API never refuses part of a gang;
 ``gang_pdb_problem`` re-checks that against live PDBs right before the first eviction.
 
 For a gang, the placement is also tried with the first member on its next-cheapest node
-(``gang_first_member_alternatives``) and with the first 2, 3, ... members packed onto one
-node by a single joint cover; the cheapest total wins. Tries share what unchanged nodes yield.
+(``gang_first_member_alternatives``), with the first 2, 3, ... members packed onto one
+node by a single joint cover, and with each of the cheapest victim gangs spread over several
+nodes evicted first (``joint_seeds``); the cheapest total wins (``policies.gang_joint``).
+Tries share what unchanged nodes yield.
 
 The node-level search (steps 2-5, and placing without preemption) is in ``policies.search``.
 """
@@ -30,27 +32,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies import candidates, cliques, cost, units
+from ckpt_preempt.policies import candidates, cost, gang_joint, units
 from ckpt_preempt.policies import shrink as shrink_rules
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
-    NvlinkNeed,
-    Placement,
     Plan,
     Pod,
     RejectReason,
-    Resources,
     Snapshot,
     Victim,
     VictimGroup,
 )
 from ckpt_preempt.policies.placement import admission
 from ckpt_preempt.policies.plan_cache import PlanCache, Share
-from ckpt_preempt.policies.search import _Search, sampling
 
 # the search's NVLink helpers, re-exported: callers import them from here
 from ckpt_preempt.policies.search import domain_fits as domain_fits
 from ckpt_preempt.policies.search import nvlink_gpus as nvlink_gpus
+from ckpt_preempt.policies.search import sampling
 
 POLICY = "checkpoint-aware"
 # The fairness guard's defaults, chosen from the simulator (README, "The simulator"): each
@@ -67,6 +66,7 @@ class PlannerConfig:
     min_candidate_nodes_absolute: int = candidates.MIN_CANDIDATE_NODES_ABSOLUTE
     search_budget: int = 20_000  # branch-and-bound steps per node
     gang_first_member_alternatives: int = 1  # a gang's first member: also its 2nd node
+    joint_seeds: int = gang_joint.JOINT_SEEDS  # spread victim gangs a gang plan evicts first
     record_rejections: bool = True
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
@@ -117,105 +117,6 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
     return out
 
 
-def _place_members(
-    snapshot: Snapshot, members: Sequence[Pod], config: PlannerConfig,
-    builder: units.UnitBuilder, memo: dict, first_rank: int = 0, together: int = 1,
-    ceiling: float = float("inf"), shared: Share | None = None,
-) -> tuple[_Search, list[Placement], Pod | None]:
-    """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
-    ``together`` > 1, the first that many members share one node, freed by one joint cover.
-
-    An ``nvlink: required`` gang on a cluster with NVLink cliques is placed inside one clique
-    (``policies.cliques``): each candidate clique is tried in turn and the cheapest total wins.
-
-    Returns the search, the placements, and the member that fit nowhere (None when all fit),
-    or at which the lost work passed ``ceiling`` (a try that cannot win is given up).
-    """
-    domains = cliques.gang_cliques(snapshot, members, memo)
-    if domains is None:
-        return _place_in(snapshot, members, config, builder, memo, first_rank, together,
-                         ceiling, shared)
-    best: tuple[_Search, list[Placement]] | None = None
-    failed: list[tuple[str, _Search, Pod]] = []
-    evaluated = 0
-    for clique in domains:
-        limit = ceiling if best is None else min(ceiling, best[0].cost)
-        # the cycle's shared judgements index the whole node list: not this view's
-        search, placements, stuck = _place_in(
-            cliques.clique_view(snapshot, clique, memo), members, config, builder, memo,
-            first_rank, together, limit, None)
-        evaluated += search.evaluated
-        if stuck is not None:
-            failed.append((clique, search, stuck))
-        elif best is None or _total(search) < _total(best[0]):
-            best = (search, placements)
-            if _total(search) == (0.0, 0, 0):
-                break  # nothing loses less than fitting without preemption
-    if best is not None:
-        best[0].evaluated = evaluated
-        return best[0], best[1], None
-    out = _Search(snapshot, builder, config, memo, shared)
-    out.evaluated = evaluated
-    seen = set()
-    for _, search, _ in failed:
-        for r in search.rejections:
-            if r not in seen:
-                seen.add(r)
-                out.rejections.append(r)
-    if config.record_rejections:
-        out.rejections.extend(cliques.outside(snapshot, domains, members))
-    shown = 3  # cliques named in the reason; the rejections hold every node's
-    tried = "; ".join(f"clique {c}: {stuck.name} fits nowhere in it"
-                      for c, _, stuck in failed[:shown])
-    if len(failed) > shown:
-        tried += f"; {len(failed) - shown} more clique(s) alike"
-    out.no_clique = (f"{RejectReason.NVLINK_NO_CLIQUE.value}: no NVLink clique can host every "
-                     f"member of the nvlink: required gang" + (f" ({tried})" if tried else
-                     " (its running members are on no single clique, or no clique has GPUs "
-                     "enough)"))
-    return out, [], failed[0][2] if failed else members[0]
-
-
-def _place_in(
-    snapshot: Snapshot, members: Sequence[Pod], config: PlannerConfig,
-    builder: units.UnitBuilder, memo: dict, first_rank: int, together: int,
-    ceiling: float, shared: Share | None,
-) -> tuple[_Search, list[Placement], Pod | None]:
-    """``_place_members`` on every node of ``snapshot``, whatever their cliques."""
-    search = _Search(snapshot, builder, config, memo, shared)
-    placements = []
-    rest = list(members)
-    if together > 1:  # the first ``together`` members as one request, on one node
-        group, rest = rest[:together], rest[together:]
-        need = Resources()
-        for pod in group:
-            need = need + pod.requests
-        node = search.place(replace(group[0], requests=need), first_rank)
-        if node is None or search.cost > ceiling:
-            return search, placements, group[0]
-        placements.extend(Placement(pod_uid=pod.uid, node=node) for pod in group)
-        first_rank = 0
-    for k, pod in enumerate(rest):
-        search.ahead = rest[k + 1:]
-        node = search.place(pod, first_rank if k == 0 else 0)
-        if node is None or search.cost > ceiling:
-            return search, placements, pod
-        placements.append(Placement(pod_uid=pod.uid, node=node))
-        if len(placements) == 1:  # only the first member placed so far
-            search.first_cost = search.cost
-    return search, placements, None
-
-
-def _total(search: _Search) -> tuple[float, int, int]:
-    """(lost work + fairness penalty, PDB violations, victims) of everything a search chose."""
-    chosen = list(search.chosen.values())
-    return (
-        sum(u.cost for u in chosen),
-        units.pdb_violations((p for u in chosen for p in u.pods), search.s.pdbs),
-        sum(len(u.pods) for u in chosen),
-    )
-
-
 def plan(
     snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig = PlannerConfig(),
     cache: PlanCache | None = None,
@@ -256,8 +157,8 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
     shared = None if cache is None else _share(cache, snapshot, priority, config)
     builder = _builder(snapshot, priority, config, shared)
     memo: dict = {}
-    search, placements, stuck = _place_members(snapshot, members, config, builder, memo,
-                                               shared=shared)
+    search, placements, stuck = gang_joint.place_members(snapshot, members, config, builder,
+                                                         memo, shared=shared, collect=True)
     if stuck is not None:
         failing = sum(1 for n in snapshot.nodes if n.health is Health.FAILING)
         return Plan(
@@ -268,22 +169,10 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
             rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
         )
     evaluated = search.evaluated
-    if len(members) > 1 and search.cost > search.first_cost:
-        # Members are placed one by one, so the cheapest node for the first can force costly
-        # ones on the rest: one big victim that frees room for several members looks dear to
-        # the first alone. Also try the first on its next-cheapest nodes, and the first two,
-        # three... members together on one node; keep the best total. Every such try costs at
-        # least the first member's cheapest cover, so when the later members cost nothing
-        # there is nothing to gain.
-        tries = [(rank, 1) for rank in range(1, config.gang_first_member_alternatives + 1)]
-        if not any(p.nvlink is NvlinkNeed.REQUIRED and p.gpus > 1 for p in members):
-            tries += [(0, k) for k in range(2, len(members) + 1)]
-        for rank, together in tries:
-            alt, alt_placements, alt_stuck = _place_members(
-                snapshot, members, config, builder, memo, rank, together, search.cost, shared)
-            evaluated += alt.evaluated
-            if alt_stuck is None and _total(alt) < _total(search):
-                search, placements = alt, alt_placements
+    # a gang: also the tries that see it whole (policies.gang_joint); the cheapest total wins
+    search, placements, tried = gang_joint.improve(snapshot, members, config, builder, memo,
+                                                   shared, search, placements)
+    evaluated += tried
     groups = _groups(list(search.chosen.values()), config)
     drains = [v.checkpoint_seconds for g in groups for v in g.victims if v.drain]
     victim_pods = [p for u in search.chosen.values() for p in u.pods]

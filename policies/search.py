@@ -97,6 +97,8 @@ class _Search:
         self.no_clique = ""  # why no NVLink clique can host the gang (policies.cliques)
         self.ahead: Sequence[Pod] = ()  # gang members still to place after the current one
         self.scorer: admission.AdmissionScorer | None = None  # built when first needed
+        self.keep_candidates = False  # keep the next ``place``'s sampled candidates:
+        self.candidates: list[tuple[float, int, str, Resources]] = []  # (bound, index, node, gap)
 
     def free_on(self, node: str) -> Resources:
         if node not in self.free:
@@ -140,7 +142,8 @@ class _Search:
             pool = self.s.free_gpus_index
             names = {name for _, name in pool[bisect.bisect_left(pool, (r.gpus, "")):]}
             by_name = self.s.node_by_name
-            nodes = [by_name[n] for n in sorted(names.union(self.free))]
+            nodes = [by_name[n] for n in sorted(names.union(self.free))
+                     if n in by_name]  # a victim gang may free room outside a clique's view
         else:
             nodes = self.s.nodes
         bestfit = self.cfg.placement == admission.BESTFIT
@@ -297,6 +300,8 @@ class _Search:
                 self.s.largest_allocatable):
             return None  # fits on no node; with rejections recorded, each node says so
         found = self._scan(pod)
+        if self.keep_candidates:
+            self.candidates, self.keep_candidates = found, False
         prefer = pod.nvlink is NvlinkNeed.PREFERRED and pod.gpus > 1
         by_name = self.s.node_by_name
         # the rank+1 best: (cost, pdb, victims, no NVLink domain surely fits, node, cover,
@@ -338,19 +343,22 @@ class _Search:
                         "but leaves the rest of the gang costlier")
         name, cover, here_units = top[rank][4], top[rank][5], top[rank][6]
         for uid in cover.unit_ids:
-            unit = here_units[uid]
-            self.chosen[uid] = unit
-            self.cost += unit.cost
-            self.pdb.add(unit)
-            for n, res in unit.release.items():
-                self.free[n] = self.free_on(n) + res
-                self.touched.add(n)
-                self.dirty.add(n)
-            if unit.shrink:  # its gang's other nodes offer it no more (policies.shrink)
-                self.dirty.update(self.units.nodes_of(unit))
+            self.take(here_units[uid])
         self.free[name] = self.free_on(name) - pod.requests
         self.dirty.add(name)
         return name
+
+    def take(self, unit: units.Unit) -> None:
+        """Evict ``unit``: charge its cost and PDB budget, free what it holds on every node."""
+        self.chosen[unit.id] = unit
+        self.cost += unit.cost
+        self.pdb.add(unit)
+        for n, res in unit.release.items():
+            self.free[n] = self.free_on(n) + res
+            self.touched.add(n)
+            self.dirty.add(n)
+        if unit.shrink:  # its gang's other nodes offer it no more (policies.shrink)
+            self.dirty.update(self.units.nodes_of(unit))
 
 
 class _Sampler:

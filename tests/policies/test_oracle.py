@@ -106,8 +106,12 @@ def test_gang_first_member_on_its_second_cheapest_node_when_that_is_cheaper_over
     members = gang("new", [None, None], gpus=4, priority=100)
     best = oracle.solve(snap, members)
     assert best.lost_gpu_seconds == pytest.approx(4800.0)
-    greedy = preemption.plan(snap, members, PlannerConfig(gang_first_member_alternatives=0))
+    greedy = preemption.plan(snap, members, PlannerConfig(gang_first_member_alternatives=0,
+                                                          joint_seeds=0))
     assert greedy.lost_gpu_seconds == pytest.approx(8800.0)
+    # evicting the spread gang g first (policies.gang_joint) finds it as well
+    joint = preemption.plan(snap, members, PlannerConfig(gang_first_member_alternatives=0))
+    assert joint.lost_gpu_seconds == pytest.approx(4800.0)
     got = preemption.plan(snap, members)
     assert got.lost_gpu_seconds == pytest.approx(4800.0)
     assert {v.name for v in got.victims} == {"g-0", "g-1"}
