@@ -22,6 +22,7 @@ from ckpt_preempt.policies.topology import NodeTopology
 
 if TYPE_CHECKING:
     from ckpt_preempt.policies.snapshot import Snapshot as Snapshot
+    from ckpt_preempt.policies.timing import Timing
 
 
 def __getattr__(name: str) -> object:
@@ -216,6 +217,11 @@ class Pod:
     checkpoint_malformed: bool = False
     owner_uid: str | None = None  # the controlling owner (ownerReferences, controller: true)
     held: PodHold | None = None
+    # when to preempt (policies.timing): the declared checkpoint period of a periodic pod
+    # (annotation checkpoint-interval), and when it is expected to end (annotation expected-end
+    # or spec.activeDeadlineSeconds, the earlier); None: not declared
+    checkpoint_interval: float | None = None
+    expected_end: float | None = None
 
     @property
     def key(self) -> str:
@@ -368,6 +374,7 @@ class Plan:
     drain_deadline: float | None = None
     rejections: tuple[NodeRejection, ...] = ()
     nodes_evaluated: int = 0
+    timing: Timing | None = None  # None: evict at the drain deadline (timing not considered)
 
     @property
     def victims(self) -> tuple[Victim, ...]:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ckpt_preempt.policies import candidates, cliques, cost, units
+from ckpt_preempt.policies import timing as timing_
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     NvlinkNeed,
@@ -70,6 +71,10 @@ class PlannerConfig:
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
     placement: str = admission.GANG_BLOCK  # how a pod that fits as things stand is placed
+    # when to evict (policies.timing): wait, up to max_checkpoint_seconds, for victims' next
+    # periodic checkpoint or end when that loses less in total; off: evict at the drain deadline
+    timing: bool = True
+    timing_margin_seconds: float = timing_.MARGIN_SECONDS
 
     def __post_init__(self) -> None:
         if self.placement not in admission.PLACEMENTS:
@@ -268,7 +273,7 @@ def plan(
             f"; search budget exhausted on {len(set(search.exhausted))} node(s) "
             f"({RejectReason.SEARCH_BUDGET}), so the cover there may not be the least"
         )
-    return Plan(
+    out = Plan(
         policy=POLICY,
         preemptor=uids,
         feasible=True,
@@ -280,6 +285,11 @@ def plan(
         rejections=tuple(search.rejections),
         nodes_evaluated=evaluated,
     )
+    if not config.timing:
+        return out
+    return timing_.decide(out, snapshot, members, max_wait=config.max_checkpoint_seconds,
+                         margin=config.timing_margin_seconds,
+                         restart_seconds=config.restart_seconds)
 
 
 def gang_pdb_problem(snapshot: Snapshot, victim_uids: Iterable[str]) -> str | None:
