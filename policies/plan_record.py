@@ -67,6 +67,9 @@ class PlannedVictim:
     drain: bool  # ask it to checkpoint first
     workload: str = ""  # the victim's workload key (gang, owner or pod), for fairness history
     gang: str = ""  # its gang, if any: once one member is evicted, the rest always follow
+    # what the plan waits for before evicting it (policies.timing): "" nothing, "checkpoint"
+    # its next periodic checkpoint (a last-checkpoint newer than the plan), "end" its end
+    wait: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,7 +186,8 @@ def plan_to_annotation(r: PlanRecord) -> str:
         "placements": [{"uid": p.uid, "namespace": p.namespace, "name": p.name, "node": p.node}
                        for p in r.placements],
         "victims": [{"uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
-                     "drain": v.drain, "workload": v.workload, "gang": v.gang}
+                     "drain": v.drain, "workload": v.workload, "gang": v.gang,
+                     **({"wait": v.wait} if v.wait else {})}  # absent: as before timing
                     for v in r.victims],
     }, separators=(",", ":"))
 
@@ -191,6 +195,7 @@ def plan_to_annotation(r: PlanRecord) -> str:
 _PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "bindBy",
               "lostGpuSeconds", "reason", "placements", "victims"}
 _VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload", "gang"}
+WAITS = ("checkpoint", "end")  # PlannedVictim.wait when set
 
 
 def plan_from_annotation(raw: str) -> PlanRecord:
@@ -221,14 +226,17 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             name=_str(p, "name", _NAME, E), node=_str(p, "node", _NAME, E)))
     victims = []
     for v in d["victims"]:
-        if set(v) != _VICTIM_KEYS:
+        if set(v) - {"wait"} != _VICTIM_KEYS:
             raise E(f"victims: unexpected fields {sorted(v)}")
+        if v.get("wait", WAITS[0]) not in WAITS:
+            raise E(f"victims.wait: expected one of {', '.join(WAITS)}, got {v['wait']!r}")
         if not isinstance(v["drain"], bool):
             raise E(f"victims.drain: expected true or false, got {v['drain']!r}")
         victims.append(PlannedVictim(
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
             name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
-            workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E)))
+            workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E),
+            wait=v.get("wait", "")))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]
