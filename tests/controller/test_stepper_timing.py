@@ -101,3 +101,31 @@ def test_a_stored_wait_outside_the_schema_is_refused(bad):
                                                                     f'"wait":{bad}')
     with pytest.raises(lifecycle.PlanFormatError):
         lifecycle.plan_from_annotation(raw)
+
+
+def test_the_reconciler_stores_a_plan_that_waits_and_evicts_after_the_checkpoint():
+    """v1 checkpoints every 11 min and last did 10 min ago: the plan waits for it (its 4 GPUs'
+    10 unsaved minutes outweigh the preemptor's 2-minute wait), then evicts once it reports."""
+    from tests.controller.fakes import FakeCache, node, pod
+    from tests.controller.test_reconcile import OLD, only_plan
+    from tests.controller.test_stepper import CKPT
+
+    interval = {**PERIODIC, ann.CHECKPOINT_INTERVAL: "11m"}
+    cache = FakeCache(nodes=[node("n1"), node("n2")], pods=[
+        pod("v0", node="n1", gpus=4, annotations=CKPT),
+        pod("v1", node="n1", gpus=4, annotations=interval),
+        pod("w0", node="n2", gpus=8, annotations=OLD),
+        pod("pre", priority=1000, pending=True)])
+    rig = Rig(cache)
+    rig.tick(T0)
+    r = only_plan(rig)
+    assert r.deadline == pytest.approx(T0 + 60 + 60)  # due at T0+60, plus the report margin
+    assert {v.name: (v.drain, v.wait) for v in r.victims} == {
+        "v0": (True, ""), "v1": (False, "checkpoint")}
+    cache.ack("uid-v0", r.id)
+    rig.tick(T0 + 30)
+    assert rig.state(r.id) is State.DRAINING and not rig.actions.of("evict")
+    cache.change_pod("uid-v1", annotations={**interval, ann.LAST_CHECKPOINT: rfc3339(T0 + 61)})
+    rig.tick(T0 + 70)
+    assert rig.state(r.id) is State.EVICTING
+    assert sorted(c.target for c in rig.actions.of("evict")) == ["team/v0", "team/v1"]
