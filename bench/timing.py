@@ -1,7 +1,8 @@
 """When to preempt: checkpoint-aware-drain with timing (policies.timing) against the same policy
 without it (the "timing off" ablation), the strongest baseline and kube-default.
 
-Cells: openb/stress and training/replay (small scale), seeds 1..N; every policy replays each
+Cells: openb/stress and training/replay (small scale), and openb/stress with no declared ends
+(``NO_ENDS``), seeds 1..N; every policy replays each
 seed's workload, so values are paired per seed. The compared quantity is the **total** a policy
 costs: lost GPU-hours (unsaved work + restarts) **plus the delay** its plans impose on
 preemptors (preemptor GPUs × wait beyond the grace period), since waiting trades one for the
@@ -28,6 +29,9 @@ from ckpt_preempt.controller import trace_files
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 
 CELLS = (("openb", "stress"), ("training", "replay"))
+# the simulator's jobs declare their true end (SimConfig.declare_ends), which real jobs rarely
+# can: this cell shows what is left with periodic checkpoints (and no ends) to predict from
+NO_ENDS = ("openb", "stress", "ends not declared", {"declare_ends": False})
 OURS = planners.TIMING_POLICY
 ABLATION = planners.DRAIN_POLICY  # the same policy, timing off
 POLICIES = (*planners.TIMING_BASELINES, ABLATION, OURS)
@@ -140,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds = list(range(1, args.seeds + 1))
     cells = [experiment.Cell(workload=w, protocol=p, scale=args.scale) for w, p in CELLS]
+    w, p, name, overrides = NO_ENDS
+    cells.append(experiment.ablate(experiment.Cell(workload=w, protocol=p, scale=args.scale),
+                                   name, overrides))
     tasks = [(c, s) for c in cells for s in seeds]
     rows: dict[str, list] = {c.label: [] for c in cells}
     started = time.monotonic()
