@@ -23,10 +23,11 @@ Guarantees (property tests in tests/controller/test_lifecycle.py):
 - ``EVICT`` only names victims of the stored plan, whose observed uid still matches, that are
   neither terminating nor gone: no pod outside the plan, no pod twice.
 - Before the first eviction, a victim that disappeared or a preemptor that went away (or was
-  scheduled without the plan) aborts the plan, so the controller re-plans on the world as is.
-  Once a victim is evicted, the rest are evicted too; and if the plan must end after part of
-  a gang was evicted (its preemptor went away), the rest of that gang is still evicted until
-  ``evict_by``: a gang is never left half-evicted by a plan.
+  scheduled without the plan) aborts the plan, so the controller re-plans on the world as is;
+  except a victim the plan waits for (``wait``), whose end is what it waits for: it is then
+  simply not evicted. Once a victim is evicted, the rest are evicted too; and if the plan must
+  end after part of a gang was evicted (its preemptor went away), the rest of that gang is
+  still evicted until ``evict_by``: a gang is never left half-evicted by a plan.
 - A plan holds until its work is done: ``Evicting`` ends ``Done`` only once every preemptor is
   bound and every victim is terminating or gone (a preemptor bound on any node the plan freed
   is success); it aborts when victims are still not evicted at ``evict_by`` or the preemptor is
