@@ -140,7 +140,11 @@ class PlanStepper:
                 terminating=p.deleting or (r.id, v.uid) in self.mem.evicted,
                 acked=lifecycle.acked(p.annotations, r.id),
                 drain_requested=lifecycle.drain_requested(p.annotations, r.id)
-                or (r.id, v.uid) in self.mem.requested)
+                or (r.id, v.uid) in self.mem.requested,
+                # a plan waiting for this victim's next periodic checkpoint takes a newer
+                # last-checkpoint as done, like an ack (policies.timing)
+                checkpointed=bool(v.wait) and ann.checkpointed_after(p.annotations, r.created,
+                                                                     world.now))
         preemptors = {}
         for pl in r.placements:
             p = world.by_uid.get(pl.uid)
@@ -269,10 +273,12 @@ class PlanStepper:
         if r.state is not State.DRAINING:
             return
         for uid, seen in observed.victims.items():
-            if seen.acked and (r.id, uid) not in self.mem.acked:
+            if (seen.acked or seen.checkpointed) and (r.id, uid) not in self.mem.acked:
                 self.mem.acked.add((r.id, uid))
                 self.actions.emit(world.by_uid[uid], "CheckpointCompleted",
-                                  f"checkpoint for plan {r.id} acknowledged")
+                                  f"checkpoint for plan {r.id} acknowledged" if seen.acked else
+                                  f"checkpoint reported after plan {r.id} was made, as its "
+                                  "timing expected")
 
     def _on_transition(self, old: PlanRecord, new: PlanRecord, observed: lifecycle.Observed,
                        world: World) -> None:
@@ -280,10 +286,17 @@ class PlanStepper:
             self.metrics.drain_seconds.observe(max(0.0, world.now - old.created))
             for v in old.victims:
                 seen = observed.victims.get(v.uid)
-                if v.drain and seen is not None and not seen.acked:
+                if seen is None or seen.acked or seen.checkpointed:
+                    continue
+                if v.drain:
                     self.actions.emit(world.by_uid[v.uid], "CheckpointDeadlineExceeded",
                                       f"no checkpoint acknowledgement for plan {old.id} by its "
                                       "deadline; evicting", warning=True)
+                elif v.wait:
+                    self.actions.emit(world.by_uid[v.uid], "CheckpointDeadlineExceeded",
+                                      f"plan {old.id} waited for this pod's predicted {v.wait}, "
+                                      "which did not come by its deadline; evicting",
+                                      warning=True)
         elif new.state is State.DONE:
             self.metrics.plans.labels("done").inc()
             for pl in new.placements:

@@ -96,6 +96,7 @@ def render(plan: Plan, now: float) -> str:
     if plan.drain_deadline is not None and plan.victim_groups:
         lines.append(f"  drain deadline: {fmt.rfc3339(plan.drain_deadline)} "
                      f"(now + {plan.drain_deadline - now:.0f}s)")
+    lines.extend(fmt.timing_lines(plan, "  "))
     if plan.pdb_violations:
         lines.append(f"  PDB violations: {plan.pdb_violations}")
     if plan.rejections:

@@ -104,6 +104,7 @@ def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
         priority_class=p.priority_class, requests=requests or Resources(), node=p.node,
         start_time=p.start_time if p.start_time is not None else p.created,
         owner_uid=p.owner_uid, terminating=p.deleting, in_scope=in_scope,
+        active_deadline_seconds=p.active_deadline_seconds,
     )
     problems = [str(x) for x in found]
     native = native_membership(p, podgroups)

@@ -17,6 +17,7 @@ from ckpt_preempt.controller.agent import rfc3339
 from ckpt_preempt.policies import gangs
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import Plan, VictimGroup
+from ckpt_preempt.policies.timing import Timing
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_DIGITS = 4  # GPU-hours in documents: to 0.36 GPU-seconds
@@ -92,7 +93,35 @@ def plan(p: Plan) -> dict:
         "rejections": [{"node": r.node, "reason": r.reason.value, "detail": r.detail}
                        for r in p.rejections],
         "nodes_evaluated": p.nodes_evaluated,
+        "timing": timing(p.timing),
     }
+
+
+def timing(t: Timing | None) -> dict | None:
+    """When the plan evicts and why (``policies.timing``); None when timing was not decided."""
+    if t is None:
+        return None
+    return {
+        "when": t.when.value,
+        "deadline": rfc3339(t.deadline),
+        "waits": [{"uid": w.uid, "for": w.when.value, "expected": rfc3339(w.expected)}
+                  for w in t.waits],
+        "expected_gpu_hours": gpu_hours(t.expected_gpu_seconds),
+        "now_gpu_hours": gpu_hours(t.now_gpu_seconds),
+        "delay_gpu_hours": gpu_hours(t.delay_gpu_seconds),
+        "reason": t.reason,
+    }
+
+
+def timing_lines(p: Plan, indent: str) -> list[str]:
+    """The plan's timing as text for ``explain``: which was chosen and why."""
+    t = p.timing
+    if t is None or not p.victim_groups:
+        return []
+    out = [f"{indent}timing: {t.when.value}, evict by {rfc3339(t.deadline)} ({t.reason})"]
+    out.extend(f"{indent}  waits for {w.uid}: {w.when.value} expected {rfc3339(w.expected)}"
+               for w in t.waits)
+    return out
 
 
 def health_summary(nodes: Iterable[tuple[str, Health, Iterable[str]]]) -> dict:

@@ -157,6 +157,7 @@ def render(e: Explanation) -> str:
                        f"loses {fmt.gpu_hours(v.lost_gpu_seconds):.2f} GPU-h, {how}")
     if p.drain_deadline is not None and p.victim_groups:
         out.append(f"    drain deadline: {fmt.rfc3339(p.drain_deadline)}")
+    out.extend(fmt.timing_lines(p, "    "))
     k = e.kube_default
     out.append(f"  kube-default: {k.reason}"
                + (f", losing {fmt.gpu_hours(k.lost_gpu_seconds):.2f} GPU-h" if k.feasible else ""))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
-from ckpt_preempt.policies import gangs, lifecycle
+from ckpt_preempt.policies import gangs, lifecycle, timing
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
 
@@ -109,7 +109,15 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
             uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
             workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY],
             gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY],
-            shrink=v.uid in leaving)
+            shrink=v.uid in leaving, wait=_wait(plan, v.uid))
             for v in plan.victims),
         lost_gpu_seconds=plan.lost_gpu_seconds,
     )
+
+
+def _wait(plan: Plan, uid: str) -> str:
+    """What the stored plan waits for before evicting victim ``uid`` (policies.timing)."""
+    w = None if plan.timing is None else plan.timing.wait_for(uid)
+    if w is None:
+        return ""
+    return "end" if w.when is timing.When.AFTER_END else "checkpoint"

@@ -58,6 +58,9 @@ class PodInfo:
     # The native group it names (policies.native_gangs.group_ref): spec.schedulingGroup or the
     # 1.35 spec.workloadRef; None when it names none.
     pod_group: str | None = None
+    # spec.activeDeadlineSeconds: the kubelet ends the pod this long after it started (None:
+    # not set, or not a positive number); the planner's expected end (policies.timing)
+    active_deadline_seconds: float | None = None
 
     @property
     def key(self) -> str:
@@ -151,6 +154,17 @@ def _claim_names(spec: Mapping, status: Mapping) -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
+def _positive_seconds(value: object) -> float | None:
+    """A positive finite number of seconds, or None for anything else (absent, a string...)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
 def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAULT) -> PodInfo:
     meta, spec, status = d["metadata"], d.get("spec") or {}, d.get("status") or {}
     cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"),
@@ -189,6 +203,7 @@ def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAUL
         claims=_claim_names(spec, status) if gpus.dra else (),
         mig=gpu_resources.requested_mig(spec),
         pod_group=native_gangs.group_ref(spec.get("schedulingGroup"), spec.get("workloadRef")),
+        active_deadline_seconds=_positive_seconds(spec.get("activeDeadlineSeconds")),
     )
 
 

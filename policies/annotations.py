@@ -12,6 +12,10 @@ protection, and none makes it cheaper to preempt:
   ours is absent, with the same parsing and the same consequence;
 - a bad ``preemptible``, ``min-runtime`` or ``nvlink`` is ignored: preemptible, no min-runtime,
   no NVLink need;
+- a bad ``checkpoint-interval`` or ``expected-end`` is ignored: nothing is predicted, and the
+  planner evicts as it would without them (``policies.timing``: a prediction only ever makes a
+  plan wait, up to the drain cap, and a victim whose checkpoint or end does not come by then is
+  evicted and charged as before);
 - a bad gang name is ignored (the next convention, if any, names the gang), a bad gang total
   leaves the gang's size undeclared;
 - a bad ``min-members`` (not a count, more than the gang's declared total, or on a pod in no
@@ -50,6 +54,10 @@ PREEMPTIBLE = PREFIX + "preemptible"
 NVLINK = PREFIX + "nvlink"
 # the fewest members a gang runs with (torchrun-elastic style jobs): members above it may leave
 MIN_MEMBERS = PREFIX + "min-members"
+# when to preempt (policies.timing): a periodic checkpointer's declared period (a duration), and
+# when a pod expects to end (RFC 3339)
+CHECKPOINT_INTERVAL = PREFIX + "checkpoint-interval"
+EXPECTED_END = PREFIX + "expected-end"
 RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (the controller's)
 # Other projects' names for our last-checkpoint, read only when ours is absent (ours wins when
 # both are set). Volcano's checkpoint-aware victim ordering proposal reads this RFC 3339 (UTC)
@@ -118,6 +126,8 @@ class PodPolicyFields:
     checkpoint_malformed: bool = False  # a checkpoint annotation was bad: all were dropped
     problems: tuple[AnnotationProblem, ...] = ()
     gang_minimum: int | None = None  # MIN_MEMBERS: the fewest members the gang runs with
+    checkpoint_interval: float | None = None
+    expected_end: float | None = None
 
 
 def parse_duration(value: str) -> float:
@@ -264,6 +274,9 @@ def parse_pod_fields(
                 problem="must be required, preferred or none", consequence=absent + ": none",
             ))
 
+    interval, end, bad_timing = _timing_fields(annotations)
+    problems.extend(bad_timing)
+
     member, bad = gangs.detect(namespace, labels, annotations)
     problems.extend(
         AnnotationProblem(key=e.key, value=e.value, problem=e.problem, consequence=absent)
@@ -279,6 +292,7 @@ def parse_pod_fields(
         min_runtime=min_runtime, preemptible=preemptible, nvlink=nvlink,
         gang=member.key if member else None, gang_total=member.total if member else None,
         checkpoint_malformed=p is not None, problems=tuple(problems), gang_minimum=minimum,
+        checkpoint_interval=None if p is not None else interval, expected_end=end,
     )
 
 
@@ -302,6 +316,38 @@ def _min_members(raw: str, member: gangs.GangMembership | None
     return minimum, None
 
 
+def _timing_fields(ann: Mapping[str, str]
+                   ) -> tuple[float | None, float | None, list[AnnotationProblem]]:
+    """(checkpoint interval, expected end, problems): a bad value is ignored, as if absent."""
+    absent = "ignored, as if absent: no timing prediction from it"
+    problems = []
+    interval = None
+    if CHECKPOINT_INTERVAL in ann:
+        raw = ann[CHECKPOINT_INTERVAL]
+        try:
+            interval = parse_duration(raw)
+            if not math.isfinite(interval) or interval <= 0:
+                raise ValueError("must be a positive duration")
+        except ValueError as e:
+            interval = None
+            problems.append(AnnotationProblem(key=CHECKPOINT_INTERVAL, value=raw, problem=str(e),
+                                              consequence=absent))
+    end = None
+    if EXPECTED_END in ann:
+        raw = ann[EXPECTED_END]
+        try:
+            end = parse_rfc3339(raw)
+        except (ValueError, OverflowError) as e:
+            problems.append(AnnotationProblem(key=EXPECTED_END, value=raw, problem=str(e),
+                                              consequence=absent))
+    return interval, end, problems
+
+
+def _earliest(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
 def build_pod(
     *,
     uid: str,
@@ -319,9 +365,12 @@ def build_pod(
     owner_uid: str | None = None,
     terminating: bool = False,
     in_scope: bool = True,
+    active_deadline_seconds: float | None = None,
 ) -> tuple[Pod, tuple[AnnotationProblem, ...]]:
     """The planner's view of one pod from its metadata, and what was wrong with it. A pod
-    outside the controller's scope (``in_scope`` False) is never a victim."""
+    outside the controller's scope (``in_scope`` False) is never a victim.
+    ``active_deadline_seconds`` (the pod's spec): it ends by then after its start, so its
+    expected end is the earlier of that and ``expected-end``."""
     f = parse_pod_fields(namespace=namespace, labels=labels, annotations=annotations, now=now,
                          limits=limits, priority_class=priority_class)
     pod = Pod(
@@ -332,5 +381,23 @@ def build_pod(
         gang=f.gang, gang_total=f.gang_total, labels=labels, terminating=terminating,
         checkpoint_malformed=f.checkpoint_malformed, owner_uid=owner_uid,
         gang_minimum=f.gang_minimum,
+        checkpoint_interval=f.checkpoint_interval,
+        expected_end=_earliest(f.expected_end, None if active_deadline_seconds is None
+                               or start_time is None else start_time + active_deadline_seconds),
     )
     return pod, f.problems
+
+
+def checkpointed_after(annotations: Mapping[str, str], since: float, now: float) -> bool:
+    """Whether the pod reports a checkpoint completed after ``since``: its last-checkpoint
+    (``last_checkpoint_key``) parses, is later than ``since`` and not in the future beyond the
+    clock skew. A plan waiting for a victim's next periodic checkpoint takes this as its
+    acknowledgement."""
+    key = last_checkpoint_key(annotations)
+    if key is None:
+        return False
+    try:
+        t = parse_rfc3339(annotations[key])
+    except (ValueError, OverflowError):
+        return False
+    return since < t <= now + CLOCK_SKEW_SECONDS

@@ -2,6 +2,8 @@
 Pure: no I/O or clock.
 
     Planned ──► Draining ──(every drained victim acked, or the deadline)──► Evicting ──► Done
+                           (and every victim the plan waits for checkpointed or ended:
+                            ``PlannedVictim.wait``, policies.timing)
        │           │                                                            │
        └───────────┴──────────────► Aborted ◄───────────────────────────────────┘
 
@@ -21,10 +23,11 @@ Guarantees (property tests in tests/controller/test_lifecycle.py):
 - ``EVICT`` only names victims of the stored plan, whose observed uid still matches, that are
   neither terminating nor gone: no pod outside the plan, no pod twice.
 - Before the first eviction, a victim that disappeared or a preemptor that went away (or was
-  scheduled without the plan) aborts the plan, so the controller re-plans on the world as is.
-  Once a victim is evicted, the rest are evicted too; and if the plan must end after part of
-  a gang was evicted (its preemptor went away), the rest of that gang is still evicted until
-  ``evict_by``: a gang is never left half-evicted by a plan.
+  scheduled without the plan) aborts the plan, so the controller re-plans on the world as is;
+  except a victim the plan waits for (``wait``), whose end is what it waits for: it is then
+  simply not evicted. Once a victim is evicted, the rest are evicted too; and if the plan must
+  end after part of a gang was evicted (its preemptor went away), the rest of that gang is
+  still evicted until ``evict_by``: a gang is never left half-evicted by a plan.
 - A plan holds until its work is done: ``Evicting`` ends ``Done`` only once every preemptor is
   bound and every victim is terminating or gone (a preemptor bound on any node the plan freed
   is success); it aborts when victims are still not evicted at ``evict_by`` or the preemptor is
@@ -85,6 +88,7 @@ class VictimObs:
     terminating: bool
     acked: bool  # checkpoint-done names this plan
     drain_requested: bool  # carries this plan's drain annotation
+    checkpointed: bool = False  # reports a last-checkpoint newer than the plan (timing waits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +160,8 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
         return _transition(State.ABORTED, problem)
 
     if record.state in (State.PLANNED, State.DRAINING):
-        gone = [v for v in record.victims if _alive(v, observed) is None]
+        # a victim the plan waits for may end (or go) by itself: that is what it waits for
+        gone = [v for v in record.victims if not v.wait and _alive(v, observed) is None]
         if gone:
             v = gone[0]
             return _transition(
@@ -166,21 +171,34 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
         return _transition(State.DRAINING, "plan stored; asking victims to checkpoint")
 
     if record.state is State.DRAINING:
-        drained = [v for v in record.victims if v.drain]
+        drained = [v for v in record.victims if v.drain and _alive(v, observed) is not None]
         unasked = tuple(v.uid for v in drained if not observed.victims[v.uid].drain_requested)
         if unasked and now < record.deadline:
             return Step(kind=StepKind.REQUEST_CHECKPOINT, victims=unasked,
                         reason="checkpoint requested")
         pending = [v for v in drained if not observed.victims[v.uid].acked]
+        waited = [v for v in record.victims if v.wait]
+        pending += [v for v in waited if not v.drain and _waiting(v, observed)]
         if not pending:
-            return _transition(State.EVICTING, "every victim acknowledged its checkpoint"
-                               if drained else "no victim checkpoints on request")
+            if waited:
+                why = "every victim acknowledged, checkpointed or ended as the plan expected"
+            elif drained:
+                why = "every victim acknowledged its checkpoint"
+            else:
+                why = "no victim checkpoints on request"
+            return _transition(State.EVICTING, why)
         if now >= record.deadline:
             return _transition(State.EVICTING, f"checkpoint deadline passed; "
                                f"{len(pending)} victim(s) did not acknowledge")
         return Step(kind=StepKind.WAIT, wait_until=record.deadline,
                     reason=f"waiting for {len(pending)} acknowledgement(s)")
     return _evicting_step(record, observed, now)
+
+
+def _waiting(v: PlannedVictim, observed: Observed) -> bool:
+    """Whether the plan still waits for ``v``'s checkpoint or end (``PlannedVictim.wait``)."""
+    seen = _alive(v, observed)
+    return seen is not None and not (seen.acked or seen.checkpointed)
 
 
 def _evicting_step(record: PlanRecord, observed: Observed, now: float) -> Step:

@@ -22,6 +22,7 @@ from ckpt_preempt.policies.topology import NodeTopology
 
 if TYPE_CHECKING:
     from ckpt_preempt.policies.snapshot import Snapshot as Snapshot
+    from ckpt_preempt.policies.timing import Timing
 
 
 def __getattr__(name: str) -> object:
@@ -220,6 +221,11 @@ class Pod:
     # ``ckpt-preempt.io/min-members``): the members above it may leave and the job goes on
     # (elastic shrink, ``policies.shrink``). None: not elastic, every member is needed.
     gang_minimum: int | None = None
+    # when to preempt (policies.timing): the declared checkpoint period of a periodic pod
+    # (annotation checkpoint-interval), and when it is expected to end (annotation expected-end
+    # or spec.activeDeadlineSeconds, the earlier); None: not declared
+    checkpoint_interval: float | None = None
+    expected_end: float | None = None
 
     @property
     def key(self) -> str:
@@ -374,6 +380,7 @@ class Plan:
     drain_deadline: float | None = None
     rejections: tuple[NodeRejection, ...] = ()
     nodes_evaluated: int = 0
+    timing: Timing | None = None  # None: evict at the drain deadline (timing not considered)
 
     @property
     def victims(self) -> tuple[Victim, ...]:

@@ -70,6 +70,9 @@ class PlannedVictim:
     # one of the members an elastic gang gives up (policies.shrink): its gang's other members
     # are no victims and are never touched; its drain request names every member that leaves
     shrink: bool = False
+    # what the plan waits for before evicting it (policies.timing): "" nothing, "checkpoint"
+    # its next periodic checkpoint (a last-checkpoint newer than the plan), "end" its end
+    wait: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +190,8 @@ def plan_to_annotation(r: PlanRecord) -> str:
                        for p in r.placements],
         "victims": [{"uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
                      "drain": v.drain, "workload": v.workload, "gang": v.gang,
-                     **({"shrink": True} if v.shrink else {})}
+                     **({"shrink": True} if v.shrink else {}),
+                     **({"wait": v.wait} if v.wait else {})}  # absent: as before timing
                     for v in r.victims],
     }, separators=(",", ":"))
 
@@ -195,6 +199,7 @@ def plan_to_annotation(r: PlanRecord) -> str:
 _PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "bindBy",
               "lostGpuSeconds", "reason", "placements", "victims"}
 _VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload", "gang"}
+WAITS = ("checkpoint", "end")  # PlannedVictim.wait when set
 
 
 def plan_from_annotation(raw: str) -> PlanRecord:
@@ -225,8 +230,10 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             name=_str(p, "name", _NAME, E), node=_str(p, "node", _NAME, E)))
     victims = []
     for v in d["victims"]:
-        if set(v) - {"shrink"} != _VICTIM_KEYS:
+        if set(v) - {"shrink", "wait"} != _VICTIM_KEYS:
             raise E(f"victims: unexpected fields {sorted(v)}")
+        if v.get("wait", WAITS[0]) not in WAITS:
+            raise E(f"victims.wait: expected one of {', '.join(WAITS)}, got {v['wait']!r}")
         if not isinstance(v["drain"], bool):
             raise E(f"victims.drain: expected true or false, got {v['drain']!r}")
         if v.get("shrink", False) is not False and v["shrink"] is not True:
@@ -235,7 +242,7 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
             name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
             workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E),
-            shrink=v.get("shrink", False)))
+            shrink=v.get("shrink", False), wait=v.get("wait", "")))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]

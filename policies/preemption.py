@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from ckpt_preempt.policies import candidates, cost, gang_joint, units
 from ckpt_preempt.policies import shrink as shrink_rules
+from ckpt_preempt.policies import timing as timing_
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     Plan,
@@ -75,6 +76,10 @@ class PlannerConfig:
     # minimum, each GPU that stays charged this many seconds; False: every gang goes whole
     shrink: bool = True
     rendezvous_seconds: float = shrink_rules.RENDEZVOUS_SECONDS
+    # when to evict (policies.timing): wait, up to max_checkpoint_seconds, for victims' next
+    # periodic checkpoint or end when that loses less in total; off: evict at the drain deadline
+    timing: bool = True
+    timing_margin_seconds: float = timing_.MARGIN_SECONDS
 
     def __post_init__(self) -> None:
         if self.placement not in admission.PLACEMENTS:
@@ -188,7 +193,7 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
             f"; search budget exhausted on {len(set(search.exhausted))} node(s) "
             f"({RejectReason.SEARCH_BUDGET}), so the cover there may not be the least"
         )
-    return Plan(
+    out = Plan(
         policy=POLICY,
         preemptor=uids,
         feasible=True,
@@ -200,6 +205,11 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
         rejections=tuple(search.rejections),
         nodes_evaluated=evaluated,
     )
+    if not config.timing:
+        return out
+    return timing_.decide(out, snapshot, members, max_wait=config.max_checkpoint_seconds,
+                         margin=config.timing_margin_seconds,
+                         restart_seconds=config.restart_seconds)
 
 
 def gang_pdb_problem(snapshot: Snapshot, victim_uids: Iterable[str]) -> str | None:

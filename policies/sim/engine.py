@@ -24,6 +24,10 @@ seeded share of drains fails or overruns, and the controller then evicts at the 
 checkpoint deadline (the largest drained estimate, at most ``max_checkpoint_seconds``), the
 victim losing everything since its last periodic checkpoint. The extra wait a drain imposes on
 the preemptor, over a plain kill after ``grace_seconds``, is reported as ``delay_gpu_hours``.
+A plan that waits for victims' checkpoints or ends (``Plan.timing``, ``policies.timing``) holds
+the preemptor's reservation until they are seen or its deadline (``policies/sim/waits.py``);
+its victims that ended meanwhile are not evicted, the rest are charged at that moment, and the
+whole wait over the grace period is delay.
 
 Jobs that ran before the replay began (``Job.done_before``) start at ``-done_before``, so their
 periodic checkpoints fall where they would have. Losses, evictions and waits of plans made (or
@@ -42,14 +46,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import kube_default, preemption
+from ckpt_preempt.policies import preemption
 from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
 from ckpt_preempt.policies.shrink import RENDEZVOUS_SECONDS
+from ckpt_preempt.policies.sim import waits
 from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome
 from ckpt_preempt.policies.sim.devices import Capacity, requests
 from ckpt_preempt.policies.sim.elastic import ElasticJobs
 from ckpt_preempt.policies.sim.planner_view import PlannerView
-from ckpt_preempt.policies.sim.planners import planner_for
+from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload
 
@@ -76,6 +81,9 @@ class SimConfig:
     planner_restart_seconds: float | None = None
     shrink: bool = True  # our planner may shrink elastic jobs (policies.sim.elastic)
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
+    # when to preempt (policies.timing): jobs declare their end (expected-end), exactly.
+    # Assumption, and an optimistic one: real jobs know their end only roughly, if at all
+    declare_ends: bool = True
 
     @property
     def planner_restart(self) -> float:
@@ -251,12 +259,18 @@ class Simulation(PlannerView, ElasticJobs):
         # the controller's checkpoint deadline: the largest drained estimate, capped
         deadline = min(cfg.max_checkpoint_seconds, max(
             (v.checkpoint_seconds or 0.0 for v in plan.victims if v.drain), default=0.0))
-        release = t + max(cfg.grace_seconds, deadline)
         hit = sorted({int(v.uid.split("-")[0]) for v in plan.victims})
         leaving = {v.uid for g in plan.victim_groups if g.shrink for v in g.victims}
+        release = t + max(cfg.grace_seconds, deadline, waits.timed_wait(
+            plan, [self.running[j] for j in hit], t, cfg, self.seed))
+        ended = {job_id for job_id in hit if plan.timing is not None and plan.timing.waits
+                 and waits.job_end(self.running[job_id]) <= release}
         self.counts["preemptions"] += measured
         for job_id in hit:
             vs = self.running[job_id]
+            if job_id in ended:  # it ended while the plan waited: never evicted (timing)
+                self._stop(vs, waits.job_end(vs))
+                continue
             times = self.preempted.setdefault(job_id, [])
             nth = len(times)
             times.append(t)
@@ -267,7 +281,7 @@ class Simulation(PlannerView, ElasticJobs):
             if self._shrinks(vs, named, leaving, t, release, measured):
                 continue
             if vs.job.is_gang and named != evicted:
-                if plan.policy != kube_default.POLICY:
+                if plan.policy not in GANG_UNAWARE:
                     self.counts["invalid"] += 1  # a gang-aware plan must take the whole gang
                 self.counts["gangs_broken"] += measured
             self._charge(vs, t, release, bool(drained & evicted), nth, deadline, measured)
@@ -286,7 +300,8 @@ class Simulation(PlannerView, ElasticJobs):
         self._waited(js, release)
         # a plain kill would have freed the node after the grace period; from the durations,
         # not from release - t, which need not round back to them exactly
-        self.ledger.delayed(t, js.job.gpus * max(0.0, deadline - cfg.grace_seconds))
+        waited = max(deadline, release - t if plan.timing is not None else 0.0)
+        self.ledger.delayed(t, js.job.gpus * max(0.0, waited - cfg.grace_seconds))
         self._start(js, placed, release)
 
     def _waited(self, js: _JobState, started: float) -> None:

@@ -87,6 +87,10 @@ class PlannerView:
             checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
             if j.is_gang else None, owner_uid=f"job-{j.id}",
             gang_minimum=j.min_members if j.is_gang else None,
+            # what its annotations would declare for timing (policies.timing): the period of
+            # a job that reports its checkpoints, and its end (SimConfig.declare_ends)
+            checkpoint_interval=j.interval if self._reports(j) else None,
+            expected_end=js.origin + js.remaining if node and self.cfg.declare_ends else None,
         )
 
     # -- what the planner sees, and asking it --------------------------------------------

@@ -4,13 +4,19 @@ A planner takes the snapshot, the preemptor's pods and a running plan number (th
 baselines use it as the seed of their random candidate offset) and returns a Plan.
 ``BASELINES`` are the policies ours is compared with: kube-scheduler's DefaultPreemption,
 the same with workload-aware preemption (KEP-5710), and our own search blind to checkpoints.
+
+When to preempt (``policies.timing``), apart from ``POLICIES`` so that runs of every policy
+keep their set: ``TIMING_POLICY`` is the drain policy that also decides when to evict (its
+ablation is ``DRAIN_POLICY``), and ``WAIT_THEN_EVICT`` the baseline for it: kube-default's
+victims, evicted once those that declare an end within ``WAIT_THEN_EVICT_SECONDS`` have ended
+(``TIMING_BASELINES`` adds it to ``BASELINES``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption
+from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption, timing
 from ckpt_preempt.policies.model import Plan, Pod, Snapshot
 
 Planner = Callable[[Snapshot, list[Pod], int], Plan]
@@ -24,18 +30,23 @@ def _kube_workload(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
     return kube_workload.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
 
 
-def _config(drain: bool, max_ckpt: float, penalty: float,
-            restart: float, shrink: bool = True) -> preemption.PlannerConfig:
+def _config(drain: bool, max_ckpt: float, penalty: float, restart: float,
+            shrink: bool = True, timed: bool = False) -> preemption.PlannerConfig:
     return preemption.PlannerConfig(
         drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
-        fairness_penalty_seconds=penalty, restart_seconds=restart, shrink=shrink,
+        fairness_penalty_seconds=penalty, restart_seconds=restart, shrink=shrink, timing=timed,
     )
 
 
 def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float,
-           shrink: bool = True) -> Planner:
-    cfg = _config(drain, max_ckpt, penalty, restart, shrink)
+           shrink: bool = True, timed: bool = False) -> Planner:
+    cfg = _config(drain, max_ckpt, penalty, restart, shrink, timed)
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
+
+
+def _wait_then_evict(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
+    return timing.wait_for_ends(_kube(snapshot, pods, n), snapshot, pods,
+                                max_wait=WAIT_THEN_EVICT_SECONDS, policy=WAIT_THEN_EVICT)
 
 
 def _cost_aware(max_ckpt: float, penalty: float, restart: float,
@@ -47,6 +58,12 @@ def _cost_aware(max_ckpt: float, penalty: float, restart: float,
 DRAIN_POLICY = f"{preemption.POLICY}-drain"
 BASELINES = (kube_default.POLICY, kube_workload.POLICY, cost_aware.POLICY)
 POLICIES = (*BASELINES, preemption.POLICY, DRAIN_POLICY)
+TIMING_POLICY = f"{DRAIN_POLICY}-timing"
+WAIT_THEN_EVICT = "wait-then-evict"
+WAIT_THEN_EVICT_SECONDS = 900.0  # the baseline's longest wait for victims to end (15 min)
+TIMING_BASELINES = (*BASELINES, WAIT_THEN_EVICT)
+GANG_UNAWARE = (kube_default.POLICY, WAIT_THEN_EVICT)  # may break gangs: kube-default's choice
+KNOWN = (*POLICIES, WAIT_THEN_EVICT, TIMING_POLICY)
 
 
 def planner_for(name: str, max_checkpoint_seconds: float,
@@ -70,4 +87,9 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     if name == DRAIN_POLICY:
         return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
                       shrink)
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    if name == TIMING_POLICY:
+        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+                      shrink, timed=True)
+    if name == WAIT_THEN_EVICT:
+        return _wait_then_evict
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(KNOWN)}")

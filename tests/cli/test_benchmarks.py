@@ -46,3 +46,27 @@ def test_fairness_benchmark_reports_every_variant_against_the_first():
         assert r["plans_invalid"] == 0
         assert sum(int(n) * k for n, k in r["preemptions_per_workload"].items()) >= r[
             "preemptions"]
+
+
+def test_timing_benchmark_compares_totals_with_timing_off_and_the_strongest(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "bench/timing.py", "--seeds", "1", "--scale", "0.03", "--jobs", "1",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    line = json.loads(out.stdout)
+    doc = json.loads((tmp_path / "timing.json").read_text())
+    assert [c["cell"] for c in doc["cells"]] == list(line["cells"]) == [
+        "openb/stress", "training/replay", "openb/stress (ends not declared)"]
+    for cell in doc["cells"]:
+        assert cell["strongest_baseline_by_total"] in (
+            "kube-default", "kube-workload", "cost-aware", "wait-then-evict")
+        assert any("(timing off)" in k for k in cell["ratios_total"])
+        for p in cell["policies"].values():
+            assert p["plans_invalid"] == 0
+            assert p["total_gpu_hours"]["median"] >= p["lost_median"] - 1e-3
+    assert "## openb/stress (ends not declared)" in (tmp_path / "timing.md").read_text()
+    bad = subprocess.run([sys.executable, "bench/timing.py", "--seeds", "0"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -280,3 +280,22 @@ def test_explain_shows_node_health_from_the_snapshot(tmp_path):
     unknown = json.loads(cli("explain", "--snapshot", str(EXAMPLE), "-o", "json").stdout)
     assert unknown["node_health"]["unhealthy"] == []
     assert unknown["node_health"]["unknown"] == unknown["node_health"]["nodes"] > 0
+
+
+def test_explain_says_which_timing_was_chosen_and_why(tmp_path):
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    for p in doc["pods"]:
+        if p["name"].startswith("trainer-"):  # the victims: their gang ends in 2 minutes
+            p["annotations"]["ckpt-preempt.io/expected-end"] = "2026-12-02T12:02:00Z"
+    snap = tmp_path / "snap.yaml"
+    snap.write_text(yaml.safe_dump(doc))
+    out = json.loads(cli("explain", "--snapshot", str(snap), "-o", "json").stdout)
+    timing = out["plan"]["timing"]
+    assert timing["when"] == "after-end"
+    assert timing["deadline"] == "2026-12-02T12:03:00Z"  # the end plus the report margin
+    assert {w["for"] for w in timing["waits"]} == {"after-end"}
+    assert timing["expected_gpu_hours"] < timing["now_gpu_hours"]
+    text = cli("explain", "--snapshot", str(snap)).stdout
+    assert "timing: after-end, evict by 2026-12-02T12:03:00Z (evict at now + 180s" in text
+    plain = json.loads(cli("explain", "--snapshot", str(EXAMPLE), "-o", "json").stdout)
+    assert plain["plan"]["timing"]["when"] == "now"

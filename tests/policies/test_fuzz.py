@@ -19,7 +19,7 @@ from ckpt_preempt.policies.model import Node, Resources, Snapshot, UnknownCheckp
 NOW = 1_796_202_000.0
 NAMESPACE = "ns"
 OUR_KEYS = [ann.CHECKPOINT, ann.LAST_CHECKPOINT, ann.CHECKPOINT_SECONDS, ann.MIN_RUNTIME,
-            ann.PREEMPTIBLE, ann.NVLINK]
+            ann.PREEMPTIBLE, ann.NVLINK, ann.CHECKPOINT_INTERVAL, ann.EXPECTED_END]
 GANG_KEYS = [c.name_key for c in CONVENTIONS] + [c.total_key for c in CONVENTIONS if c.total_key]
 KEYS = OUR_KEYS + GANG_KEYS + [ann.PREFIX + "unknown", "example.com/other"]
 WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2028\u2029\u3000\ufeff"
@@ -68,6 +68,10 @@ def test_malformed_metadata_is_never_cheaper_nor_protective(labels, annotations,
         assert pod.preemptible
     full = pod.gpus * age
     assert all(0.0 <= c <= full + 1e-6 for c in _costs(pod))
+    keys = {p.key for p in problems}
+    assert pod.checkpoint_interval is None or (
+        0 < pod.checkpoint_interval < float("inf") and ann.CHECKPOINT_INTERVAL not in keys)
+    assert pod.expected_end is None or ann.EXPECTED_END not in keys
     for key in {p.key for p in problems}:
         where = labels if key in labels else annotations
         if key not in where:
