@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies import candidates, cliques, cost, units
+from ckpt_preempt.policies import bound, candidates, cliques, cost, units
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     NvlinkNeed,
@@ -233,7 +233,8 @@ def plan(
             policy=POLICY, preemptor=uids, feasible=False,
             reason=(search.no_clique
                     or f"{stuck.name} fits nowhere even after preempting every eligible victim")
-            + (f"; {failing} node(s) closed because their GPUs are failing" if failing else ""),
+            + (f"; {failing} node(s) closed because their GPUs are failing" if failing else "")
+            + bound.waiting_reason(snapshot, priority),
             rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
         )
     evaluated = search.evaluated
