@@ -325,7 +325,8 @@ class ClusterModel(NodesAndPdbs):
 
     # -------------------------------------------------------------------------- snapshot
     def snapshot(self, *, now: float, recent_preemptions: Mapping[str, int] | None = None,
-                 health: Mapping[str, Health] | None = None) -> convert.Converted:
+                 health: Mapping[str, Health] | None = None,
+                 preemption_history: Mapping[str, int] | None = None) -> convert.Converted:
         """The Converted ``convert.snapshot()`` would build from the cache as of the last
         sync, for ``now`` (the sync's own: pods are converted for it)."""
         if now != self._now:
@@ -347,7 +348,8 @@ class ClusterModel(NodesAndPdbs):
         pdbs, index = self._pdb_view
         snap = Snapshot(now=now, nodes=self._node_tuple, pods=self._pod_tuple, pdbs=pdbs,
                         recent_preemptions=dict(recent_preemptions or {}),
-                        unknown_checkpoint=self.limits.unknown_checkpoint)
+                        unknown_checkpoint=self.limits.unknown_checkpoint,
+                        preemption_history=dict(preemption_history or {}))
         known = dict(
             node_by_name=self._nodes, pod_by_uid=self._model,
             _index=(self._pods_on_node, self._held, self._gang_pods),

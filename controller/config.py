@@ -21,7 +21,7 @@
     requestTimeoutSeconds: 5         # every API call gives up after this long
     writeConcurrency: 8              # plans whose writes are sent at once (1: one plan at a time)
     bindTimeoutSeconds: 300          # after its victims are gone, the preemptor must bind by then
-    planHistorySeconds: 3600         # finished plans are kept this long (fairness, audit)
+    planHistorySeconds: 86400        # finished plans are kept this long (fairness, bound, audit)
     optOutNamespaces: []             # where preemptible: "false" is honoured ("*": everywhere)
     optOutPriorityClasses: []        # likewise, by priority class (default: nowhere)
     unknownCheckpoint: start-time    # start-time | cluster-median | assume:30m
@@ -30,6 +30,8 @@
     restartCostSeconds: 0            # per evicted GPU: your jobs' restart/restore time (0: off)
     elasticShrink: true              # elastic gangs may give up members above their minimum
     rendezvousCostSeconds: 60        # per GPU of a shrinking gang: its re-rendezvous (assumed)
+    maxPreemptionsPerWindow: 4       # starvation bound: a workload preempted this often within
+    preemptionBoundWindowSeconds: 86400  # this window is no victim (0: off; policies/bound.py)
     # GPU health from dcgm-exporter through Prometheus (controller/health.py); off without a URL
     prometheusUrl: https://prometheus.monitoring:9090
     prometheusBearerTokenFile: /var/run/secrets/prometheus/token   # sent as Authorization
@@ -59,7 +61,7 @@ import yaml
 
 from ckpt_preempt.controller import gpu_resources as gpu_names
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import preemption, shrink
+from ckpt_preempt.policies import bound, preemption, shrink
 
 # What kube-scheduler calls itself, and what the API server writes into a pod that names no
 # scheduler (kubernetes v1.37.2 staging/src/k8s.io/api/core/v1/types.go DefaultSchedulerName;
@@ -102,7 +104,8 @@ class Config:
     request_timeout_seconds: float = 5.0
     write_concurrency: int = 8
     bind_timeout_seconds: float = 300.0
-    plan_history_seconds: float = 3600.0
+    # at least the starvation bound's window: preemptions are counted from the plans kept
+    plan_history_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
     opt_out_namespaces: tuple[str, ...] = ()
     opt_out_priority_classes: tuple[str, ...] = ()
     unknown_checkpoint: str = str(ann.UNKNOWN_CHECKPOINT)
@@ -126,6 +129,9 @@ class Config:
     gpu_resources: tuple[str, ...] = gpu_names.DEFAULT_WHOLE
     gpu_dra_drivers: tuple[str, ...] = gpu_names.DEFAULT_DRA_DRIVERS
     gpu_device_classes: tuple[str, ...] = gpu_names.DEFAULT_DEVICE_CLASSES
+    # the starvation bound (policies.bound; the defaults are assumptions, cited there)
+    max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW
+    preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
 
     def __post_init__(self) -> None:
         self._check_health()
@@ -147,6 +153,11 @@ class Config:
         if self.fairness_window_seconds > self.plan_history_seconds:
             raise ConfigError("config: fairnessWindowSeconds must not exceed planHistorySeconds "
                               "(preemptions are counted from the plans kept)")
+        if not 0 < self.preemption_bound_window_seconds < float("inf"):
+            raise ConfigError("config: preemptionBoundWindowSeconds must be a finite number > 0")
+        if self.preemption_bound_window_seconds > self.plan_history_seconds:
+            raise ConfigError("config: preemptionBoundWindowSeconds must not exceed "
+                              "planHistorySeconds (preemptions are counted from the plans kept)")
         # A write sent before the renew deadline lands (or times out) before any other replica
         # may take the Lease over, which it can do leaseDurationSeconds after our last renewal.
         if self.renew_deadline_seconds + self.request_timeout_seconds > \
@@ -181,8 +192,9 @@ class Config:
         return dict(e.split("=", 1) for e in self.health_node_names)
 
 
-# 0 turns the fairness guard off, and leaves restarts out of a victim's cost
-_ZERO_ALLOWED = {"fairness_penalty_seconds", "restart_cost_seconds", "rendezvous_cost_seconds"}
+# 0 turns the fairness guard off, leaves restarts out of a victim's cost, turns the bound off
+_ZERO_ALLOWED = {"fairness_penalty_seconds", "restart_cost_seconds", "rendezvous_cost_seconds",
+                 "max_preemptions_per_window"}
 
 
 def _camel(name: str) -> str:

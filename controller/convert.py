@@ -23,7 +23,7 @@ from ckpt_preempt.controller.records import pdb_info as pdb_info
 from ckpt_preempt.controller.records import pod_info as pod_info
 from ckpt_preempt.controller.records import pod_requests as pod_requests
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import gpu_use, native_gangs, preemption
+from ckpt_preempt.policies import bound, gpu_use, native_gangs, preemption
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import (
     Node,
@@ -91,6 +91,12 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
         restart_seconds=cfg.restart_cost_seconds,
         shrink=cfg.elastic_shrink, rendezvous_seconds=cfg.rendezvous_cost_seconds,
     )
+
+
+def preemption_bound(cfg: Config) -> bound.Bound:
+    """The starvation bound the config sets (``policies.bound``)."""
+    return bound.Bound(max_preemptions=cfg.max_preemptions_per_window,
+                       window_seconds=cfg.preemption_bound_window_seconds)
 
 
 def to_pod(p: PodInfo, now: float, limits: ann.Limits, in_scope: bool,
@@ -168,11 +174,13 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
              pdbs: Iterable[PdbInfo], scope: Scope, limits: ann.Limits,
              recent_preemptions: Mapping[str, int] | None = None,
              health: Mapping[str, Health] | None = None,
-             podgroups: Mapping[str, native_gangs.NativeGroup] | None = None) -> Converted:
+             podgroups: Mapping[str, native_gangs.NativeGroup] | None = None,
+             preemption_history: Mapping[str, int] | None = None) -> Converted:
     """Bound, unfinished pods hold capacity; pending pods are listed too (for gang membership).
     Pods outside the scope are never candidates (``preemptible=False``).
     ``recent_preemptions``: per workload key (``Victim.workload``, ``Pod.workload``), how
-    often it was preempted within the fairness window, from the stored plan history.
+    often it was preempted within the fairness window, from the stored plan history;
+    ``preemption_history``: the same within the starvation bound's window (``policies.bound``).
     ``health``: each node's GPU health (``controller.health``; absent: unknown).
     ``podgroups``: native PodGroups by ``<namespace>/<name>`` (``controller.podgroups``)."""
     model_pods, problems = [], {}
@@ -201,7 +209,8 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         snapshot=Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
                           pdbs=tuple(to_pdb(b) for b in pdbs),
                           recent_preemptions=dict(recent_preemptions or {}),
-                          unknown_checkpoint=limits.unknown_checkpoint),
+                          unknown_checkpoint=limits.unknown_checkpoint,
+                          preemption_history=dict(preemption_history or {})),
         problems=problems, node_problems=node_problems)
 
 
@@ -278,11 +287,14 @@ def node_allows(n: NodeInfo, pods: Iterable[PodInfo]) -> bool:
 
 def for_preemptor(snap: Snapshot, nodes: Mapping[str, NodeInfo], preemptor: Iterable[PodInfo],
                   *, reserved_nodes: frozenset[str], busy_pods: frozenset[str],
-                  blocked_pods: frozenset[str] = frozenset()) -> Snapshot:
+                  blocked_pods: frozenset[str] = frozenset(),
+                  bounded_pods: frozenset[str] = frozenset()) -> Snapshot:
     """The snapshot as one preemptor sees it, each exclusion with its reason: nodes it may not
     use (selector, affinity, taints, a reservation taint, or ``reserved_nodes``: targets of
     other active plans) are closed; ``busy_pods`` (victims of other active plans) and
-    ``blocked_pods`` (whose eviction was refused lately) are no candidates."""
+    ``blocked_pods`` (whose eviction was refused lately) and ``bounded_pods`` (their workload
+    was preempted as often as the starvation bound allows: ``policies.bound.pods_at_bound``)
+    are no candidates."""
     pre = list(preemptor)
     closed = {}
     for n in snap.nodes:
@@ -292,6 +304,7 @@ def for_preemptor(snap: Snapshot, nodes: Mapping[str, NodeInfo], preemptor: Iter
             why = RejectReason.NODE_HELD
         if why is not None:
             closed[n.name] = why
-    held = dict.fromkeys(blocked_pods, PodHold.EVICTION_BLOCKED)
+    held = dict.fromkeys(bounded_pods, PodHold.AT_PREEMPTION_BOUND)
+    held.update(dict.fromkeys(blocked_pods, PodHold.EVICTION_BLOCKED))
     held.update(dict.fromkeys(busy_pods, PodHold.HELD_BY_PLAN))
     return snap.restricted(closed=closed, held=held)

@@ -29,7 +29,7 @@ from ckpt_preempt.controller.health import explain_health
 from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
 from ckpt_preempt.controller.watch import stored_plan
 from ckpt_preempt.controller.write_bodies import MANAGED_BY
-from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies import bound, kube_default, lifecycle, preemption
 from ckpt_preempt.policies.health import NodeHealth
 from ckpt_preempt.policies.model import Plan
 
@@ -94,7 +94,9 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
                             limits=convert.limits(cfg), recent_preemptions=recent_preemptions(
                                 stored, since=now - cfg.fairness_window_seconds),
-                            health={h.node: h.state for h in health}, podgroups=native)
+                            health={h.node: h.state for h in health}, podgroups=native,
+                            preemption_history=recent_preemptions(
+                                stored, since=now - cfg.preemption_bound_window_seconds))
     model = conv.snapshot.pod_by_uid
     gang = model[target.uid].gang
     members = [p for p in pods if not p.node and not p.done and (
@@ -103,7 +105,9 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     mine = [r for r in stored if any(pl.uid in {p.uid for p in members} for pl in r.placements)]
     held = restriction([r for r in stored if not r.state.terminal and r not in mine], {}, now)
     snap = convert.for_preemptor(conv.snapshot, {n.name: n for n in nodes}, members,
-                                 reserved_nodes=held.reserved_nodes, busy_pods=held.held_pods)
+                                 reserved_nodes=held.reserved_nodes, busy_pods=held.held_pods,
+                                 bounded_pods=bound.pods_at_bound(
+                                     conv.snapshot, convert.preemption_bound(cfg)))
     mpods = [model[p.uid] for p in members]
     ours = preemption.plan(snap, mpods, convert.planner_config(cfg))
     theirs = kube_default.plan(snap, mpods, kube_default.KubeDefaultConfig(seed=0))

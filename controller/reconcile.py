@@ -62,7 +62,7 @@ from ckpt_preempt.controller.plans import (
 from ckpt_preempt.controller.preemptors import Candidate, candidates, plan_record
 from ckpt_preempt.controller.watch import ClusterCache
 from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
-from ckpt_preempt.policies import kube_default, lifecycle, preemption
+from ckpt_preempt.policies import bound, kube_default, lifecycle, preemption
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
@@ -261,7 +261,9 @@ class Reconciler:
         (``self.plan_cache``: what they know of the nodes that did not change comes from the
         last cycle's)."""
         conv = self.model.snapshot(now=now, recent_preemptions=recent_preemptions(
-            stored, since=now - self.cfg.fairness_window_seconds), health=health)
+            stored, since=now - self.cfg.fairness_window_seconds), health=health,
+            preemption_history=recent_preemptions(
+                stored, since=now - self.cfg.preemption_bound_window_seconds))
         self.plan_cache = PlanCache.carried(self.plan_cache, conv.snapshot, conv.changed_nodes)
         return conv
 
@@ -282,6 +284,8 @@ class Reconciler:
         held = restriction(active, self.mem.blocked, now)
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         blocked = held.blocked_pods
+        # the starvation bound: workloads preempted as often as it allows are no victims
+        bounded = bound.pods_at_bound(conv.snapshot, convert.preemption_bound(self.cfg))
         cache = self.plan_cache  # this cycle's (_snapshot), shared by every plan of the queue
         for cand in candidates(pods, conv, planned, scope=self.scope,
                                minimums=self.cache.groups.minimums, warn=self._warn_once):
@@ -290,7 +294,7 @@ class Reconciler:
             lanes.check()  # a task met NotLeader: plan no further
             try:
                 made = self._plan_one(cand, conv, world.nodes, frozenset(reserved),
-                                      frozenset(busy), blocked, now, cache)
+                                      frozenset(busy), blocked, now, cache, bounded)
             except (Conflict, NotLeader) as e:
                 log.info("%s: %s", cand.key, e)
                 if isinstance(e, NotLeader):
@@ -314,12 +318,13 @@ class Reconciler:
                          self.stepper.store_and_start, made, world)
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
-                  blocked, now: float, cache: PlanCache | None = None) -> NewPlan | None:
+                  blocked, now: float, cache: PlanCache | None = None,
+                  bounded: frozenset[str] = frozenset()) -> NewPlan | None:
         """The plan for `cand`, not yet stored (only Events are sent here)."""
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
                                      reserved_nodes=reserved, busy_pods=busy,
-                                     blocked_pods=blocked)
+                                     blocked_pods=blocked, bounded_pods=bounded)
         members = [model[p.uid] for p in cand.members]
         t0 = time.perf_counter()
         plan = preemption.plan(snap, members, self._loop_planner_config(), cache)

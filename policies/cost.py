@@ -10,7 +10,7 @@ an evicted job takes to be rescheduled, reload its checkpoint and warm up; 0 by 
 ``gpus × restart_seconds`` to every victim, drained or not: without it a fresh checkpoint looks
 free, and the same cheap job is chosen again and again although each restart idles its GPUs.
 Eligibility: strictly lower priority, not opted out, past min-runtime, not already
-terminating, not held by another plan or blocked.
+terminating, not held by another plan, blocked, or at the preemption bound (``policies.bound``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Ineligible(enum.StrEnum):
     NOT_RUNNING = "not-bound"
     HELD_BY_PLAN = PodHold.HELD_BY_PLAN.value
     EVICTION_BLOCKED = PodHold.EVICTION_BLOCKED.value
+    AT_PREEMPTION_BOUND = PodHold.AT_PREEMPTION_BOUND.value  # policies.bound
     GANG_PDB = "gang-exceeds-its-pdb"  # a PDB covering the gang allows fewer than its members
 
 

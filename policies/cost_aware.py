@@ -40,6 +40,7 @@ def without_checkpoints(snapshot: Snapshot) -> Snapshot:
     return Snapshot(
         now=snapshot.now, nodes=snapshot.nodes, pods=tuple(_blind(p) for p in snapshot.pods),
         pdbs=snapshot.pdbs, recent_preemptions=snapshot.recent_preemptions,
+        preemption_history=snapshot.preemption_history,
         unknown_checkpoint=UnknownCheckpoint(),
     )
 

@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ckpt_preempt.policies import candidates, cost
+from ckpt_preempt.policies import bound, candidates, cost
 from ckpt_preempt.policies.model import (
     Node,
     NodeRejection,
@@ -270,7 +270,8 @@ def plan_each_member(
         if got is None:
             return Plan(
                 policy=policy, preemptor=uids, feasible=False,
-                reason=f"{pod.name}: preemption is not helpful on any node",
+                reason=f"{pod.name}: preemption is not helpful on any node"
+                + bound.waiting_reason(snapshot, pod.priority),
                 rejections=tuple(rejections),
             )
         name, chosen, n_violating = got

@@ -40,7 +40,7 @@ import random
 from collections.abc import Sequence
 from functools import partial
 
-from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies import bound, kube_default
 from ckpt_preempt.policies.kube_default import KubeDefaultConfig
 from ckpt_preempt.policies.model import (
     NodeRejection,
@@ -203,7 +203,8 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
     if placements is None:
         return Plan(
             policy=POLICY, preemptor=uids, feasible=False,
-            reason="the gang does not fit even with every lower-priority pod group removed",
+            reason="the gang does not fit even with every lower-priority pod group removed"
+            + bound.waiting_reason(snapshot, priority),
             rejections=tuple(rejections) + tuple(
                 NodeRejection(node=n, reason=RejectReason.NOT_ENOUGH_PREEMPTIBLE)
                 for n in open_nodes),

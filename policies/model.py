@@ -120,6 +120,8 @@ class RejectReason(enum.StrEnum):
     GPU_FAILING = "node-gpu-failing"  # policies.health: a GPU of it is failing
     NOT_SAMPLED = "not-evaluated-sampling-stopped"
     SEARCH_BUDGET = "search-budget-exhausted"
+    # policies.bound: the only victims that would make room were preempted too often lately
+    VICTIMS_AT_BOUND = "victims-at-preemption-bound"
 
 
 class PodHold(enum.StrEnum):
@@ -127,6 +129,7 @@ class PodHold(enum.StrEnum):
 
     HELD_BY_PLAN = "held-by-another-plan"  # a victim of another active plan
     EVICTION_BLOCKED = "eviction-blocked-recently"  # the Eviction API refused it lately
+    AT_PREEMPTION_BOUND = "at-preemption-bound"  # policies.bound: preempted too often lately
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckpt_preempt.policies.model import RejectReason, Snapshot, UnknownCheckpoint
 
@@ -206,6 +206,7 @@ class _Basis:
     recent: Mapping[str, int]
     unknown: UnknownCheckpoint
     unknown_base: float | None  # for cluster-median: when the median pod last saved
+    history: Mapping[str, int] = field(default_factory=dict)  # Snapshot.preemption_history
 
     @classmethod
     def of(cls, s: Snapshot) -> _Basis:
@@ -214,13 +215,14 @@ class _Basis:
             base = s.now - s.unknown_checkpoint_age
         return cls(now=s.now, names=tuple(n.name for n in s.nodes), pdbs=s.pdbs,
                    recent=dict(s.recent_preemptions), unknown=s.unknown_checkpoint,
-                   unknown_base=base)
+                   unknown_base=base, history=dict(s.preemption_history))
 
 
 def _fallen(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
     """The nodes of the pods whose workload was preempted less often in ``new`` than in
-    ``old`` (their fairness penalty fell)."""
+    ``old``, recently or within the bound's window (their fairness penalty fell)."""
     fell = {w for w, n in old.recent.items() if new.recent.get(w, 0) < n}
+    fell |= {w for w, n in old.history.items() if new.history.get(w, 0) < n}
     if not fell:
         return set()
     return {p.node for p in base.pods if p.node is not None and p.workload in fell}

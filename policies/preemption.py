@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies import candidates, cost, gang_joint, units
+from ckpt_preempt.policies import bound, candidates, cost, gang_joint, units
 from ckpt_preempt.policies import shrink as shrink_rules
 from ckpt_preempt.policies import timing as timing_
 from ckpt_preempt.policies.health import Health
@@ -170,7 +170,8 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
             policy=POLICY, preemptor=uids, feasible=False,
             reason=(search.no_clique
                     or f"{stuck.name} fits nowhere even after preempting every eligible victim")
-            + (f"; {failing} node(s) closed because their GPUs are failing" if failing else ""),
+            + (f"; {failing} node(s) closed because their GPUs are failing" if failing else "")
+            + bound.waiting_reason(snapshot, priority),
             rejections=tuple(search.rejections), nodes_evaluated=search.evaluated,
         )
     evaluated = search.evaluated

@@ -43,6 +43,9 @@ class Snapshot:
     pdbs: tuple[PodDisruptionBudget, ...] = ()
     recent_preemptions: Mapping[str, int] = field(default_factory=dict)
     unknown_checkpoint: UnknownCheckpoint = UnknownCheckpoint()
+    # per Pod.workload: preemptions within the bound's longer window (policies.bound), for the
+    # fairness penalty that doubles with each; empty: the penalty counts recent ones only
+    preemption_history: Mapping[str, int] = field(default_factory=dict)
 
     @cached_property
     def node_by_name(self) -> dict[str, Node]:
@@ -123,6 +126,7 @@ class Snapshot:
         entries; they are looked up by the view's node names only."""
         view = Snapshot(now=self.now, nodes=nodes, pods=self.pods, pdbs=self.pdbs,
                         recent_preemptions=self.recent_preemptions,
+                       preemption_history=self.preemption_history,
                         unknown_checkpoint=self.unknown_checkpoint)
         alloc = [n.allocatable for n in nodes] or [ZERO]
         view.__dict__.update(
@@ -184,6 +188,7 @@ class Snapshot:
                 gang_pods[gang] = [swapped.get(p.uid, p) for p in gang_pods[gang]]
         out = Snapshot(now=self.now, nodes=nodes, pods=pods, pdbs=self.pdbs,
                        recent_preemptions=self.recent_preemptions,
+                       preemption_history=self.preemption_history,
                        unknown_checkpoint=self.unknown_checkpoint)
         # Neither a closed node nor a held pod changes what is held or free (such pods still
         # hold their resources), who belongs to which gang or what checkpoints pods report:

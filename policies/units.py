@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ckpt_preempt.policies import cost, shrink
+from ckpt_preempt.policies import bound, cost, shrink
 
 # the PDB rule and the exact search, re-exported: callers use them as ``units.*``
 from ckpt_preempt.policies.cover import Cover as Cover
@@ -76,7 +76,8 @@ class UnitBuilder:
     Eligibility is per unit: one ineligible member (higher priority, opted out, too young,
     terminating, held) protects its whole gang, and so does a PDB covering more of the gang's
     members than it allows to go. ``penalty_seconds`` is the fairness penalty: each GPU of a
-    workload preempted n times recently is charged n × that many seconds on top of its loss.
+    workload preempted n times recently and h times within the bound's window is charged
+    max(n, 2^h - 1) × that many seconds on top of its loss (``bound.penalty_factor``).
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class UnitBuilder:
         self.max_checkpoint_seconds = max_checkpoint_seconds
         self.unknown_age = snapshot.unknown_checkpoint_age
         self.recent = snapshot.recent_preemptions if penalty_seconds > 0 else {}
+        self.history = snapshot.preemption_history if penalty_seconds > 0 else {}
         self.penalty_seconds = penalty_seconds
         self._why: dict[str, str | None] = {}  # per gang: one bad member protects all
         self._units: dict[str, Unit] = {}
@@ -163,9 +165,11 @@ class UnitBuilder:
 
     def penalty(self, pod: Pod) -> float:
         """The fairness penalty charged for evicting ``pod`` (GPU-seconds)."""
-        if not self.recent:
+        if not self.recent and not self.history:
             return 0.0
-        return pod.gpu_share * self.penalty_seconds * self.recent.get(pod.workload, 0)
+        w = pod.workload
+        return pod.gpu_share * self.penalty_seconds * bound.penalty_factor(
+            self.recent.get(w, 0), self.history.get(w, 0))
 
     def unit(self, pod: Pod) -> Unit:
         uid = self.unit_id(pod)
@@ -200,7 +204,7 @@ class UnitBuilder:
     def _evictable_on(self, node: str) -> Evictable:
         entries, pieces, cpu, mem, gpus, milli = [], [], 0, 0, 0, 0
         held: dict[str, int] = {}
-        prio, now, recent = self.priority, self.s.now, self.recent
+        prio, now, recent = self.priority, self.s.now, self.recent or self.history
         stale_after = math.inf
         for p in self.s.pods_on_node.get(node, ()):
             if p.gang is None:  # inline _min_runtime_end: this loop is the planner's hottest

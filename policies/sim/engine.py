@@ -11,9 +11,11 @@ that belongs to a gang breaks it: every member stops and loses its unsaved work.
 Jobs that checkpoint report it (their pods carry ``last-checkpoint``) unless the generator made
 them silent; jobs that never checkpoint report nothing, and the planner charges both as the
 unknown-checkpoint policy says. Each job is one workload for the fairness guard: the planner
-sees how often it was preempted within the window, and the result reports how often each job
-was preempted over the whole run. What the planner is shown, and the call to it, are built in
-``policies/sim/planner_view.py`` (the ``PlannerView`` mixin).
+sees how often it was preempted within the window (and within the starvation bound's longer
+window, ``policies.bound``: a job preempted as often as the bound allows is held from every
+policy), and the result reports how often each job was preempted over the whole run (the most,
+and the 99th percentile over the jobs preempted at all). What the planner is shown, and the
+call to it, are built in ``policies/sim/planner_view.py`` (the ``PlannerView`` mixin).
 
 Costs beyond unsaved work (``policies.sim.costs`` gives each default and what it rests on):
 every evicted job also loses its restore time (``restore_seconds``, or the job's own) on all its
@@ -46,7 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import preemption
+from ckpt_preempt.policies import bound, preemption
 from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
 from ckpt_preempt.policies.shrink import RENDEZVOUS_SECONDS
 from ckpt_preempt.policies.sim import waits
@@ -84,6 +86,12 @@ class SimConfig:
     # when to preempt (policies.timing): jobs declare their end (expected-end), exactly.
     # Assumption, and an optimistic one: real jobs know their end only roughly, if at all
     declare_ends: bool = True
+    # policies.bound, for every policy: no job preempted more than this often per window (0:
+    # no bound); ``escalating_penalty``: the planner also sees each job's preemptions in that
+    # window, its fairness penalty doubling with each (False: the 1-hour count only)
+    max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW
+    preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
+    escalating_penalty: bool = True
 
     @property
     def planner_restart(self) -> float:
@@ -129,6 +137,8 @@ class PolicyResult:
     lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
     shrinks: int = 0  # elastic jobs that gave up members and ran on (policies.sim.elastic)
     grown_back: int = 0  # shrunken jobs that took their members back
+    # the 99th percentile of preemptions per job, over the jobs preempted at least once
+    p99_preemptions_per_workload: float = 0.0
 
 
 class _JobState:
@@ -420,4 +430,6 @@ class Simulation(PlannerView, ElasticJobs):
             drains_overrun=self.counts["drains_overrun"],
             lost_series=tuple(led.series), shrinks=self.counts["shrinks"],
             grown_back=self.counts["grown_back"],
+            p99_preemptions_per_workload=float(_percentile(
+                [n for n in self.measured_preemptions.values() if n], 0.99)),
         )

@@ -150,6 +150,8 @@ class PolicySummary:
     high_jobs_waiting: int
     vs_strongest: stats.Estimate | None  # lost ÷ the strongest baseline's, paired per seed
     vs_kube_default: stats.Estimate | None
+    # per seed, the 99th percentile of preemptions over the jobs preempted; median over seeds
+    p99_preemptions_per_workload: float = 0.0
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
@@ -227,6 +229,7 @@ def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamp
         high_jobs_waiting=sum(r.high_jobs_waiting for r in mine),
         vs_strongest=_ratio(runs, policy, base, resamples, seed),
         vs_kube_default=_ratio(runs, policy, kube_default.POLICY, resamples, seed),
+        p99_preemptions_per_workload=med("p99_preemptions_per_workload"),
     )
 
 

@@ -6,7 +6,8 @@ the checkpoint times their annotations would show (``_published``: the last chec
 ``report_lag_seconds`` ago, with a seeded error of up to ``report_jitter_seconds``, never in the
 future; nothing for jobs that do not report); the capacity held at the preemptor's priority or
 above as one non-preemptible pod per node (``_held_pod``, exact for fit and victims); how often
-each job was preempted within the fairness window; then ``_preempt`` asks the policy, timing it.
+each job was preempted within the fairness window and within the starvation bound's window (a
+job at the bound enters held, ``policies.bound``); then ``_preempt`` asks the policy, timing it.
 
 It is apart from ``policies/sim/engine.py`` because this view differs from the ground truth on
 purpose (late and jittered checkpoint times, folded capacity), while the engine's event loop
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ckpt_preempt.policies import bound
 from ckpt_preempt.policies.model import ZERO, Node, Plan, Pod, Resources, Snapshot
 from ckpt_preempt.policies.sim.costs import report_error
 from ckpt_preempt.policies.sim.devices import Capacity, requests
@@ -114,25 +116,40 @@ class PlannerView:
         priority = min(p.priority for p in pre)
         pods = []
         recent: dict[str, int] = {}
-        t = self.t
-        since = t - self.cfg.fairness_window_seconds
+        history: dict[str, int] = {}
+        t, cfg = self.t, self.cfg
+        since = t - cfg.fairness_window_seconds
+        limit = bound.Bound(max_preemptions=cfg.max_preemptions_per_window,
+                            window_seconds=cfg.preemption_bound_window_seconds)
+        since_long = t - limit.window_seconds
+        keep = limit.on or cfg.escalating_penalty
         for js in self.running.values():
             if js.job.priority >= priority:
                 continue
             last = self._published(js, t) if js.start < t and self._reports(js.job) else None
             if js.models and js.models[0].last_checkpoint != last:
                 js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
-            pods.extend(js.models)
             times = self.preempted.get(js.job.id)
-            if times and times[-1] > since and js.models:
-                recent[js.models[0].workload] = len(times) - bisect.bisect_right(times, since)
+            models = js.models
+            if times and models:
+                workload = models[0].workload
+                if times[-1] > since:
+                    recent[workload] = len(times) - bisect.bisect_right(times, since)
+                if keep and times[-1] > since_long:
+                    n = len(times) - bisect.bisect_right(times, since_long)
+                    if cfg.escalating_penalty:
+                        history[workload] = n
+                    if limit.on and n >= limit.max_preemptions:
+                        models = bound.hold(models, frozenset((workload,)))
+            pods.extend(models)
         for i in range(len(self.nodes)):
             held = self._held_pod(i, priority)
             if held is not None:
                 pods.append(held)
         return Snapshot(now=t, nodes=self.cap.exclusions(job.members),
                         pods=tuple(pods) + tuple(pre),
-                        recent_preemptions=recent, unknown_checkpoint=self.unknown)
+                        recent_preemptions=recent, unknown_checkpoint=self.unknown,
+                        preemption_history=history)
 
     def _preempt(self, js: _JobState) -> bool:
         pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]

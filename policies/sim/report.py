@@ -103,6 +103,8 @@ def _rows(base: str | None) -> tuple[tuple[str, Callable[[PolicySummary, int], s
         ("loss per eviction p50/p99/max", lambda p, seeds: (
             f"{p.eviction_loss_p50:.2f}/{p.eviction_loss_p99:.1f}/{p.eviction_loss_max:.1f}")),
         ("max preemptions of one job", lambda p, seeds: str(p.max_preemptions_per_workload)),
+        ("p99 preemptions per preempted job",
+         lambda p, seeds: f"{p.p99_preemptions_per_workload:g}"),
         ("gangs broken", lambda p, seeds: f"{p.gangs_broken:g}"),
         ("drains failed/overran", lambda p, seeds: f"{p.drains_failed}/{p.drains_overrun}"),
         ("invalid plans", lambda p, seeds: str(p.plans_invalid)),

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller import config, convert
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import gangs, preemption
+from ckpt_preempt.policies import bound, gangs, preemption
 from ckpt_preempt.policies.model import (
     CheckpointMode,
     PodHold,
@@ -263,7 +263,7 @@ def test_config_parses_strictly():
                 {"dryRun": "yes"}, {"evictAttempts": True}, ["list"],
                 {"unknownCheckpoint": "median"}, {"unknownCheckpoint": "assume:0"},
                 {"optOutNamespaces": "team"}, {"fairnessPenaltySeconds": -1},
-                {"fairnessWindowSeconds": 0}, {"fairnessWindowSeconds": 7200}]:
+                {"fairnessWindowSeconds": 0}, {"fairnessWindowSeconds": 100_000}]:
         with pytest.raises(config.ConfigError):
             config.parse(bad)
     assert config.parse(None) == config.Config()
@@ -307,3 +307,40 @@ def test_fuzzed_pods_convert_without_crashing_and_without_immunity(labels, annot
     assert pod.preemptible and pod.min_runtime <= ann.Limits().max_min_runtime
     assert all(isinstance(p, str) for p in problems)
     assert pod.owner_uid is None or any(o["uid"] == pod.owner_uid for o in owners)
+
+
+def test_the_starvation_bound_from_the_config_holds_pods_with_its_reason():
+    cfg = config.parse({"maxPreemptionsPerWindow": 2, "preemptionBoundWindowSeconds": 7200,
+                        "planHistorySeconds": 7200})
+    limit = convert.preemption_bound(cfg)
+    assert (limit.max_preemptions, limit.window_seconds) == (2, 7200.0)
+    assert not convert.preemption_bound(config.parse({"maxPreemptionsPerWindow": 0})).on
+    nodes = {"n": convert.node_info(node_json("n"))}
+    pods = [convert.pod_info(pod_json(n, node="n", gpus=4)) for n in ("hit", "fresh")]
+    pre = pod_json("pre", gpus=8, priority=100)
+    pods.append(convert.pod_info(pre))
+    conv = convert.snapshot(now=NOW, nodes=nodes.values(), pods=pods, pdbs=[],
+                            scope=convert.Scope(), limits=ann.Limits(),
+                            preemption_history={"uid-hit": 2, "uid-fresh": 1})
+    bounded = bound.pods_at_bound(conv.snapshot, limit)
+    assert bounded == {"uid-hit"}
+    snap = convert.for_preemptor(conv.snapshot, nodes, [convert.pod_info(pre)],
+                                 reserved_nodes=frozenset(), busy_pods=frozenset(),
+                                 bounded_pods=bounded)
+    assert {p.name: p.held for p in snap.pods} == {
+        "hit": PodHold.AT_PREEMPTION_BOUND, "fresh": None, "pre": None}
+    plan = preemption.plan(snap, [snap.pod_by_uid["uid-pre"]])
+    assert not plan.feasible and str(RejectReason.VICTIMS_AT_BOUND) in plan.reason
+
+
+@pytest.mark.parametrize("bad", [
+    {"maxPreemptionsPerWindow": -1}, {"maxPreemptionsPerWindow": 1.5},
+    {"maxPreemptionsPerWindow": True}, {"maxPreemptionsPerWindow": "4"},
+    {"preemptionBoundWindowSeconds": 0}, {"preemptionBoundWindowSeconds": -1},
+    {"preemptionBoundWindowSeconds": float("inf")},
+    {"preemptionBoundWindowSeconds": 100_000},  # more than the plans kept
+])
+def test_bad_bound_values_are_one_line_errors(bad):
+    with pytest.raises(config.ConfigError) as e:
+        config.parse(bad)
+    assert "\n" not in str(e.value) and next(iter(bad)) in str(e.value)

@@ -165,7 +165,8 @@ def _scenario(name: str) -> tuple[Rig, float]:
         return rig, T0 + 480
     if name in ("unreserve", "delete_plan"):
         rig = Rig(world(plan(State.DONE), steered))
-        return rig, T0 + (4000 if name == "delete_plan" else 300)
+        # delete_plan: past the plan history (4000 s when it was an hour's)
+        return rig, T0 + (rig.cfg.plan_history_seconds + 400 if name == "delete_plan" else 300)
     if name in ("pin", "ungate"):
         rig = Rig(world(plan(State.EVICTING, mode=Mode.ADMIT), steered))
         rig.cache.change_pod("uid-pre", gates=(reconcile.ADMISSION_GATE,), nominated=None)
@@ -395,3 +396,22 @@ def test_a_stored_plan_with_a_number_beyond_float_range_does_not_stop_the_loop()
     rig = Rig(cache)
     rig.tick(T0)
     assert len(rig.actions.of("create_plan")) == 1
+
+
+@pytest.mark.parametrize(("most", "victims"), [
+    pytest.param(0, {"uid-v0", "uid-v1"}, id="bound off: the cheap pair again"),
+    pytest.param(2, {"uid-v0", "uid-v1"}, id="once of two allowed: the cheap pair again"),
+    pytest.param(1, {"uid-w0"}, id="at the bound: the costlier pod instead"),
+])
+def test_the_starvation_bound_counts_the_stored_plans(most, victims):
+    # v0 and v1 were preempted by a plan that finished ten minutes ago; with a bound of one
+    # preemption per window they are no victims now, and the plan takes w0 on n2
+    cache = cluster()
+    done = replace(plan(State.DONE, created=T0 - 600), id="ckpt-plan-old")
+    done = replace(done, victims=tuple(replace(v, workload=v.uid) for v in done.victims))
+    cache.store_plan(done)
+    rig = Rig(cache, max_preemptions_per_window=most)
+    rig.tick(T0)
+    new = [lifecycle.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
+    (made,) = [r for r in new if r.id != "ckpt-plan-old"]
+    assert {v.uid for v in made.victims} == victims

@@ -139,8 +139,8 @@ def _one_node_two_jobs(*, reports=True):
 
 def test_without_the_fairness_guard_the_frequent_checkpointer_pays_every_time():
     w = _one_node_two_jobs()
-    off = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
-                            engine.SimConfig(fairness_penalty_seconds=0.0)).run()
+    off = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware", engine.SimConfig(
+        fairness_penalty_seconds=0.0, max_preemptions_per_window=0)).run()
     on = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
                            engine.SimConfig(fairness_penalty_seconds=3600.0)).run()
     assert off.preemptions == on.preemptions == 6
@@ -156,7 +156,7 @@ def test_without_the_fairness_guard_the_frequent_checkpointer_pays_every_time():
 def test_unknown_checkpoint_policy_in_the_replay(policy, victim_reports):
     w = _one_node_two_jobs(reports=False)
     r = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
-                          engine.SimConfig(unknown_checkpoint=policy,
-                                           fairness_penalty_seconds=0.0)).run()
+                          engine.SimConfig(unknown_checkpoint=policy, fairness_penalty_seconds=0.0,
+                                           max_preemptions_per_window=0)).run()
     assert r.preemptions == 6
     assert (r.victim_jobs_unreported == 0) is victim_reports
