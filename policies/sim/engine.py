@@ -15,15 +15,23 @@ sees how often it was preempted within the window, and the result reports how of
 was preempted over the whole run. What the planner is shown, and the call to it, are built in
 ``policies/sim/planner_view.py`` (the ``PlannerView`` mixin).
 
+What is charged (``policies.sim.costs.Ledger``), per plan made after ``Workload.warmup``:
+(1) each victim's unsaved work, counted only where it was done after the warm-up, inside the
+measured window (work done earlier, by a job already running when the replay began or during
+the warm-up, is reported apart as ``prior_work_gpu_hours`` and charged only with
+``charge_prior_work``); (2) its restart: ``restore_job_gpu_seconds`` once per evicted job plus
+its restore time (``restore_seconds``, or the job's own) on each of its GPUs, the job finishing
+that much later; (3) the preemptor's extra wait for a drain (below). ``lost_gpu_hours`` is
+their sum; each part is reported. A fractional pod (a share of one GPU) is charged at its share.
+
 Costs beyond unsaved work (``policies.sim.costs`` gives each default and what it rests on):
-every evicted job also loses its restore time (``restore_seconds``, or the job's own) on all its
-GPUs and finishes that much later; the planner sees checkpoint times as the annotations would
-say them, published ``report_lag_seconds`` late with a seeded error of up to
-``report_jitter_seconds`` (never in the future), while the charge stays the ground truth; a
+the planner sees checkpoint times as the annotations would say them, published
+``report_lag_seconds`` late with a seeded error of up to ``report_jitter_seconds`` (never in
+the future), while the charge stays the ground truth; a
 seeded share of drains fails or overruns, and the controller then evicts at the plan's
 checkpoint deadline (the largest drained estimate, at most ``max_checkpoint_seconds``), the
 victim losing everything since its last periodic checkpoint. The extra wait a drain imposes on
-the preemptor, over a plain kill after ``grace_seconds``, is reported as ``delay_gpu_hours``.
+the preemptor, over a plain kill after ``grace_seconds``, is ``delay_gpu_hours``.
 
 Jobs that ran before the replay began (``Job.done_before``) start at ``-done_before``, so their
 periodic checkpoints fall where they would have. Losses, evictions and waits of plans made (or
@@ -44,12 +52,18 @@ from dataclasses import dataclass, field, replace
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import kube_default, preemption
 from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
-from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome
+from ckpt_preempt.policies.sim.costs import (
+    Ledger,
+    drain_outcome,
+    planner_restart_seconds,
+    restart_gpu_seconds,
+    split_at,
+)
 from ckpt_preempt.policies.sim.devices import Capacity, requests
 from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
-from ckpt_preempt.policies.sim.workload import Job, Workload
+from ckpt_preempt.policies.sim.workload import Job, Workload, mean_low_job_share
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,25 +78,31 @@ class SimConfig:
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS  # 0: guard off
     # costs beyond unsaved work; defaults and what they rest on: policies.sim.costs
     restore_seconds: float = 300.0  # per evicted job (Job.restore_seconds overrides), all GPUs
+    restore_job_gpu_seconds: float = 300.0  # once per evicted job, whatever its size
+    charge_prior_work: bool = False  # charge unsaved work done before the measured window
     report_lag_seconds: float = 30.0  # a checkpoint is published this long after it completes
     report_jitter_seconds: float = 30.0  # seeded error of a published time, uniform in +/-
     drain_failure_share: float = 0.02  # of drain requests: end with no checkpoint
     drain_overrun_share: float = 0.05  # of drain requests: checkpoint takes longer than estimated
     drain_overrun_factor: float = 2.0  # an overrun checkpoint takes this many times its estimate
     # what our search charges per evicted GPU for a restart (the controller's
-    # restartCostSeconds): None = the operator set it to restore_seconds; 0 = blind to restarts
+    # restartCostSeconds): None = the operator set it from the restore cost (restore_seconds
+    # plus the per-job term spread over the mean low-priority job); 0 = blind to restarts
     planner_restart_seconds: float | None = None
 
-    @property
-    def planner_restart(self) -> float:
+    def planner_restart(self, mean_job_gpu_share: float) -> float:
         if self.planner_restart_seconds is None:
-            return self.restore_seconds
+            return planner_restart_seconds(
+                per_gpu_seconds=self.restore_seconds,
+                per_job_gpu_seconds=self.restore_job_gpu_seconds,
+                mean_job_gpu_share=mean_job_gpu_share)
         return self.planner_restart_seconds
 
     def without_costs(self) -> SimConfig:
         """The same knobs with every cost beyond unsaved work off (no restore time, exact and
         instant reports, drains that always finish on time)."""
-        return replace(self, restore_seconds=0.0, report_lag_seconds=0.0,
+        return replace(self, restore_seconds=0.0, restore_job_gpu_seconds=0.0,
+                       report_lag_seconds=0.0,
                        report_jitter_seconds=0.0, drain_failure_share=0.0,
                        drain_overrun_share=0.0)
 
@@ -107,10 +127,13 @@ class PolicyResult:
     workloads_preempted: int  # jobs preempted at least once
     preemptions_per_workload: Mapping[int, int]  # times preempted -> jobs preempted that often
     victim_jobs_unreported: int  # preempted jobs (counted per preemption) reporting no checkpoint
-    # lost_gpu_hours = lost_work_gpu_hours + restart_gpu_hours (the total a policy is charged)
-    lost_work_gpu_hours: float = 0.0  # unsaved work (and drain checkpoint time) only
+    # lost_gpu_hours = lost_work_gpu_hours + restart_gpu_hours + delay_gpu_hours (the total a
+    # policy is charged)
+    lost_work_gpu_hours: float = 0.0  # unsaved work (and drain checkpoint time) charged
     restart_gpu_hours: float = 0.0  # GPUs idle while evicted jobs restart and restore
     delay_gpu_hours: float = 0.0  # preemptor GPUs x extra wait a drain imposes over a plain kill
+    prior_work_gpu_hours: float = 0.0  # unsaved work lost that was done before the window
+    lost_gpu_hours_with_prior: float = 0.0  # the total, counting prior work as well
     eviction_losses: tuple[float, ...] = field(default=(), repr=False)  # GPU-h per victim job
     drains_failed: int = 0  # drain requests that ended without a checkpoint
     drains_overrun: int = 0  # drains whose checkpoint took longer than estimated
@@ -161,7 +184,8 @@ class Simulation(PlannerView):
         self.cfg = config
         self.policy = policy
         self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
-                                   config.fairness_penalty_seconds, config.planner_restart)
+                                   config.fairness_penalty_seconds,
+                                   config.planner_restart(mean_low_job_share(workload.jobs)))
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress
@@ -180,7 +204,7 @@ class Simulation(PlannerView):
         self.low: dict[tuple[int, int], list] = {}
         self.t = 0.0
         self.busy = 0.0
-        self.ledger = Ledger(workload.warmup)
+        self.ledger = Ledger(workload.warmup, charge_prior=config.charge_prior_work)
         self.seed = workload.params.seed
         self.latencies: list[float] = []
         self.waits: list[float] = []
@@ -220,7 +244,7 @@ class Simulation(PlannerView):
         for pod, i in js.pods:
             self.cap.give(i, pod.requests)
             self._hold(i, pod, -1)
-            self.busy += pod.gpus * held
+            self.busy += pod.gpu_share * held
         js.pods = []
         js.models = ()
         js.token += 1
@@ -274,7 +298,7 @@ class Simulation(PlannerView):
         self._waited(js, release)
         # a plain kill would have freed the node after the grace period; from the durations,
         # not from release - t, which need not round back to them exactly
-        self.ledger.delayed(t, js.job.gpus * max(0.0, deadline - cfg.grace_seconds))
+        self.ledger.delayed(t, js.job.gpu_share * max(0.0, deadline - cfg.grace_seconds))
         self._start(js, placed, release)
 
     def _waited(self, js: _JobState, started: float) -> None:
@@ -297,16 +321,19 @@ class Simulation(PlannerView):
             if out.saved:
                 saved_by_drain = True
                 saved = max(0.0, t - vs.origin)
-                lost = job.gpus * out.seconds
+                lost, prior = job.gpu_share * out.seconds, 0.0
         if not saved_by_drain:
             last = vs.last_checkpoint(release)
             saved = max(0.0, last - vs.origin)
-            lost = job.gpus * max(0.0, release - max(last, vs.origin))
+            inside, before = split_at(max(last, vs.origin), release, self.w.warmup)
+            lost, prior = job.gpu_share * inside, job.gpu_share * before
         restore = job.restore_seconds if job.restore_seconds is not None else cfg.restore_seconds
         self._stop(vs, release)
         vs.remaining = max(1.0, vs.remaining - saved)
         vs.restore = restore
-        self.ledger.evicted(t, lost, job.gpus * restore)
+        self.ledger.evicted(t, lost, restart_gpu_seconds(
+            gpu_share=job.gpu_share, per_gpu_seconds=restore,
+            per_job_gpu_seconds=cfg.restore_job_gpu_seconds), prior)
         self._push(release, "requeue", vs)
 
     # -- main loop -----------------------------------------------------------------------
@@ -383,9 +410,11 @@ class Simulation(PlannerView):
             workloads_preempted=sum(times.values()),
             preemptions_per_workload=dict(sorted(times.items())),
             victim_jobs_unreported=self.counts["unreported"],
-            lost_work_gpu_hours=led.work / 3600,
+            lost_work_gpu_hours=led.lost_work / 3600,
             restart_gpu_hours=led.restart / 3600,
             delay_gpu_hours=led.delay / 3600,
+            prior_work_gpu_hours=led.prior / 3600,
+            lost_gpu_hours_with_prior=led.total_with_prior / 3600,
             eviction_losses=tuple(led.evictions),
             drains_failed=self.counts["drains_failed"],
             drains_overrun=self.counts["drains_overrun"],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model import MILLI_PER_GPU, CheckpointMode
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 
 HIGH_QOS = ("LS", "Guaranteed")
@@ -65,6 +65,11 @@ class Member:
     gpu_milli: int = 0  # a share of one GPU (0 < m < 1000) when gpus == 1 and it is fractional
     gpu_spec: str = ""  # GPU models it may run on, "|"-separated as in openb; "" any
 
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it uses: its share of one shared GPU, else its whole GPUs."""
+        return self.gpu_milli / MILLI_PER_GPU if self.gpu_milli else float(self.gpus)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
@@ -84,7 +89,13 @@ class Job:
 
     @property
     def gpus(self) -> int:
+        """Devices its pods touch (a fractional pod counts one)."""
         return sum(m.gpus for m in self.members)
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it uses, fractional shares at their fraction: what its losses are charged per."""
+        return sum(m.gpu_share for m in self.members)
 
     @property
     def is_gang(self) -> bool:
@@ -232,18 +243,25 @@ def jobs_from(arrivals: list[Arrival], params: WorkloadParams, rng: random.Rando
     return jobs
 
 
+def mean_low_job_share(jobs: tuple[Job, ...] | list[Job]) -> float:
+    """The mean GPU share of the low-priority (preemptible) jobs; 0 when there are none."""
+    low = [j.gpu_share for j in jobs if not j.high]
+    return sum(low) / len(low) if low else 0.0
+
+
 def offered_load(jobs: list[Job] | tuple[Job, ...], capacity: int, start: float,
                  end: float) -> float:
-    """GPU-seconds the jobs ask for inside [start, end) ÷ the capacity's, as if none waited."""
+    """GPU-seconds the jobs ask for inside [start, end) ÷ the capacity's, as if none waited
+    (a fractional pod asks for its share of a GPU)."""
     span = end - start
     if span <= 0 or capacity <= 0:
         return 0.0
     demand = 0.0
     for j in jobs:
         if j.arrival >= start:
-            demand += j.gpus * max(0.0, min(j.duration, end - j.arrival))
+            demand += j.gpu_share * max(0.0, min(j.duration, end - j.arrival))
         else:
-            demand += j.gpus * max(0.0, min(end, j.arrival + j.duration) - start)
+            demand += j.gpu_share * max(0.0, min(end, j.arrival + j.duration) - start)
     return demand / (capacity * span)
 
 
