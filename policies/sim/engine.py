@@ -59,7 +59,7 @@ from ckpt_preempt.policies.sim.costs import (
     restart_gpu_seconds,
     split_at,
 )
-from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.devices import Capacity, requests, whole_gpus
 from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
@@ -137,6 +137,10 @@ class PolicyResult:
     eviction_losses: tuple[float, ...] = field(default=(), repr=False)  # GPU-h per victim job
     drains_failed: int = 0  # drain requests that ended without a checkpoint
     drains_overrun: int = 0  # drains whose checkpoint took longer than estimated
+    # finish - arrival of low-priority jobs that arrived after the warm-up and finished in the
+    # run (jobs still running at its end are not counted)
+    low_completion_p50_s: float = 0.0
+    low_jobs_completed: int = 0
     lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
 
 
@@ -208,6 +212,7 @@ class Simulation(PlannerView):
         self.seed = workload.params.seed
         self.latencies: list[float] = []
         self.waits: list[float] = []
+        self.completions: list[float] = []  # finish - arrival of measured low-priority jobs
         self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
                            invalid=0, waiting=0, unreported=0, drains_failed=0,
                            drains_overrun=0)
@@ -235,14 +240,15 @@ class Simulation(PlannerView):
         self._push(js.origin + js.remaining, "finish", (js, js.token))
 
     def _try_place(self, js: _JobState) -> list[int] | None:
-        return self.cap.place(js.job.members)
+        keys = [f"{js.job.id}-{k}" for k in range(len(js.job.members))]
+        return self.cap.place(js.job.members, keys)
 
     def _stop(self, js: _JobState, at: float) -> None:
         """Account busy GPU time (after the warm-up, within the window); release capacity."""
         lo, hi = self.w.warmup, self.w.window
         held = max(0.0, min(at, hi) - max(js.start, lo))
         for pod, i in js.pods:
-            self.cap.give(i, pod.requests)
+            self.cap.give(i, pod.requests, pod.uid)
             self._hold(i, pod, -1)
             self.busy += pod.gpu_share * held
         js.pods = []
@@ -255,7 +261,7 @@ class Simulation(PlannerView):
         if js.job.high:
             self.high.append(js)
         else:
-            key = (max(m.gpus for m in js.job.members), len(js.job.members))
+            key = (max(whole_gpus(m) for m in js.job.members), len(js.job.members))
             heapq.heappush(self.low.setdefault(key, []), (at, js.job.id, js))
 
     # -- preemption ----------------------------------------------------------------------
@@ -292,7 +298,7 @@ class Simulation(PlannerView):
             r = requests(m)
             if not self.cap.fits(i, r) or (allowed is not None and i not in allowed):
                 self.counts["invalid"] += 1
-            self.cap.take(i, r)
+            self.cap.take(i, r, f"{js.job.id}-{k}")
             placed[k] = i
         self.high.remove(js)
         self._waited(js, release)
@@ -379,6 +385,8 @@ class Simulation(PlannerView):
                 if js.token != token:
                     continue
                 self._stop(js, t)
+                if not js.job.high and js.job.arrival >= self.w.warmup:
+                    self.completions.append(t - js.job.arrival)
             elif kind == "requeue":
                 self._enqueue(payload, t)
             self._schedule()
@@ -418,5 +426,7 @@ class Simulation(PlannerView):
             eviction_losses=tuple(led.evictions),
             drains_failed=self.counts["drains_failed"],
             drains_overrun=self.counts["drains_overrun"],
+            low_completion_p50_s=_percentile(self.completions, 0.5),
+            low_jobs_completed=len(self.completions),
             lost_series=tuple(led.series),
         )

@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ckpt_preempt.policies.sim import scenarios
+from ckpt_preempt.policies.sim.devices import SPEC_SEPARATOR
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 from ckpt_preempt.policies.sim.workload import (
     HIGH_QOS,
@@ -57,6 +58,7 @@ from ckpt_preempt.policies.sim.workload import (
     Workload,
     WorkloadParams,
     generate,
+    item_share,
     jobs_from,
     offered_load,
     scale_down,
@@ -108,7 +110,7 @@ def _stress(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Wor
             break
         at = rng.uniform(0.0, window)
         picked.append(Arrival(pod=p, at=at, duration=_duration(p, params)))
-        demand += p.gpus * min(_duration(p, params), window - at)
+        demand += item_share(p) * min(_duration(p, params), window - at)
     span = max(a.pod.creation for a in picked) - min(a.pod.creation for a in picked)
     picked.sort(key=lambda a: (a.at, a.pod.name))
     jobs = make(picked, rng)
@@ -126,21 +128,65 @@ def window_start(items: Sequence, window: float, rng: random.Random) -> float:
     return max(creations[0], min(start, creations[-1] - window))
 
 
+def _class_demand(jobs: Sequence[Job], window: float) -> dict[str, tuple[float, int]]:
+    """Per ``gpu_spec`` (pinned pod class; "" unpinned): mean GPUs demanded in the window
+    (shares × time inside it ÷ window, as if none waited) and the largest pod's whole GPUs."""
+    out: dict[str, tuple[float, int]] = {}
+    for j in jobs:
+        inside = max(0.0, min(j.duration, window - j.arrival))
+        for m in j.members:
+            demand, biggest = out.get(m.gpu_spec, (0.0, 0))
+            out[m.gpu_spec] = (demand + m.gpu_share * inside / window, max(biggest, m.gpus))
+    return out
+
+
 def contended_nodes(nodes: Sequence[TraceNode], jobs: Sequence[Job], window: float,
                     contention: float, rng: random.Random) -> list[TraceNode]:
-    """The smallest seeded prefix of nodes whose GPUs reach mean demand ÷ contention."""
-    target = offered_load(jobs, 1, 0.0, window) / contention
+    """The smallest seeded prefix of nodes whose GPUs reach mean demand ÷ contention, after
+    each pinned pod class (a ``gpu_spec``) got, from the same seeded order, nodes of its GPU
+    models whose GPUs reach that class's demand ÷ contention, one of them able to hold the
+    class's largest pod. Classes are served from the fewest eligible nodes up; nodes already
+    taken count for every class they suit. A class no node suits is left without (its pods
+    wait, as on the real cluster)."""
     order = rng.sample(range(len(nodes)), len(nodes))
     chosen: list[int] = []
-    capacity = 0
+    taken: set[int] = set()
+
+    def take(i: int) -> None:
+        if i not in taken:
+            taken.add(i)
+            chosen.append(i)
+
+    classes = _class_demand(jobs, window)
+    eligible: dict[str, list[int]] = {}
+    for spec in classes:
+        wanted = {s.strip() for s in spec.split(SPEC_SEPARATOR) if s.strip()}
+        if wanted:
+            eligible[spec] = [i for i in order if nodes[i].model in wanted]
+    for spec in sorted(eligible, key=lambda s: (len(eligible[s]), s)):
+        demand, biggest = classes[spec]
+        suits = eligible[spec]
+        if not suits:
+            continue
+        have = sum(nodes[i].gpus for i in suits if i in taken)
+        for i in suits:
+            if have >= demand / contention and any(nodes[k].gpus >= biggest
+                                                   for k in suits if k in taken):
+                break
+            if i not in taken:
+                take(i)
+                have += nodes[i].gpus
+    target = offered_load(jobs, 1, 0.0, window) / contention
+    capacity = sum(nodes[i].gpus for i in chosen)
     for i in order:
         if capacity >= target and chosen:
             break
-        chosen.append(i)
-        capacity += nodes[i].gpus
+        if i not in taken:
+            take(i)
+            capacity += nodes[i].gpus
     need = max((m.gpus for j in jobs for m in j.members), default=0)
     if not any(nodes[i].gpus >= need for i in chosen):
-        chosen.append(next(i for i in order if nodes[i].gpus >= need))
+        take(next(i for i in order if nodes[i].gpus >= need))
     return [nodes[i] for i in sorted(chosen)]
 
 
@@ -223,7 +269,8 @@ def _steady(items, nodes, params: WorkloadParams, utilisation: float,
             kind = "high" if high else "low"
             raise ValueError(f"steady: the trace has no {kind}-priority items to draw")
         if share > 0:
-            mean_gpu_seconds = sum(p.gpus * _duration(p, params) for p in pool) / len(pool)
+            mean_gpu_seconds = sum(
+                item_share(p) * _duration(p, params) for p in pool) / len(pool)
             rate = share * utilisation * capacity / mean_gpu_seconds
             arrivals += _pool_arrivals(pool, rate, end, params, rng)
     arrivals.sort(key=lambda a: (a.at, a.pod.name))

@@ -119,8 +119,14 @@ class Workload:
     protocol: str = "stress"  # stress (a), replay (b) or steady (c)
 
 
-def _demand(gpus: int, arrival: float, duration: float, window: float) -> float:
+def _demand(gpus: float, arrival: float, duration: float, window: float) -> float:
     return gpus * max(0.0, min(duration, window - arrival))
+
+
+def item_share(item) -> float:
+    """GPUs a trace item uses: a fractional pod its share of one GPU (``TracePod.gpu_share``),
+    anything else (a scenario's job) its whole GPUs."""
+    return getattr(item, "gpu_share", item.gpus)
 
 
 def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.Random):
@@ -140,7 +146,7 @@ def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.
     def duration(p: TracePod) -> float:
         return max(params.min_duration_s, p.deletion - p.creation)
 
-    demand = sum(_demand(p.gpus, a, duration(p), window) for p, a in out)
+    demand = sum(_demand(item_share(p), a, duration(p), window) for p, a in out)
     target = params.load * capacity * window
     background = [p for p in pods if p.qos not in HIGH_QOS]
     extra = 0
@@ -148,7 +154,7 @@ def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.
         p = rng.choice(background)
         a = rng.uniform(0, window)
         out.append((p, a))
-        demand += _demand(p.gpus, a, duration(p), window)
+        demand += _demand(item_share(p), a, duration(p), window)
         extra += 1
     out.sort(key=lambda x: (x[1], x[0].name))
     return out, extra, span / window

@@ -178,3 +178,41 @@ def test_trace_files_give_untimed_pods_reproducible_times(tmp_path: Path):
     first, _ = trace_files.load("openb", pods_path=untimed)
     again, _ = trace_files.load("openb", pods_path=untimed)
     assert first == again and first is not None and first[1].fractional
+
+
+def _pinned_jobs(specs_gpus):
+    return [Job(id=i, name=f"j{i}", arrival=0.0, duration=10.0, priority=0, qos="BE",
+                members=(Member(name="m", cpu_milli=1, memory_mib=1, gpus=g, gpu_spec=spec),),
+                checkpoint=CheckpointMode.NONE, interval=None, checkpoint_seconds=None)
+            for i, (spec, g) in enumerate(specs_gpus)]
+
+
+def test_every_pinned_pod_class_gets_nodes_of_its_model_in_proportion_to_its_demand():
+    # four A nodes first in the seeded order, the B nodes last: unpinned demand alone would
+    # stop at two A nodes and leave the B-pinned pods nowhere to run
+    nodes = [TraceNode(name=f"a{i}", cpu_milli=1, memory_mib=1, gpus=2, model="A")
+             for i in range(4)]
+    nodes += [TraceNode(name=f"b{i}", cpu_milli=1, memory_mib=1, gpus=2, model="B")
+              for i in range(3)]
+    order = _FixedOrder(list(range(7)))
+    jobs = _pinned_jobs([("", 2), ("B", 2), ("B", 2), ("A|B", 1)])
+    kept = contended_nodes(nodes, jobs, 10.0, 1.0, order)
+    names = [n.name for n in kept]
+    # B demands 4 GPUs: two B nodes; "A|B" (1 GPU) is served by them; 7 GPUs are demanded in
+    # all: two A nodes more (8 GPUs)
+    assert names == ["a0", "a1", "b0", "b1"]
+    # a class no node suits is left without, and the rest is sized as before
+    kept = contended_nodes(nodes, _pinned_jobs([("", 2), ("C", 2)]), 10.0, 1.0, order)
+    assert [n.name for n in kept] == ["a0", "a1"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_replay_gives_every_pinned_class_eligible_nodes(loaded, seed):
+    w, kept = _build(loaded, "openb", "replay", seed=seed)
+    specs = {m.gpu_spec for j in w.jobs for m in j.members if m.gpu_spec}
+    models = {n.model for n in kept}
+    all_models = {n.model for n in loaded["openb"][1]}
+    for spec in specs:
+        wanted = set(spec.split("|"))
+        if wanted & all_models:
+            assert wanted & models, spec
