@@ -195,17 +195,21 @@ def _replay(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Wor
         raise ValueError("replay_window_hours and contention must be positive")
     if not 0 <= params.warmup_share < 1:
         raise ValueError(f"warmup_share must be in [0, 1), got {params.warmup_share}")
+    if params.replay_windows < 1:
+        raise ValueError(f"replay_windows must be >= 1, got {params.replay_windows}")
     rng = random.Random(f"replay-{params.seed}")
     usable = _usable(items, nodes)
     window = params.replay_window_hours * HOUR
-    t0 = window_start(usable, window, rng)
     arrivals = []
-    for p in usable:
-        if p.creation < t0 < p.deletion:
-            arrivals.append(Arrival(pod=p, at=0.0, duration=max(1.0, p.deletion - t0),
-                                    done_before=t0 - p.creation))
-        elif t0 <= p.creation < t0 + window:
-            arrivals.append(Arrival(pod=p, at=p.creation - t0, duration=_duration(p, params)))
+    for _ in range(params.replay_windows):
+        t0 = window_start(usable, window, rng)
+        for p in usable:
+            if p.creation < t0 < p.deletion:
+                arrivals.append(Arrival(pod=p, at=0.0, duration=max(1.0, p.deletion - t0),
+                                        done_before=t0 - p.creation))
+            elif t0 <= p.creation < t0 + window:
+                arrivals.append(Arrival(pod=p, at=p.creation - t0,
+                                        duration=_duration(p, params)))
     if not arrivals:
         raise ValueError("the replay window holds no trace items")
     arrivals.sort(key=lambda a: (a.at, a.pod.name))

@@ -46,6 +46,7 @@ class WorkloadParams:
     # replay protocol (policies.sim.protocols): a real-time window of the trace
     replay_window_hours: float = 168.0  # trace time replayed, uncompressed (7 days)
     contention: float = 1.2  # window's mean GPU demand ÷ capacity the cluster is shrunk to
+    replay_windows: int = 1  # seeded windows of the trace replayed at once (a larger cluster)
     # steady protocol: Poisson arrivals from a stationary start
     steady_hours: float = 24.0  # measured span after the warm-up
     steady_warmup_hours: float = 6.0  # unmeasured span at the start (replay: warmup_share)
