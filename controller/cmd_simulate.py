@@ -40,7 +40,9 @@ HELP = "what-if replay of a GPU trace under each preemption policy"
 # (flag, SimConfig field, value parser, help): the costs an eviction carries beyond unsaved work
 COST_FLAGS = (
     ("--restore-seconds", "restore_seconds", argtypes.non_negative_float,
-     "restart/restore time of an evicted job"),
+     "restart/restore time of an evicted job, on each of its GPUs"),
+    ("--restore-job-gpu-seconds", "restore_job_gpu_seconds", argtypes.non_negative_float,
+     "fixed restart cost per evicted job, whatever its size"),
     ("--report-lag-seconds", "report_lag_seconds", argtypes.non_negative_float,
      "a checkpoint is reported this late"),
     ("--report-jitter-seconds", "report_jitter_seconds", argtypes.non_negative_float,

@@ -7,21 +7,27 @@ index among equals), found through buckets of nodes by free whole-GPU count. A m
 model is one of them; the planner's snapshot closes the other nodes to that preemptor
 (``exclusions``).
 
-Fractional GPUs (openb's ``gpu_milli`` below 1000 on a 1-GPU pod) are shared: such a pod takes
-its share of one device. It goes to the shared device, on an allowed node, with the least room
-that still holds it (the tightest fit, so shares pack as the trace's GPU-sharing cluster packs
-them); only when none does it open a whole free GPU (best-fit node) as a new shared device. A
-shared device becomes a whole free GPU again when its last share leaves.
+Fractional GPUs (openb's ``gpu_milli`` below 1000 on a 1-GPU pod) are shared. Each node's GPUs
+are split once, at the start, into whole devices and shared devices (``shared_split``: the
+workload's fractional share of GPU demand, spread over the nodes by largest remainder), as MIG
+or a sharing device plugin configures a node. A fractional pod takes its share of one shared
+device: the one, on an allowed node, with the least room that still holds it (the tightest fit,
+so shares pack onto few devices); a whole-GPU pod takes whole devices only.
 
-What the planner is shown (``exclusions`` builds the nodes, ``requests`` the pods): a fractional
-pod asks for ``gpu_milli`` (the model's thousandths of a GPU); each node's allocatable is its
-devices split as they are now: ``gpus`` = devices not shared, ``gpu_milli`` = 1000 × shared
-devices. So fit and the loss charge (``Pod.gpu_share``, at the fraction) agree with the engine's,
-with two differences, both documented here: (1) the planner sums a node's free shares, while the
-engine needs them on one device (two devices with 300 free each hold no 500 share); a plan that
-relies on that sum is carried out anyway and counted in ``plans_invalid``; (2) the split is the
-one at planning time: the planner cannot free a shared device for a whole-GPU preemptor by
-evicting all its shares, nor give a fractional preemptor a whole GPU by evicting a whole-GPU pod.
+What the planner is shown (``exclusions`` builds the nodes, ``requests`` the pods) is the same
+split, in the model's MIG terms (``policies.model.Resources``): a fractional pod asks for
+``gpu_milli`` (thousandths of a GPU), each node's allocatable is ``gpus`` = its whole devices and
+``gpu_milli`` = 1000 × its shared devices. So fit, victims and the loss charge (``Pod.gpu_share``,
+at the fraction) agree with the engine's, but for one difference: the planner sums a node's free
+shares, while the engine needs a share's room on one device (two devices with 300 free each hold
+no 500 share). A plan that relies on that sum is carried out anyway (the share goes on the
+least-used device, over-committing it) and counted in ``plans_invalid``.
+
+Against a cluster that shares GPUs dynamically (a device serves whole or shared pods as they
+come, as the trace's own cluster did), the static split wastes capacity: an idle shared device
+cannot take a whole-GPU pod, nor an idle whole one a share. It is the price of a planner's view
+that matches the engine: the planner's model cannot say that evicting every share on a device
+frees a whole GPU.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, RejectReason, Resources
-from ckpt_preempt.policies.sim.workload import Member
+from ckpt_preempt.policies.sim.workload import Job, Member
 
 SPEC_SEPARATOR = "|"
 
@@ -47,58 +53,74 @@ def whole_gpus(m: Member) -> int:
     return requests(m).gpus
 
 
-class Capacity:
-    """Free capacity per node: ``free[i].gpus`` counts whole free devices, ``free[i].gpu_milli``
-    the room left on its shared devices (``shared[i]``: device -> thousandths in use)."""
+def fractional_demand_share(jobs: Iterable[Job]) -> float:
+    """Of the jobs' GPU demand (share × duration), the part from fractional pods."""
+    frac = total = 0.0
+    for j in jobs:
+        for m in j.members:
+            d = m.gpu_share * j.duration
+            total += d
+            frac += d if m.gpu_milli else 0.0
+    return frac / total if total > 0 else 0.0
 
-    def __init__(self, nodes: Sequence[Node], models: Sequence[str]) -> None:
-        self.nodes = tuple(nodes)
+
+def shared_split(gpus: Sequence[int], share: float) -> list[int]:
+    """Shared devices per node: ``share`` of all GPUs (at least one when ``share`` > 0, none
+    when it is 0), each node's part by largest remainder, never more than its GPUs."""
+    total_gpus = sum(gpus)
+    if share <= 0 or total_gpus == 0:
+        return [0] * len(gpus)
+    target = min(total_gpus, max(1, round(share * total_gpus)))
+    exact = [g * target / total_gpus for g in gpus]
+    out = [int(x) for x in exact]
+    order = sorted(range(len(gpus)), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[:target - sum(out)]:
+        out[i] += 1
+    return [min(s, g) for s, g in zip(out, gpus, strict=True)]
+
+
+class Capacity:
+    """Free capacity per node: ``free[i].gpus`` counts its free whole devices,
+    ``free[i].gpu_milli`` the room left on its shared devices (``shared[i]``: thousandths in
+    use on each)."""
+
+    def __init__(self, nodes: Sequence[Node], models: Sequence[str],
+                 shared: Sequence[int] | None = None) -> None:
+        split = list(shared) if shared is not None else [0] * len(nodes)
+        self.nodes = tuple(
+            n if not s else replace(n, allocatable=replace(
+                n.allocatable, gpus=n.allocatable.gpus - s,
+                gpu_milli=n.allocatable.gpu_milli + s * MILLI_PER_GPU))
+            for n, s in zip(nodes, split, strict=True))
         self.models = tuple(models)
         self.free = [n.allocatable for n in self.nodes]
         self.maxg = max(n.allocatable.gpus for n in self.nodes)
         self.buckets: list[set[int]] = [set() for _ in range(self.maxg + 1)]
         for i, n in enumerate(self.nodes):
             self.buckets[n.allocatable.gpus].add(i)
-        self.shared: list[dict[int, int]] = [{} for _ in self.nodes]
+        self.shared: list[list[int]] = [[0] * s for s in split]
+        self.sharing = [i for i, s in enumerate(split) if s]  # nodes with shared devices
         self.device_of: dict[str, tuple[int, int]] = {}  # pod key -> (node, shared device)
-        self._next_device = 0
         self._allowed: dict[str, frozenset[int] | None] = {}
         self._closed: dict[frozenset[int], tuple[Node, ...]] = {}
-        self._shown: dict[tuple[int, int, bool], Node] = {}
 
     # -- free capacity -------------------------------------------------------------------
     def take(self, i: int, r: Resources, key: str = "") -> None:
-        """Take ``r`` on node ``i``; a share goes on the tightest shared device that holds it,
-        else a new one (the least-used device when neither is there: an over-committed plan)."""
-        if r.gpu_milli:
+        """Take ``r`` on node ``i``; a share goes on the tightest of its shared devices that
+        holds it (the least-used one when none does: an over-committed plan)."""
+        if r.gpu_milli and self.shared[i]:
             devices = self.shared[i]
-            room = [(MILLI_PER_GPU - used, d) for d, used in devices.items()
+            room = [(MILLI_PER_GPU - used, d) for d, used in enumerate(devices)
                     if MILLI_PER_GPU - used >= r.gpu_milli]
-            opened = 0
-            if room:
-                dev = min(room)[1]
-            elif self.free[i].gpus > 0 or not devices:
-                dev, opened = self._next_device, 1
-                self._next_device += 1
-                devices[dev] = 0
-            else:
-                dev = min(devices, key=lambda d: (devices[d], d))
+            dev = min(room)[1] if room else min(range(len(devices)), key=devices.__getitem__)
             devices[dev] += r.gpu_milli
             self.device_of[key] = (i, dev)
-            r = replace(r, gpus=opened, gpu_milli=r.gpu_milli - opened * MILLI_PER_GPU)
         self._move(i, self.free[i] - r)
 
     def give(self, i: int, r: Resources, key: str = "") -> None:
-        if r.gpu_milli:
-            node, dev = self.device_of.pop(key, (i, None))
-            devices = self.shared[node]
-            closed = 0
-            if dev in devices:
-                devices[dev] -= r.gpu_milli
-                if devices[dev] <= 0:
-                    del devices[dev]
-                    closed = 1
-            r = replace(r, gpus=closed, gpu_milli=r.gpu_milli - closed * MILLI_PER_GPU)
+        if r.gpu_milli and key in self.device_of:
+            node, dev = self.device_of.pop(key)
+            self.shared[node][dev] -= r.gpu_milli
         self._move(i, self.free[i] + r)
 
     def _move(self, i: int, free: Resources) -> None:
@@ -106,15 +128,19 @@ class Capacity:
         self.free[i] = free
         self.buckets[free.gpus].add(i)
 
+    def _device_room(self, i: int, milli: int) -> int | None:
+        """The least room, among node ``i``'s shared devices, that still holds ``milli``."""
+        rooms = [MILLI_PER_GPU - used for used in self.shared[i]
+                 if MILLI_PER_GPU - used >= milli]
+        return min(rooms) if rooms else None
+
     def fits(self, i: int, r: Resources) -> bool:
-        if not r.gpu_milli:
-            return r.fits_in(self.free[i])
-        rest = replace(r, gpu_milli=0)
-        return rest.fits_in(self.free[i]) and (self.free[i].gpus > 0 or any(
-            MILLI_PER_GPU - used >= r.gpu_milli for used in self.shared[i].values()))
+        if not r.fits_in(self.free[i]):
+            return False
+        return not r.gpu_milli or self._device_room(i, r.gpu_milli) is not None
 
     def room_for(self, gpus: int) -> bool:
-        """Some node has at least ``gpus`` free GPUs."""
+        """Some node has at least ``gpus`` free whole GPUs."""
         return any(self.buckets[g] for g in range(gpus, self.maxg + 1))
 
     # -- GPU models ------------------------------------------------------------------------
@@ -136,28 +162,17 @@ class Capacity:
         return out
 
     def exclusions(self, members: Iterable[Member]) -> tuple[Node, ...]:
-        """The nodes as the planner sees them for a preemptor with these members: nodes of
-        another GPU model are closed to it, as a node selector would close them, and each
-        node's GPUs split into whole and shared devices as they are now."""
+        """The nodes as the planner sees them for a preemptor with these members (whole and
+        shared devices split as the engine splits them): nodes of another GPU model are closed
+        to it, as a node selector would close them."""
         allowed = self.allowed_for(members)
-        if allowed is None and not any(self.shared):
+        if allowed is None:
             return self.nodes
-        return tuple(self._shown_node(i, allowed is None or i in allowed)
-                     for i in range(len(self.nodes)))
-
-    def _shown_node(self, i: int, open_: bool) -> Node:
-        shared = len(self.shared[i])
-        key = (i, shared, open_)
-        if key not in self._shown:
-            n = self.nodes[i]
-            if shared:
-                n = replace(n, allocatable=replace(
-                    n.allocatable, gpus=n.allocatable.gpus - shared,
-                    gpu_milli=n.allocatable.gpu_milli + shared * MILLI_PER_GPU))
-            if not open_:
-                n = replace(n, excluded=RejectReason.NODE_SELECTOR)
-            self._shown[key] = n
-        return self._shown[key]
+        if allowed not in self._closed:
+            self._closed[allowed] = tuple(
+                n if i in allowed else replace(n, excluded=RejectReason.NODE_SELECTOR)
+                for i, n in enumerate(self.nodes))
+        return self._closed[allowed]
 
     # -- placement -----------------------------------------------------------------------
     def best_fit(self, r: Resources, allowed: frozenset[int] | None = None) -> int | None:
@@ -171,21 +186,15 @@ class Capacity:
         return None
 
     def _best_share(self, r: Resources, allowed: frozenset[int] | None) -> int | None:
-        """The node of the tightest shared device that holds the share, else the best-fit
-        node with a whole free GPU to open."""
-        rest = replace(r, gpu_milli=0)
+        """The node of the tightest shared device that holds the share."""
         best: tuple[int, int] | None = None
-        for i, devices in enumerate(self.shared):
-            if not devices or (allowed is not None and i not in allowed) or not rest.fits_in(
-                    self.free[i]):
+        for i in self.sharing:
+            if (allowed is not None and i not in allowed) or not r.fits_in(self.free[i]):
                 continue
-            for used in devices.values():
-                room = MILLI_PER_GPU - used
-                if room >= r.gpu_milli and (best is None or (room, i) < best):
-                    best = (room, i)
-        if best is not None:
-            return best[1]
-        return self.best_fit(replace(rest, gpus=1), allowed)
+            room = self._device_room(i, r.gpu_milli)
+            if room is not None and (best is None or (room, i) < best):
+                best = (room, i)
+        return None if best is None else best[1]
 
     def place(self, members: Sequence[Member], keys: Sequence[str] | None = None
               ) -> list[int] | None:

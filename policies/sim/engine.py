@@ -59,7 +59,13 @@ from ckpt_preempt.policies.sim.costs import (
     restart_gpu_seconds,
     split_at,
 )
-from ckpt_preempt.policies.sim.devices import Capacity, requests, whole_gpus
+from ckpt_preempt.policies.sim.devices import (
+    Capacity,
+    fractional_demand_share,
+    requests,
+    shared_split,
+    whole_gpus,
+)
 from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
@@ -199,7 +205,8 @@ class Simulation(PlannerView):
             for n in nodes
         )
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        self.cap = Capacity(self.nodes, [n.model for n in nodes])
+        self.cap = Capacity(self.nodes, [n.model for n in nodes], shared_split(
+            [n.gpus for n in nodes], fractional_demand_share(workload.jobs)))
         self.events: list = []
         self.seq = 0
         self.running: dict[int, _JobState] = {}

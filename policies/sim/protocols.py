@@ -15,9 +15,14 @@
     the start are pre-filled: they arrive at t = 0 with ``done_before`` = the seconds they had
     run and ``duration`` = the seconds they still had to run. Items created inside the window
     arrive at their real offset. The cluster is then shrunk until it is contended: nodes are
-    taken in a seeded order until their GPUs reach the window's mean GPU demand (jobs' GPUs ×
-    time inside the window, as if none waited, ÷ window length) ÷ ``contention`` (default 1.2);
-    if none of them can hold the largest pod, the first node in that order that can is added.
+    taken in a seeded order until their GPUs reach the window's mean GPU demand (jobs' GPUs, a
+    fractional pod's at its share, × time inside the window, as if none waited, ÷ window
+    length) ÷ ``contention`` (default 1.2); before that, each pinned pod class (a ``gpu_spec``)
+    gets nodes of its GPU models from the same order until they reach its own demand ÷
+    ``contention`` (``contended_nodes``); if none of them can hold the largest pod, the first
+    node in that order that can is added. ``replay_windows`` (default 1) replays that many
+    seeded windows at once, superimposed from t = 0, on one cluster sized to their joint demand:
+    a larger cluster with the trace's own mix, on which one eviction weighs less.
     The first ``warmup_share`` (default 25 %) of the window is not measured. Why a week: with
     72 h windows kube-default preempted 1 to 421 times over seeds 1-6 (openb, contention 1.2),
     too few on some seeds to compare policies; a week gave 81 to 796 (openb), 6 to 242
