@@ -31,12 +31,13 @@ DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace s
 # ablation zeroes SimConfig's default only: jobs with their own restore time (the training
 # scenario's) keep it, so ablate openb cells.
 ABLATIONS: Mapping[str, Mapping[str, float]] = {
-    "restore cost off": {"restore_seconds": 0.0},
+    "restore cost off": {"restore_seconds": 0.0, "restore_job_gpu_seconds": 0.0},
     "planner blind to restarts": {"planner_restart_seconds": 0.0},
     "report lag/jitter off": {"report_lag_seconds": 0.0, "report_jitter_seconds": 0.0},
     "drain failures off": {"drain_failure_share": 0.0, "drain_overrun_share": 0.0},
     "all costs off": {
-        "restore_seconds": 0.0, "report_lag_seconds": 0.0, "report_jitter_seconds": 0.0,
+        "restore_seconds": 0.0, "restore_job_gpu_seconds": 0.0, "report_lag_seconds": 0.0,
+        "report_jitter_seconds": 0.0,
         "drain_failure_share": 0.0, "drain_overrun_share": 0.0,
     },
 }
@@ -103,6 +104,7 @@ def workload_facts(w: Workload, nodes: int) -> dict:
         "window_hours": round(w.window / 3600, 3),
         "warmup_hours": round(w.warmup / 3600, 3),
         "protocol": w.protocol, "nodes": nodes, "gpus": w.capacity_gpus,
+        "replay_windows": w.params.replay_windows if w.protocol == "replay" else 0,
     }
 
 
