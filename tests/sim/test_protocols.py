@@ -224,3 +224,20 @@ def test_replay_gives_a_pinned_class_nodes_for_its_demand(seed):
     b_demand = sum(m.gpus * max(0.0, min(j.duration, w.window - j.arrival))
                    for j in w.jobs for m in j.members if m.gpu_spec == "B") / w.window
     assert b_demand > 0 and b_gpus >= b_demand / WorkloadParams().contention
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_more_replay_windows_replay_more_of_the_trace_on_a_larger_cluster(loaded, seed):
+    one, _ = _build(loaded, "openb", "replay", seed=seed)
+    three, _ = _build(loaded, "openb", "replay", seed=seed,
+                      params=WorkloadParams(replay_windows=3))
+    # the first window is the one a single-window replay takes; two more are added to it
+    def pods(w):
+        return {re.sub(r"-\d+-\d+$", "", m.name) for j in w.jobs for m in j.members}
+
+    assert pods(one) <= pods(three)
+    assert len(three.jobs) > 1.5 * len(one.jobs)
+    assert three.capacity_gpus > 1.5 * one.capacity_gpus
+    assert three.window == one.window and three.warmup == one.warmup
+    with pytest.raises(ValueError, match="replay_windows"):
+        _build(loaded, "openb", "replay", params=WorkloadParams(replay_windows=0))
