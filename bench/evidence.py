@@ -29,14 +29,26 @@ from pathlib import Path
 from ckpt_preempt.controller import trace_files
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
+from ckpt_preempt.policies.sim.workload import WorkloadParams
 
 UTILISATIONS = (0.8, 1.0, 1.2, 1.4)  # steady protocol sweep
 EVIDENCE_SCALE = 0.1  # share of the openb cluster: the full run fits ~25 min on 2 cores
 QUICK_SEEDS = 3
+# seeded weeks replayed at once on the openb traces' replay cells (policies/sim/protocols.py).
+# openb, seeds 1-10, scale-independent: one week gives 4-8 nodes / 28-36 GPUs, and on seed 1 one
+# eviction was 35 % of kube-default's loss; three give 10-22 nodes / 68-102 GPUs (openb) and
+# 14-30 / 74-153 (openb-multigpu20). Measurements: policies/sim/README section of README.md.
+# The training scenario's replay cluster is already 128 nodes.
+REPLAY_WINDOWS = {"openb": 3, "openb-multigpu20": 3}
 ABLATED_CELL = ("openb", "replay")
 OURS = ("checkpoint-aware", "checkpoint-aware-drain")
 HEADLINE = "checkpoint-aware-drain"
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _params(workload: str, protocol: str) -> WorkloadParams | None:
+    windows = REPLAY_WINDOWS.get(workload, 1) if protocol == "replay" else 1
+    return WorkloadParams(replay_windows=windows) if windows > 1 else None
 
 
 def cells(scale: float, quick: bool) -> list[experiment.Cell]:
@@ -44,9 +56,10 @@ def cells(scale: float, quick: bool) -> list[experiment.Cell]:
     for w in WORKLOADS:
         for p in PROTOCOLS:
             points = (1.0,) if p != "steady" or quick else UTILISATIONS
-            out.extend(experiment.Cell(workload=w, protocol=p, utilisation=u, scale=scale)
-                       for u in points)
-    base = experiment.Cell(workload=ABLATED_CELL[0], protocol=ABLATED_CELL[1], scale=scale)
+            out.extend(experiment.Cell(workload=w, protocol=p, utilisation=u, scale=scale,
+                                       params=_params(w, p)) for u in points)
+    base = experiment.Cell(workload=ABLATED_CELL[0], protocol=ABLATED_CELL[1], scale=scale,
+                           params=_params(*ABLATED_CELL))
     out.extend(experiment.ablate(base, name) for name in experiment.ABLATIONS)
     return out
 
