@@ -104,7 +104,8 @@ def _rows(base: str | None) -> tuple[tuple[str, Callable[[PolicySummary, int], s
         ("  lost work GPU-h", lambda p, seeds: f"{p.lost_work:.1f}"),
         ("  restart GPU-h", lambda p, seeds: f"{p.restart:.1f}"),
         ("  preemptor delay GPU-h", lambda p, seeds: f"{p.delay:.1f}"),
-        ("prior work lost, not charged GPU-h", lambda p, seeds: f"{p.prior_work:.1f}"),
+        ("prior work lost GPU-h (in no total by default)",
+         lambda p, seeds: f"{p.prior_work:.1f}"),
         ("high-priority wait p95 min", lambda p, seeds: f"{p.high_wait_p95_s / 60:.1f}"),
         ("preemptions of one job max/p99", lambda p, seeds: (
             f"{p.preemptions_per_job_max}/{p.preemptions_per_job_p99:.1f}")),
