@@ -321,3 +321,15 @@ def test_gpu_spec_names_models_separated_by_bars():
     member = workload.Member(name="m", cpu_milli=1, memory_mib=1, gpus=1, gpu_spec="B")
     closed = [n.excluded for n in cap.exclusions([member])]
     assert closed == [RejectReason.NODE_SELECTOR, None]
+
+
+# -- secondary figures -------------------------------------------------------------------
+
+def test_low_priority_completion_counts_the_time_an_eviction_costs():
+    # a 1-hour job evicted at 30 min (released 30 s later) restarts from scratch when the
+    # 10-minute preemptor is done, at 40 min 30 s, and finishes 1 h later; the preemptor waited
+    # the 30 s grace period
+    r = run(wl(low(0, duration=HOUR), high(1, 30 * MIN, duration=10 * MIN)), IDEAL)
+    assert r.low_jobs_completed == 1
+    assert r.low_completion_p50_s == pytest.approx(40 * MIN + 30 + HOUR)
+    assert r.preemptor_wait_p95_s == pytest.approx(30)

@@ -133,3 +133,14 @@ def test_the_per_seed_best_baseline_can_differ_from_the_strongest():
     assert ours.vs_best_per_seed.high == 0.5 and ours.vs_strongest.low < 0.5
     _, rows = report.per_seed_rows(r, BASELINES)
     assert [row[-1] for row in rows] == ["cost-aware", "cost-aware", "kube-default"]
+
+
+def test_evidence_replays_several_weeks_on_the_openb_replay_cells_and_their_ablations():
+    from bench import evidence
+
+    cells = evidence.cells(0.1, quick=True)
+    for c in cells:
+        windows = c.params.replay_windows if c.params else 1
+        want = evidence.REPLAY_WINDOWS.get(c.workload, 1) if c.protocol == "replay" else 1
+        assert windows == want, c.label
+    assert any(c.ablation and c.params and c.params.replay_windows > 1 for c in cells)
