@@ -198,6 +198,8 @@ def test_draining_delays_the_preemptor_beyond_a_plain_kill():
     killed = run(drained_victim(), IDEAL, "checkpoint-aware")
     assert drained.delay_gpu_hours == pytest.approx((60 - 30) / HOUR)
     assert killed.delay_gpu_hours == 0.0
+    # the delay is part of what the drain costs: the total counts it
+    assert drained.lost_gpu_hours == pytest.approx(drained.lost_work_gpu_hours + (60 - 30) / HOUR)
 
 
 # -- warm-up and pre-filled jobs ---------------------------------------------------------
