@@ -3,7 +3,9 @@
 Cells: each workload under the stress and replay protocols and under the steady protocol at
 each target utilisation; on openb/replay also the same cell with one cost turned off at a time
 (restore time, checkpoint report lag and jitter, drain failures and overruns) and with all of
-them off, to show which cost limits the ratio. Each seed is one workload all policies replay,
+them off, to show which cost limits the ratio (on the first ``ABLATION_SEEDS`` seeds). The openb
+traces' replay cells replay ``REPLAY_WINDOWS`` weeks at once, so that one eviction cannot
+decide a seed. Each seed is one workload all policies replay,
 so every ratio is paired per seed; tables show the median over seeds with its 95 % percentile
 bootstrap interval (policies/sim/stats.py), and every ratio is against the cell's strongest
 baseline (the baseline with the lowest median lost GPU-hours there) and against kube-default.
@@ -11,7 +13,9 @@ baseline (the baseline with the lowest median lost GPU-hours there) and against 
 Writes bench/results/evidence.md (the report), lost_work.png (lost GPU-hours per policy with
 interval bars, per cell) and eviction_loss_cdf.png (loss per eviction, pooled over seeds, log
 x-axis), shows progress on stderr and prints one JSON line. The default scale is 0.1 of the
-openb cluster (not the simulator's 0.25) so the full run fits in about 25 minutes on 2 cores.
+openb cluster (not the simulator's 0.25). Run time: 8.5 min on 2 processes before the replay
+cells grew; with them, an estimate from CPU time per run measured on a busy machine (not a
+full run) is some 35 CPU-minutes, about 18 minutes on 2 idle cores.
 Usage: python bench/evidence.py [--seeds 10] [--quick] [--scale 0.1] [--jobs 2] [--out DIR]
 """
 
@@ -32,14 +36,18 @@ from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 from ckpt_preempt.policies.sim.workload import WorkloadParams
 
 UTILISATIONS = (0.8, 1.0, 1.2, 1.4)  # steady protocol sweep
-EVIDENCE_SCALE = 0.1  # share of the openb cluster: the full run fits ~25 min on 2 cores
+EVIDENCE_SCALE = 0.1  # share of the openb cluster (stress, steady; a replay sizes its own)
 QUICK_SEEDS = 3
 # seeded weeks replayed at once on the openb traces' replay cells (policies/sim/protocols.py).
-# openb, seeds 1-10, scale-independent: one week gives 4-8 nodes / 28-36 GPUs, and on seed 1 one
-# eviction was 35 % of kube-default's loss; three give 10-22 nodes / 68-102 GPUs (openb) and
-# 14-30 / 74-153 (openb-multigpu20). Measurements: policies/sim/README section of README.md.
-# The training scenario's replay cluster is already 128 nodes.
+# Seeds 1-10 (the replay ignores the scale): one week gives 4-8 nodes / 28-36 GPUs on openb,
+# 8-14 / 36-56 on openb-multigpu20, where one eviction made up to 35 % of a seed's loss; three
+# give 10-22 nodes / 68-102 GPUs and 20-30 / 98-142. The measurements behind the choice are in
+# README.md's simulator section. The training scenario's replay cluster is already 128 nodes.
 REPLAY_WINDOWS = {"openb": 3, "openb-multigpu20": 3}
+# the ablations (diagnostic; the headline keeps every seed) run on this many seeds: the larger
+# replay cells cost about 5 CPU-seconds per policy and seed, 25 per seed of each of the five
+# ablation cells, and ten seeds would add some 10 CPU-minutes to the run
+ABLATION_SEEDS = 5
 ABLATED_CELL = ("openb", "replay")
 OURS = ("checkpoint-aware", "checkpoint-aware-drain")
 HEADLINE = "checkpoint-aware-drain"
@@ -88,16 +96,22 @@ def _progress(done: int, total: int, started: float) -> None:
           end="" if done < total else "\n", file=sys.stderr, flush=True)
 
 
+def _seeds_of(cell: experiment.Cell, seeds: list[int]) -> list[int]:
+    """The cell's seeds: an ablation runs on the first ``ABLATION_SEEDS`` of them."""
+    return seeds[:ABLATION_SEEDS] if cell.ablation else seeds
+
+
 def run_all(cell_list: list[experiment.Cell], seeds: list[int], policies: tuple[str, ...],
             jobs: int) -> tuple[list[experiment.CellResult], dict[str, float]]:
     """Every cell's summary, and the CPU-minutes each cell took (summed over its seeds)."""
-    tasks = [(c, s, policies) for c in cell_list for s in seeds]
+    tasks = [(c, s, policies) for c in cell_list for s in _seeds_of(c, seeds)]
+    index = {c: i for i, c in enumerate(cell_list)}
     runs: dict[int, list[experiment.Run]] = {i: [] for i in range(len(cell_list))}
     spent = dict.fromkeys(range(len(cell_list)), 0.0)
     started = time.monotonic()
     _progress(0, len(tasks), started)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_task, t): k // len(seeds) for k, t in enumerate(tasks)}
+        futures = {pool.submit(run_task, t): index[t[0]] for t in tasks}
         for done, fut in enumerate(as_completed(futures), 1):
             cell_runs, seconds = fut.result()
             runs[futures[fut]].extend(cell_runs)
@@ -168,7 +182,8 @@ def markdown(results: list[experiment.CellResult], meta: dict) -> str:
         *_headline_table(main), "",
     ]
     if any(r.cell.ablation for r in ablated):
-        out += ["## Ablation: which cost limits the ratio (" + "/".join(ABLATED_CELL) + ")", "",
+        out += ["## Ablation: which cost limits the ratio (" + "/".join(ABLATED_CELL)
+                + f"; the ablated cells on their first {ABLATION_SEEDS} seeds)", "",
                 *_ablation_table(ablated), ""]
     out += ["## Per cell", "", "![lost work](lost_work.png)", "",
             "![loss per eviction](eviction_loss_cdf.png)", ""]
