@@ -10,8 +10,10 @@ model is one of them; the planner's snapshot closes the other nodes to that pree
 Fractional GPUs (openb's ``gpu_milli`` below 1000 on a 1-GPU pod) are shared. Each node's GPUs
 are split once, at the start, into whole devices and at most one shared device
 (``shared_split``: as many shared devices as the workload's fractional share of GPU demand
-asks for, on the largest nodes; fewer when there are fewer nodes), as MIG or a sharing device
-plugin configures a node. A fractional pod takes its share of one shared
+asks for, on the smallest nodes first, keeping one node whole for the largest whole-GPU pod;
+fewer when there are fewer nodes), as MIG or a sharing device plugin configures a node. (On
+the largest nodes first, every 8-GPU node of a small openb stress run lost a GPU to sharing
+and no 8-GPU pod could run.) A fractional pod takes its share of one shared
 device: the one, on an allowed node, with the least room that still holds it (the tightest fit,
 so shares pack onto few devices); a whole-GPU pod takes whole devices only.
 
@@ -68,20 +70,30 @@ def fractional_demand_share(jobs: Iterable[Job]) -> float:
     return frac / total if total > 0 else 0.0
 
 
-def shared_split(gpus: Sequence[int], share: float) -> list[int]:
+def shared_split(gpus: Sequence[int], share: float, whole: int = 0) -> list[int]:
     """Shared devices per node: ``share`` of all GPUs (at least one when ``share`` > 0, none
-    when it is 0), at most one per node, on the nodes with the most GPUs (then the lowest
-    index): one shared device per node is what keeps the planner's per-node sum of free
-    shares that device's room."""
+    when it is 0), at most one per node, on the nodes with the fewest GPUs first (then the
+    lowest index), keeping whole the largest node that can hold a ``whole``-GPU pod (the
+    largest whole-GPU request), so that pod still has a node (unless it is the only node).
+    One shared device per node is what keeps the planner's per-node sum of free shares that
+    device's room; fewer nodes than the share asks for give fewer shared devices."""
     total_gpus = sum(gpus)
     if share <= 0 or total_gpus == 0:
         return [0] * len(gpus)
     target = max(1, round(share * total_gpus))
-    order = sorted((i for i, g in enumerate(gpus) if g > 0), key=lambda i: (-gpus[i], i))
+    order = sorted((i for i, g in enumerate(gpus) if g > 0), key=lambda i: (gpus[i], i))
+    big = [i for i in order if gpus[i] >= whole] if whole > 0 else []
+    if big and len(order) > 1:  # a lone node shares a GPU whatever it must hold
+        order.remove(big[-1])
     out = [0] * len(gpus)
     for i in order[:target]:
         out[i] = 1
     return out
+
+
+def largest_whole_request(jobs: Iterable[Job]) -> int:
+    """The most whole GPUs any one pod of the jobs asks for."""
+    return max((whole_gpus(m) for j in jobs for m in j.members), default=0)
 
 
 class Capacity:

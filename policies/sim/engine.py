@@ -62,6 +62,7 @@ from ckpt_preempt.policies.sim.costs import (
 from ckpt_preempt.policies.sim.devices import (
     Capacity,
     fractional_demand_share,
+    largest_whole_request,
     requests,
     shared_split,
     whole_gpus,
@@ -206,7 +207,8 @@ class Simulation(PlannerView):
         )
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.cap = Capacity(self.nodes, [n.model for n in nodes], shared_split(
-            [n.gpus for n in nodes], fractional_demand_share(workload.jobs)))
+            [n.gpus for n in nodes], fractional_demand_share(workload.jobs),
+            largest_whole_request(workload.jobs)))
         self.events: list = []
         self.seq = 0
         self.running: dict[int, _JobState] = {}

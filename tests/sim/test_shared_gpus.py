@@ -72,10 +72,12 @@ def test_shares_pack_on_shared_devices_and_whole_pods_on_whole_ones():
 
 def test_the_split_follows_the_fractional_share_of_demand():
     assert devices.shared_split([8, 8, 2], 0.0) == [0, 0, 0]
-    assert devices.shared_split([2, 8, 8], 0.01) == [0, 1, 0]  # any share gets a device
-    assert devices.shared_split([2, 8, 4], 0.2) == [1, 1, 1]  # 2.8 of 14 GPUs
-    assert devices.shared_split([2, 8, 4], 0.1) == [0, 1, 0]  # 1.4
-    assert devices.shared_split([8, 8, 2], 0.5) == [1, 1, 1]  # at most one per node
+    assert devices.shared_split([8, 8, 2], 0.01) == [0, 0, 1]  # any share gets a device
+    assert devices.shared_split([2, 8, 4], 0.1) == [1, 0, 0]  # 1.4 of 14 GPUs
+    assert devices.shared_split([2, 8, 4], 0.2) == [1, 1, 1]  # 2.8, no whole pod to keep
+    # an 8-GPU pod keeps the 8-GPU node whole
+    assert devices.shared_split([2, 8, 4], 0.2, whole=8) == [1, 0, 1]
+    assert devices.shared_split([8, 8, 2], 0.5, whole=8) == [1, 0, 1]  # one per node at most
     assert devices.shared_split([1, 0, 1], 1.0) == [1, 0, 1]
     jobs = [job(0, 0.0, milli=500, duration=HOUR), job(1, 0.0, gpus=2, duration=HOUR)]
     assert devices.fractional_demand_share(jobs) == pytest.approx(0.5 / 2.5)
