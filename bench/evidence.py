@@ -15,7 +15,7 @@ interval bars, per cell) and eviction_loss_cdf.png (loss per eviction, pooled ov
 x-axis), shows progress on stderr and prints one JSON line. The default scale is 0.1 of the
 openb cluster (not the simulator's 0.25). Run time: 8.5 min on 2 processes before the replay
 cells grew; with them, an estimate from CPU time per run measured on a busy machine (not a
-full run) is some 35 CPU-minutes, about 18 minutes on 2 idle cores.
+full run) is some 40 CPU-minutes, about 20 minutes on 2 idle cores (over the 15 aimed at).
 Usage: python bench/evidence.py [--seeds 10] [--quick] [--scale 0.1] [--jobs 2] [--out DIR]
 """
 
