@@ -14,8 +14,9 @@ Writes bench/results/evidence.md (the report), lost_work.png (lost GPU-hours per
 interval bars, per cell) and eviction_loss_cdf.png (loss per eviction, pooled over seeds, log
 x-axis), shows progress on stderr and prints one JSON line. The default scale is 0.1 of the
 openb cluster (not the simulator's 0.25). Run time: 8.5 min on 2 processes before the replay
-cells grew; with them, an estimate from CPU time per run measured on a busy machine (not a
-full run) is some 40 CPU-minutes, about 20 minutes on 2 idle cores (over the 15 aimed at).
+cells grew and GPUs were shared; since, a run on a lightly loaded machine did its first 13 of
+205 cell-seeds (openb/stress) in 3.7 minutes and projected 55 (stopped unfinished): over the
+15 minutes aimed at.
 Usage: python bench/evidence.py [--seeds 10] [--quick] [--scale 0.1] [--jobs 2] [--out DIR]
 """
 
