@@ -97,7 +97,8 @@ def main() -> None:
         runs = list(pool.map(run_one, jobs))
     base = {r["seed"]: r for r in runs if r["policy"] == "kube-default"}
     for r in runs:
-        r["ratio_vs_kube_default"] = r["lost_gpu_hours"] / base[r["seed"]]["lost_gpu_hours"]
+        lost = base[r["seed"]]["lost_gpu_hours"]  # a seed where kube-default lost nothing: no ratio
+        r["ratio_vs_kube_default"] = r["lost_gpu_hours"] / lost if lost else None
     aware = [r for r in runs if r["policy"] != "kube-default"]
 
     def of(u: str, p: float) -> dict[int, dict]:
@@ -109,9 +110,10 @@ def main() -> None:
         mine = of(u, p)
         row: dict = {"unknown_checkpoint": u, "fairness_penalty_seconds": p}
         for m in METRICS:
-            row[m] = _interval([mine[s][m] for s in seeds])
-            if (u, p) != variants[0]:
-                row[m]["paired_difference"] = _interval([mine[s][m] - ref[s][m] for s in seeds])
+            have = [s for s in seeds if mine[s][m] is not None and ref[s][m] is not None]
+            row[m] = _interval([mine[s][m] for s in have]) if have else None
+            if (u, p) != variants[0] and have:
+                row[m]["paired_difference"] = _interval([mine[s][m] - ref[s][m] for s in have])
         row["max_preemptions_per_workload"]["per_seed"] = [
             mine[s]["max_preemptions_per_workload"] for s in seeds]
         summary.append(row)

@@ -41,7 +41,9 @@ HELP = "what-if replay of a GPU trace under each preemption policy"
 # (flag, SimConfig field, value parser, help): the costs an eviction carries beyond unsaved work
 COST_FLAGS = (
     ("--restore-seconds", "restore_seconds", argtypes.non_negative_float,
-     "restart/restore time of an evicted job"),
+     "restart/restore time of an evicted job, on each of its GPUs"),
+    ("--restore-job-gpu-seconds", "restore_job_gpu_seconds", argtypes.non_negative_float,
+     "fixed restart cost per evicted job, whatever its size"),
     ("--report-lag-seconds", "report_lag_seconds", argtypes.non_negative_float,
      "a checkpoint is reported this late"),
     ("--report-jitter-seconds", "report_jitter_seconds", argtypes.non_negative_float,
@@ -92,6 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="target offered GPU load in the window (default %(default)s)")
     p.add_argument("--window-hours", type=argtypes.positive_float, default=d.window_hours,
                    help="arrivals are compressed into this window (default %(default)s)")
+    p.add_argument("--replay-windows", type=argtypes.positive_int, default=d.replay_windows,
+                   help="replay: seeded weeks of the trace replayed at once on one cluster "
+                        "sized to their joint demand (default %(default)s)")
     p.add_argument("--share-on-request", type=argtypes.fraction, default=d.share_on_request,
                    help="share of low-priority jobs checkpointing on request, and periodically "
                         "(default %(default)s)")
@@ -135,6 +140,7 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
         raise ValueError("--scale must be in (0, 1], got 0")
     return workload.WorkloadParams(
         seed=args.seed, scale=args.scale, load=args.load, window_hours=args.window_hours,
+        replay_windows=args.replay_windows,
         share_on_request=args.share_on_request, share_periodic=args.share_periodic,
         gang_share=args.gang_share, gang_sizes=tuple(args.gang_sizes),
         checkpoint_intervals_min=tuple(args.checkpoint_intervals_min),

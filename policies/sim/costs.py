@@ -16,6 +16,15 @@ did before they existed).
   Fig. 3 models a restart time R of 10 min; a production training platform reports resuming
   "within 3 minutes" only after building a dedicated checkpoint system
   (https://deepiix.com/blog/smart-checkpointing-failed-training-runs.html).
+- ``restore_job_gpu_seconds`` 300: an assumption, no source. The part of a restart that does
+  not grow with the job's GPU count (the controller's and scheduler's round trip, image and
+  framework start-up of the first pod, a failed first attempt), charged once per evicted job on
+  top of ``restore_seconds`` on every GPU; 300 GPU-seconds is one GPU's worth of the per-GPU
+  figure above. With it a 1-GPU victim costs 600 GPU-seconds to restart and an 8-GPU one 2,700,
+  instead of 300 and 2,400. The planner's cost model has only a per-GPU restart charge
+  (``restartCostSeconds``); the replay gives our planners that per-GPU figure plus this fixed
+  term spread over the mean GPU share of the workload's low-priority jobs
+  (``planner_restart_seconds``), as an operator would set the one knob they have.
 - ``report_lag_seconds`` 30 and ``report_jitter_seconds`` 30: assumptions. The training process
   publishes ``last-checkpoint`` after the checkpoint is durable (one API write); the jitter
   stands for scripts that stamp the step's start rather than the save's end.
@@ -69,31 +78,67 @@ def report_error(*, seed: int, job_id: int, checkpoint: float, jitter: float) ->
     return random.Random(f"report-jitter-{seed}-{job_id}-{checkpoint!r}").uniform(-jitter, jitter)
 
 
+def restart_gpu_seconds(*, gpu_share: float, per_gpu_seconds: float,
+                        per_job_gpu_seconds: float) -> float:
+    """What restarting one evicted job costs: the fixed per-job term plus the per-GPU term on
+    each GPU it holds (a fractional share is charged at its fraction)."""
+    return per_job_gpu_seconds + gpu_share * per_gpu_seconds
+
+
+def planner_restart_seconds(*, per_gpu_seconds: float, per_job_gpu_seconds: float,
+                            mean_job_gpu_share: float) -> float:
+    """The one per-GPU restart charge the planner takes (``restartCostSeconds``) that matches
+    the two-term restore cost on a job of the mean size: the per-GPU term plus the fixed term
+    spread over ``mean_job_gpu_share`` GPUs."""
+    if mean_job_gpu_share <= 0:
+        return per_gpu_seconds
+    return per_gpu_seconds + per_job_gpu_seconds / mean_job_gpu_share
+
+
+def split_at(start: float, end: float, window_start: float) -> tuple[float, float]:
+    """Seconds of [start, end) inside the measured window (from ``window_start`` on) and before
+    it: unsaved work a victim loses, split into what is charged by default and prior work."""
+    span = max(0.0, end - start)
+    inside = max(0.0, end - max(start, window_start))
+    return inside, span - inside
+
+
 class Ledger:
     """Losses, restarts, drain delays and evictions, counted from ``warmup`` seconds on.
 
     An eviction is measured by the time its plan was made: what happens before the warm-up still
-    happens (and shapes the rest of the run) but is not charged.
+    happens (and shapes the rest of the run) but is not charged. Of a measured victim's unsaved
+    work, only the part done after the warm-up (inside the measured window) is charged by default
+    (``work``); the part done before it (``prior``: by a job running when the replay began, or
+    during the warm-up) is kept apart and charged only with ``charge_prior``.
+
+    The total a policy is charged is lost work + restarts + the preemptor's extra wait for drains
+    (``delay``); each stays visible as a part.
     """
 
-    def __init__(self, warmup: float) -> None:
+    def __init__(self, warmup: float, *, charge_prior: bool = False) -> None:
         self.warmup = warmup
-        self.work = 0.0  # GPU-seconds of unsaved work lost
+        self.charge_prior = charge_prior
+        self.work = 0.0  # GPU-seconds of unsaved work lost, done inside the measured window
+        self.prior = 0.0  # GPU-seconds of unsaved work lost, done before the measured window
         self.restart = 0.0  # GPU-seconds idle while evicted jobs restart
         self.delay = 0.0  # preemptor GPU-seconds spent waiting for drains
-        self.evictions: list[float] = []  # GPU-hours per evicted job
-        self.series: list[tuple[float, float]] = []  # (time s, cumulative lost GPU-h)
+        self.evictions: list[float] = []  # GPU-hours charged per evicted job (work + restart)
+        self.series: list[tuple[float, float]] = []  # (time s, cumulative total GPU-h)
 
     def measured(self, t: float) -> bool:
         return t >= self.warmup
 
-    def evicted(self, t: float, work: float, restart: float) -> None:
-        """One victim job's charge, in GPU-seconds, for a plan made at ``t``."""
+    def evicted(self, t: float, work: float, restart: float, prior: float = 0.0) -> None:
+        """One victim job's charge, in GPU-seconds, for a plan made at ``t``: ``work`` done
+        inside the measured window, ``prior`` before it."""
         if not self.measured(t):
             return
         self.work += work
+        self.prior += prior
         self.restart += restart
-        self.evictions.append((work + restart) / 3600)
+        charged = work + restart + (prior if self.charge_prior else 0.0)
+        self.evictions.append(charged / 3600)
         self.series.append((t, self.total / 3600))
 
     def restarted(self, t: float, gpu_seconds: float) -> None:
@@ -104,9 +149,21 @@ class Ledger:
             self.series.append((t, self.total / 3600))
 
     def delayed(self, t: float, gpu_seconds: float) -> None:
-        if self.measured(t):
+        if self.measured(t) and gpu_seconds > 0:
             self.delay += gpu_seconds
+            self.series.append((t, self.total / 3600))
+
+    @property
+    def lost_work(self) -> float:
+        """Unsaved work charged: in-window, plus prior work when that is charged."""
+        return self.work + (self.prior if self.charge_prior else 0.0)
 
     @property
     def total(self) -> float:
-        return self.work + self.restart
+        """What a policy is charged: lost work + restarts + preemptor delay."""
+        return self.lost_work + self.restart + self.delay
+
+    @property
+    def total_with_prior(self) -> float:
+        """The same, always counting work done before the measured window."""
+        return self.work + self.prior + self.restart + self.delay

@@ -1,14 +1,39 @@
-"""Free capacity per node for the engine's own placement, and the GPU models a pod may use.
+"""Free capacity per node for the engine's own placement, shared GPUs, and the GPU models a
+pod may use.
 
 Placement is best fit: the node with the fewest free GPUs that still fits the pod (the lowest
-index among equals), found through buckets of nodes by free GPU count. A member whose
+index among equals), found through buckets of nodes by free whole-GPU count. A member whose
 ``gpu_spec`` names GPU models ("|"-separated, as openb writes them) only goes to nodes whose
 model is one of them; the planner's snapshot closes the other nodes to that preemptor
 (``exclusions``).
 
-Limitation: fractional GPUs (openb's ``gpu_milli`` below 1000) are not shared here; such a pod
-takes a whole GPU, in the engine's placement and in the planner's view alike, so fractional
-pods pack less densely than on a GPU-sharing cluster.
+Fractional GPUs (openb's ``gpu_milli`` below 1000 on a 1-GPU pod) are shared. Each node's GPUs
+are split once, at the start, into whole devices and at most one shared device
+(``shared_split``: as many shared devices as the workload's fractional share of GPU demand
+asks for, on the smallest nodes first, keeping one node whole for the largest whole-GPU pod;
+fewer when there are fewer nodes), as MIG or a sharing device plugin configures a node. (On
+the largest nodes first, every 8-GPU node of a small openb stress run lost a GPU to sharing
+and no 8-GPU pod could run.) A fractional pod takes its share of one shared
+device: the one, on an allowed node, with the least room that still holds it (the tightest fit,
+so shares pack onto few devices); a whole-GPU pod takes whole devices only.
+
+What the planner is shown (``exclusions`` builds the nodes, ``requests`` the pods) is the same
+split, in the model's MIG terms (``policies.model.Resources``): a fractional pod asks for
+``gpu_milli`` (thousandths of a GPU), each node's allocatable is ``gpus`` = its whole devices and
+``gpu_milli`` = 1000 × its shared devices. So fit, victims and the loss charge (``Pod.gpu_share``,
+at the fraction) agree with the engine's. They would not with two shared devices on a node: the
+planner sums a node's free shares, while the engine needs a share's room on one device (two
+devices with 300 free each hold no 500 share); with two per node, 6 of 7 plans of
+checkpoint-aware-drain were of that kind on a small openb stress run (scale 0.05, 2 h, seed
+2). ``Capacity`` still takes any split; a plan that relies on the sum is carried out anyway
+(the share goes on the least-used device, over-committing it) and counted in
+``plans_invalid``.
+
+Against a cluster that shares GPUs dynamically (a device serves whole or shared pods as they
+come, as the trace's own cluster did), the static split wastes capacity: an idle shared device
+cannot take a whole-GPU pod, nor an idle whole one a share. It is the price of a planner's view
+that matches the engine: the planner's model cannot say that evicting every share on a device
+frees a whole GPU.
 """
 
 from __future__ import annotations
@@ -16,33 +41,103 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from ckpt_preempt.policies.model import Node, RejectReason, Resources
-from ckpt_preempt.policies.sim.workload import Member
+from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, RejectReason, Resources
+from ckpt_preempt.policies.sim.workload import Job, Member
 
 SPEC_SEPARATOR = "|"
 
 
 def requests(m: Member) -> Resources:
+    """What the pod asks for: its share of one GPU in ``gpu_milli``, else whole GPUs."""
+    if m.gpu_milli:
+        return Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpu_milli=m.gpu_milli)
     return Resources(cpu_milli=m.cpu_milli, memory_mib=m.memory_mib, gpus=m.gpus)
 
 
+def whole_gpus(m: Member) -> int:
+    """Whole GPUs the member needs free on one node (0 for a share of one)."""
+    return requests(m).gpus
+
+
+def fractional_demand_share(jobs: Iterable[Job]) -> float:
+    """Of the jobs' GPU demand (share × duration), the part from fractional pods."""
+    frac = total = 0.0
+    for j in jobs:
+        for m in j.members:
+            d = m.gpu_share * j.duration
+            total += d
+            frac += d if m.gpu_milli else 0.0
+    return frac / total if total > 0 else 0.0
+
+
+def shared_split(gpus: Sequence[int], share: float, whole: int = 0) -> list[int]:
+    """Shared devices per node: ``share`` of all GPUs (at least one when ``share`` > 0, none
+    when it is 0), at most one per node, on the nodes with the fewest GPUs first (then the
+    lowest index), keeping whole the largest node that can hold a ``whole``-GPU pod (the
+    largest whole-GPU request), so that pod still has a node (unless it is the only node).
+    One shared device per node is what keeps the planner's per-node sum of free shares that
+    device's room; fewer nodes than the share asks for give fewer shared devices."""
+    total_gpus = sum(gpus)
+    if share <= 0 or total_gpus == 0:
+        return [0] * len(gpus)
+    target = max(1, round(share * total_gpus))
+    order = sorted((i for i, g in enumerate(gpus) if g > 0), key=lambda i: (gpus[i], i))
+    big = [i for i in order if gpus[i] >= whole] if whole > 0 else []
+    if big and len(order) > 1:  # a lone node shares a GPU whatever it must hold
+        order.remove(big[-1])
+    out = [0] * len(gpus)
+    for i in order[:target]:
+        out[i] = 1
+    return out
+
+
+def largest_whole_request(jobs: Iterable[Job]) -> int:
+    """The most whole GPUs any one pod of the jobs asks for."""
+    return max((whole_gpus(m) for j in jobs for m in j.members), default=0)
+
+
 class Capacity:
-    def __init__(self, nodes: Sequence[Node], models: Sequence[str]) -> None:
-        self.nodes = tuple(nodes)
+    """Free capacity per node: ``free[i].gpus`` counts its free whole devices,
+    ``free[i].gpu_milli`` the room left on its shared devices (``shared[i]``: thousandths in
+    use on each)."""
+
+    def __init__(self, nodes: Sequence[Node], models: Sequence[str],
+                 shared: Sequence[int] | None = None) -> None:
+        split = list(shared) if shared is not None else [0] * len(nodes)
+        self.nodes = tuple(
+            n if not s else replace(n, allocatable=replace(
+                n.allocatable, gpus=n.allocatable.gpus - s,
+                gpu_milli=n.allocatable.gpu_milli + s * MILLI_PER_GPU))
+            for n, s in zip(nodes, split, strict=True))
         self.models = tuple(models)
         self.free = [n.allocatable for n in self.nodes]
         self.maxg = max(n.allocatable.gpus for n in self.nodes)
         self.buckets: list[set[int]] = [set() for _ in range(self.maxg + 1)]
         for i, n in enumerate(self.nodes):
             self.buckets[n.allocatable.gpus].add(i)
+        self.shared: list[list[int]] = [[0] * s for s in split]
+        self.sharing = [i for i, s in enumerate(split) if s]  # nodes with shared devices
+        self.device_of: dict[str, tuple[int, int]] = {}  # pod key -> (node, shared device)
         self._allowed: dict[str, frozenset[int] | None] = {}
         self._closed: dict[frozenset[int], tuple[Node, ...]] = {}
 
     # -- free capacity -------------------------------------------------------------------
-    def take(self, i: int, r: Resources) -> None:
+    def take(self, i: int, r: Resources, key: str = "") -> None:
+        """Take ``r`` on node ``i``; a share goes on the tightest of its shared devices that
+        holds it (the least-used one when none does: an over-committed plan)."""
+        if r.gpu_milli and self.shared[i]:
+            devices = self.shared[i]
+            room = [(MILLI_PER_GPU - used, d) for d, used in enumerate(devices)
+                    if MILLI_PER_GPU - used >= r.gpu_milli]
+            dev = min(room)[1] if room else min(range(len(devices)), key=devices.__getitem__)
+            devices[dev] += r.gpu_milli
+            self.device_of[key] = (i, dev)
         self._move(i, self.free[i] - r)
 
-    def give(self, i: int, r: Resources) -> None:
+    def give(self, i: int, r: Resources, key: str = "") -> None:
+        if r.gpu_milli and key in self.device_of:
+            node, dev = self.device_of.pop(key)
+            self.shared[node][dev] -= r.gpu_milli
         self._move(i, self.free[i] + r)
 
     def _move(self, i: int, free: Resources) -> None:
@@ -50,11 +145,19 @@ class Capacity:
         self.free[i] = free
         self.buckets[free.gpus].add(i)
 
+    def _device_room(self, i: int, milli: int) -> int | None:
+        """The least room, among node ``i``'s shared devices, that still holds ``milli``."""
+        rooms = [MILLI_PER_GPU - used for used in self.shared[i]
+                 if MILLI_PER_GPU - used >= milli]
+        return min(rooms) if rooms else None
+
     def fits(self, i: int, r: Resources) -> bool:
-        return r.fits_in(self.free[i])
+        if not r.fits_in(self.free[i]):
+            return False
+        return not r.gpu_milli or self._device_room(i, r.gpu_milli) is not None
 
     def room_for(self, gpus: int) -> bool:
-        """Some node has at least ``gpus`` free GPUs."""
+        """Some node has at least ``gpus`` free whole GPUs."""
         return any(self.buckets[g] for g in range(gpus, self.maxg + 1))
 
     # -- GPU models ------------------------------------------------------------------------
@@ -76,8 +179,9 @@ class Capacity:
         return out
 
     def exclusions(self, members: Iterable[Member]) -> tuple[Node, ...]:
-        """The nodes as the planner sees them for a preemptor with these members: nodes of
-        another GPU model are closed to it, as a node selector would close them."""
+        """The nodes as the planner sees them for a preemptor with these members (whole and
+        shared devices split as the engine splits them): nodes of another GPU model are closed
+        to it, as a node selector would close them."""
         allowed = self.allowed_for(members)
         if allowed is None:
             return self.nodes
@@ -89,6 +193,8 @@ class Capacity:
 
     # -- placement -----------------------------------------------------------------------
     def best_fit(self, r: Resources, allowed: frozenset[int] | None = None) -> int | None:
+        if r.gpu_milli:
+            return self._best_share(r, allowed)
         for g in range(r.gpus, self.maxg + 1):
             fits = [i for i in self.buckets[g]
                     if (allowed is None or i in allowed) and r.fits_in(self.free[i])]
@@ -96,20 +202,34 @@ class Capacity:
                 return min(fits)
         return None
 
-    def place(self, members: Sequence[Member]) -> list[int] | None:
+    def _best_share(self, r: Resources, allowed: frozenset[int] | None) -> int | None:
+        """The node of the tightest shared device that holds the share."""
+        best: tuple[int, int] | None = None
+        for i in self.sharing:
+            if (allowed is not None and i not in allowed) or not r.fits_in(self.free[i]):
+                continue
+            room = self._device_room(i, r.gpu_milli)
+            if room is not None and (best is None or (room, i) < best):
+                best = (room, i)
+        return None if best is None else best[1]
+
+    def place(self, members: Sequence[Member], keys: Sequence[str] | None = None
+              ) -> list[int] | None:
         """Take room for every member (largest first) and return each one's node, in member
-        order; None, taking nothing, when some member does not fit."""
-        order = sorted(range(len(members)), key=lambda k: -members[k].gpus)
+        order; None, taking nothing, when some member does not fit. ``keys`` name the pods
+        (for the shared device each share goes on)."""
+        names = list(keys) if keys is not None else [m.name for m in members]
+        order = sorted(range(len(members)), key=lambda k: -members[k].gpu_share)
         out = [0] * len(members)
-        taken: list[tuple[int, Resources]] = []
+        taken: list[tuple[int, Resources, str]] = []
         for k in order:
             r = requests(members[k])
             i = self.best_fit(r, self.allowed(members[k].gpu_spec))
             if i is None:
-                for j, rr in taken:
-                    self.give(j, rr)
+                for j, rr, key in taken:
+                    self.give(j, rr, key)
                 return None
-            self.take(i, r)
-            taken.append((i, r))
+            self.take(i, r, names[k])
+            taken.append((i, r, names[k]))
             out[k] = i
         return out

@@ -17,11 +17,19 @@ policy), and the result reports how often each job was preempted over the whole 
 and the 99th percentile over the jobs preempted at all). What the planner is shown, and the
 call to it, are built in ``policies/sim/planner_view.py`` (the ``PlannerView`` mixin).
 
+What is charged (``policies.sim.costs.Ledger``), per plan made after ``Workload.warmup``:
+(1) each victim's unsaved work, counted only where it was done after the warm-up, inside the
+measured window (work done earlier, by a job already running when the replay began or during
+the warm-up, is reported apart as ``prior_work_gpu_hours`` and charged only with
+``charge_prior_work``); (2) its restart: ``restore_job_gpu_seconds`` once per evicted job plus
+its restore time (``restore_seconds``, or the job's own) on each of its GPUs, the job finishing
+that much later; (3) the preemptor's extra wait for a drain (below). ``lost_gpu_hours`` is
+their sum; each part is reported. A fractional pod (a share of one GPU) is charged at its share.
+
 Costs beyond unsaved work (``policies.sim.costs`` gives each default and what it rests on):
-every evicted job also loses its restore time (``restore_seconds``, or the job's own) on all its
-GPUs and finishes that much later; the planner sees checkpoint times as the annotations would
-say them, published ``report_lag_seconds`` late with a seeded error of up to
-``report_jitter_seconds`` (never in the future), while the charge stays the ground truth; a
+the planner sees checkpoint times as the annotations would say them, published
+``report_lag_seconds`` late with a seeded error of up to ``report_jitter_seconds`` (never in
+the future), while the charge stays the ground truth; a
 seeded share of drains fails or overruns, and the controller then evicts at the plan's
 checkpoint deadline (the largest drained estimate, at most ``max_checkpoint_seconds``), the
 victim losing everything since its last periodic checkpoint. The extra wait a drain imposes on
@@ -52,13 +60,26 @@ from ckpt_preempt.policies import bound, preemption
 from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
 from ckpt_preempt.policies.shrink import RENDEZVOUS_SECONDS
 from ckpt_preempt.policies.sim import waits
-from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome
-from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.costs import (
+    Ledger,
+    drain_outcome,
+    planner_restart_seconds,
+    restart_gpu_seconds,
+    split_at,
+)
+from ckpt_preempt.policies.sim.devices import (
+    Capacity,
+    fractional_demand_share,
+    largest_whole_request,
+    requests,
+    shared_split,
+    whole_gpus,
+)
 from ckpt_preempt.policies.sim.elastic import ElasticJobs
 from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
-from ckpt_preempt.policies.sim.workload import Job, Workload
+from ckpt_preempt.policies.sim.workload import Job, Workload, mean_low_job_share
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,13 +94,16 @@ class SimConfig:
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS  # 0: guard off
     # costs beyond unsaved work; defaults and what they rest on: policies.sim.costs
     restore_seconds: float = 300.0  # per evicted job (Job.restore_seconds overrides), all GPUs
+    restore_job_gpu_seconds: float = 300.0  # once per evicted job, whatever its size
+    charge_prior_work: bool = False  # charge unsaved work done before the measured window
     report_lag_seconds: float = 30.0  # a checkpoint is published this long after it completes
     report_jitter_seconds: float = 30.0  # seeded error of a published time, uniform in +/-
     drain_failure_share: float = 0.02  # of drain requests: end with no checkpoint
     drain_overrun_share: float = 0.05  # of drain requests: checkpoint takes longer than estimated
     drain_overrun_factor: float = 2.0  # an overrun checkpoint takes this many times its estimate
     # what our search charges per evicted GPU for a restart (the controller's
-    # restartCostSeconds): None = the operator set it to restore_seconds; 0 = blind to restarts
+    # restartCostSeconds): None = the operator set it from the restore cost (restore_seconds
+    # plus the per-job term spread over the mean low-priority job); 0 = blind to restarts
     planner_restart_seconds: float | None = None
     shrink: bool = True  # our planner may shrink elastic jobs (policies.sim.elastic)
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
@@ -93,16 +117,19 @@ class SimConfig:
     preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
     escalating_penalty: bool = True
 
-    @property
-    def planner_restart(self) -> float:
+    def planner_restart(self, mean_job_gpu_share: float) -> float:
         if self.planner_restart_seconds is None:
-            return self.restore_seconds
+            return planner_restart_seconds(
+                per_gpu_seconds=self.restore_seconds,
+                per_job_gpu_seconds=self.restore_job_gpu_seconds,
+                mean_job_gpu_share=mean_job_gpu_share)
         return self.planner_restart_seconds
 
     def without_costs(self) -> SimConfig:
         """The same knobs with every cost beyond unsaved work off (no restore time, exact and
         instant reports, drains that always finish on time)."""
-        return replace(self, restore_seconds=0.0, report_lag_seconds=0.0,
+        return replace(self, restore_seconds=0.0, restore_job_gpu_seconds=0.0,
+                       report_lag_seconds=0.0,
                        report_jitter_seconds=0.0, drain_failure_share=0.0,
                        drain_overrun_share=0.0)
 
@@ -127,13 +154,20 @@ class PolicyResult:
     workloads_preempted: int  # jobs preempted at least once
     preemptions_per_workload: Mapping[int, int]  # times preempted -> jobs preempted that often
     victim_jobs_unreported: int  # preempted jobs (counted per preemption) reporting no checkpoint
-    # lost_gpu_hours = lost_work_gpu_hours + restart_gpu_hours (the total a policy is charged)
-    lost_work_gpu_hours: float = 0.0  # unsaved work (and drain checkpoint time) only
+    # lost_gpu_hours = lost_work_gpu_hours + restart_gpu_hours + delay_gpu_hours (the total a
+    # policy is charged)
+    lost_work_gpu_hours: float = 0.0  # unsaved work (and drain checkpoint time) charged
     restart_gpu_hours: float = 0.0  # GPUs idle while evicted jobs restart and restore
     delay_gpu_hours: float = 0.0  # preemptor GPUs x extra wait a drain imposes over a plain kill
+    prior_work_gpu_hours: float = 0.0  # unsaved work lost that was done before the window
+    lost_gpu_hours_with_prior: float = 0.0  # the total, counting prior work as well
     eviction_losses: tuple[float, ...] = field(default=(), repr=False)  # GPU-h per victim job
     drains_failed: int = 0  # drain requests that ended without a checkpoint
     drains_overrun: int = 0  # drains whose checkpoint took longer than estimated
+    # finish - arrival of low-priority jobs that arrived after the warm-up and finished in the
+    # run (jobs still running at its end are not counted)
+    low_completion_p50_s: float = 0.0
+    low_jobs_completed: int = 0
     lost_series: tuple[tuple[float, float], ...] = field(repr=False)  # (time s, cum. GPU-h)
     shrinks: int = 0  # elastic jobs that gave up members and ran on (policies.sim.elastic)
     grown_back: int = 0  # shrunken jobs that took their members back
@@ -186,7 +220,8 @@ class Simulation(PlannerView, ElasticJobs):
         self.cfg = config
         self.policy = policy
         self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
-                                   config.fairness_penalty_seconds, config.planner_restart,
+                                   config.fairness_penalty_seconds,
+                                   config.planner_restart(mean_low_job_share(workload.jobs)),
                                    shrink=config.shrink)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
@@ -197,7 +232,9 @@ class Simulation(PlannerView, ElasticJobs):
             for n in nodes
         )
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        self.cap = Capacity(self.nodes, [n.model for n in nodes])
+        self.cap = Capacity(self.nodes, [n.model for n in nodes], shared_split(
+            [n.gpus for n in nodes], fractional_demand_share(workload.jobs),
+            largest_whole_request(workload.jobs)))
         self.events: list = []
         self.seq = 0
         self.running: dict[int, _JobState] = {}
@@ -206,10 +243,11 @@ class Simulation(PlannerView, ElasticJobs):
         self.low: dict[tuple[int, int], list] = {}
         self.t = 0.0
         self.busy = 0.0
-        self.ledger = Ledger(workload.warmup)
+        self.ledger = Ledger(workload.warmup, charge_prior=config.charge_prior_work)
         self.seed = workload.params.seed
         self.latencies: list[float] = []
         self.waits: list[float] = []
+        self.completions: list[float] = []  # finish - arrival of measured low-priority jobs
         self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
                            invalid=0, waiting=0, unreported=0, drains_failed=0,
                            drains_overrun=0, shrinks=0, grown_back=0)
@@ -238,16 +276,17 @@ class Simulation(PlannerView, ElasticJobs):
         self._push(js.origin + js.remaining, "finish", (js, js.token))
 
     def _try_place(self, js: _JobState) -> list[int] | None:
-        return self.cap.place(js.job.members)
+        keys = [f"{js.job.id}-{k}" for k in range(len(js.job.members))]
+        return self.cap.place(js.job.members, keys)
 
     def _stop(self, js: _JobState, at: float) -> None:
         """Account busy GPU time (after the warm-up, within the window); release capacity."""
         lo, hi = self.w.warmup, self.w.window
         held = max(0.0, min(at, hi) - max(js.start, lo))
         for pod, i in js.pods:
-            self.cap.give(i, pod.requests)
+            self.cap.give(i, pod.requests, pod.uid)
             self._hold(i, pod, -1)
-            self.busy += pod.gpus * held
+            self.busy += pod.gpu_share * held
         js.pods = []
         js.models = ()
         js.token += 1
@@ -258,7 +297,7 @@ class Simulation(PlannerView, ElasticJobs):
         if js.job.high:
             self.high.append(js)
         else:
-            key = (max(m.gpus for m in js.job.members), len(js.job.members))
+            key = (max(whole_gpus(m) for m in js.job.members), len(js.job.members))
             heapq.heappush(self.low.setdefault(key, []), (at, js.job.id, js))
 
     # -- preemption ----------------------------------------------------------------------
@@ -304,14 +343,14 @@ class Simulation(PlannerView, ElasticJobs):
             r = requests(m)
             if not self.cap.fits(i, r) or (allowed is not None and i not in allowed):
                 self.counts["invalid"] += 1
-            self.cap.take(i, r)
+            self.cap.take(i, r, f"{js.job.id}-{k}")
             placed[k] = i
         self.high.remove(js)
         self._waited(js, release)
         # a plain kill would have freed the node after the grace period; from the durations,
         # not from release - t, which need not round back to them exactly
         waited = max(deadline, release - t if plan.timing is not None else 0.0)
-        self.ledger.delayed(t, js.job.gpus * max(0.0, waited - cfg.grace_seconds))
+        self.ledger.delayed(t, js.job.gpu_share * max(0.0, waited - cfg.grace_seconds))
         self._start(js, placed, release)
 
     def _waited(self, js: _JobState, started: float) -> None:
@@ -323,7 +362,8 @@ class Simulation(PlannerView, ElasticJobs):
         """Stop victim job ``vs`` at ``release`` (its plan made at ``t``), charge what it
         loses and requeue it; ``nth``: how often it was preempted before."""
         job, cfg = vs.job, self.cfg
-        gpus = sum(p.gpus for p, _ in vs.pods)  # fewer than the job's while it is shrunken
+        # the GPUs it holds, at their share: fewer than the job's while it is shrunken
+        share = sum(job.members[int(p.uid.split("-")[1])].gpu_share for p, _ in vs.pods)
         saved_by_drain = False
         if drained and job.checkpoint is CheckpointMode.ON_REQUEST:
             out = drain_outcome(
@@ -335,16 +375,19 @@ class Simulation(PlannerView, ElasticJobs):
             if out.saved:
                 saved_by_drain = True
                 saved = max(0.0, t - vs.origin)
-                lost = gpus * out.seconds
+                lost, prior = share * out.seconds, 0.0
         if not saved_by_drain:
             last = vs.last_checkpoint(release)
             saved = max(0.0, last - vs.origin)
-            lost = gpus * max(0.0, release - max(last, vs.origin))
+            inside, before = split_at(max(last, vs.origin), release, self.w.warmup)
+            lost, prior = share * inside, share * before
         restore = job.restore_seconds if job.restore_seconds is not None else cfg.restore_seconds
         self._stop(vs, release)
         vs.remaining = max(1.0, vs.remaining - saved * vs.speed)
         vs.restore = restore
-        self.ledger.evicted(t, lost, job.gpus * restore)
+        self.ledger.evicted(t, lost, restart_gpu_seconds(
+            gpu_share=share, per_gpu_seconds=restore,
+            per_job_gpu_seconds=cfg.restore_job_gpu_seconds), prior)
         self._push(release, "requeue", vs)
 
     # -- main loop -----------------------------------------------------------------------
@@ -391,6 +434,8 @@ class Simulation(PlannerView, ElasticJobs):
                 if js.token != token:
                     continue
                 self._stop(js, t)
+                if not js.job.high and js.job.arrival >= self.w.warmup:
+                    self.completions.append(t - js.job.arrival)
             elif kind == "requeue":
                 self._enqueue(payload, t)
             self._schedule()
@@ -422,12 +467,16 @@ class Simulation(PlannerView, ElasticJobs):
             workloads_preempted=sum(times.values()),
             preemptions_per_workload=dict(sorted(times.items())),
             victim_jobs_unreported=self.counts["unreported"],
-            lost_work_gpu_hours=led.work / 3600,
+            lost_work_gpu_hours=led.lost_work / 3600,
             restart_gpu_hours=led.restart / 3600,
             delay_gpu_hours=led.delay / 3600,
+            prior_work_gpu_hours=led.prior / 3600,
+            lost_gpu_hours_with_prior=led.total_with_prior / 3600,
             eviction_losses=tuple(led.evictions),
             drains_failed=self.counts["drains_failed"],
             drains_overrun=self.counts["drains_overrun"],
+            low_completion_p50_s=_percentile(self.completions, 0.5),
+            low_jobs_completed=len(self.completions),
             lost_series=tuple(led.series), shrinks=self.counts["shrinks"],
             grown_back=self.counts["grown_back"],
             p99_preemptions_per_workload=float(_percentile(

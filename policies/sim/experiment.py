@@ -31,12 +31,13 @@ DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace s
 # ablation zeroes SimConfig's default only: jobs with their own restore time (the training
 # scenario's) keep it, so ablate openb cells.
 ABLATIONS: Mapping[str, Mapping[str, float]] = {
-    "restore cost off": {"restore_seconds": 0.0},
+    "restore cost off": {"restore_seconds": 0.0, "restore_job_gpu_seconds": 0.0},
     "planner blind to restarts": {"planner_restart_seconds": 0.0},
     "report lag/jitter off": {"report_lag_seconds": 0.0, "report_jitter_seconds": 0.0},
     "drain failures off": {"drain_failure_share": 0.0, "drain_overrun_share": 0.0},
     "all costs off": {
-        "restore_seconds": 0.0, "report_lag_seconds": 0.0, "report_jitter_seconds": 0.0,
+        "restore_seconds": 0.0, "restore_job_gpu_seconds": 0.0, "report_lag_seconds": 0.0,
+        "report_jitter_seconds": 0.0,
         "drain_failure_share": 0.0, "drain_overrun_share": 0.0,
     },
 }
@@ -103,6 +104,7 @@ def workload_facts(w: Workload, nodes: int) -> dict:
         "window_hours": round(w.window / 3600, 3),
         "warmup_hours": round(w.warmup / 3600, 3),
         "protocol": w.protocol, "nodes": nodes, "gpus": w.capacity_gpus,
+        "replay_windows": w.params.replay_windows if w.protocol == "replay" else 0,
     }
 
 
@@ -133,10 +135,12 @@ def run_seed(
 @dataclass(frozen=True, kw_only=True)
 class PolicySummary:
     policy: str
-    lost: stats.Estimate  # lost GPU-hours (lost work + restart), median over seeds
+    lost: stats.Estimate  # total GPU-hours (lost work + restart + delay), median over seeds
     lost_work: float  # medians over seeds of the split, GPU-hours
     restart: float
     delay: float
+    prior_work: float  # median unsaved work done before the measured window (not charged)
+    lost_with_prior: float  # median total counting that prior work as well
     preemptions: float  # medians over seeds
     evictions: float  # pods evicted
     gangs_broken: float
@@ -152,12 +156,18 @@ class PolicySummary:
     vs_kube_default: stats.Estimate | None
     # per seed, the 99th percentile of preemptions over the jobs preempted; median over seeds
     p99_preemptions_per_workload: float = 0.0
+    vs_best_per_seed: stats.Estimate | None = None  # lost ÷ the lowest baseline loss per seed
+    # secondary figures: medians over seeds, and preemptions of one job pooled over seeds
+    high_wait_p95_s: float = 0.0  # the high-priority (preempting) jobs' p95 wait
+    preemptions_per_job_max: int = 0  # of jobs preempted at least once
+    preemptions_per_job_p99: float = 0.0
+    low_completion_p50_h: float = 0.0  # low-priority finish - arrival (jobs that finished)
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
-               if k not in {"lost", "vs_strongest", "vs_kube_default"}}
+               if k not in {"lost", "vs_strongest", "vs_kube_default", "vs_best_per_seed"}}
         out["lost_gpu_hours"] = self.lost.as_dict(3)
-        for key in ("vs_strongest", "vs_kube_default"):
+        for key in ("vs_strongest", "vs_kube_default", "vs_best_per_seed"):
             est = getattr(self, key)
             out[f"ratio_{key}"] = est.as_dict(4) if est else None
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
@@ -187,6 +197,34 @@ def _lost_by_seed(runs: Iterable[Run], policy: str) -> dict[int, float]:
     return {r.seed: r.result.lost_gpu_hours for r in runs if r.policy == policy}
 
 
+def best_baseline_by_seed(runs: Sequence[Run], baselines: Sequence[str]
+                          ) -> dict[int, tuple[str, float]]:
+    """Per seed, the baseline that lost least on it and its loss (ties: the first listed)."""
+    out: dict[int, tuple[str, float]] = {}
+    for b in baselines:
+        for seed, lost in _lost_by_seed(runs, b).items():
+            if seed not in out or lost < out[seed][1]:
+                out[seed] = (b, lost)
+    return out
+
+
+def _ratio_to_best(runs: Sequence[Run], policy: str, baselines: Sequence[str], resamples: int,
+                   seed: int) -> stats.Estimate | None:
+    best = best_baseline_by_seed(runs, baselines)
+    mine = _lost_by_seed(runs, policy)
+    paired = sorted(set(mine) & set(best))
+    if not paired:
+        return None
+    return stats.bootstrap_ratio([mine[s] for s in paired], [best[s][1] for s in paired],
+                                 seed=seed, resamples=resamples)
+
+
+def _times_preempted(results: Sequence[PolicyResult]) -> list[float]:
+    """How often each job preempted at least once was preempted, pooled over seeds."""
+    return [float(times) for r in results
+            for times, jobs in r.preemptions_per_workload.items() for _ in range(jobs)]
+
+
 def strongest(runs: Sequence[Run], baselines: Sequence[str]) -> str | None:
     """The baseline with the lowest median lost GPU-hours (ties: the first in ``baselines``)."""
     medians = [(stats.median(list(lost.values())), i, b) for i, b in enumerate(baselines)
@@ -205,9 +243,10 @@ def _ratio(runs: Sequence[Run], policy: str, base: str | None, resamples: int, s
 
 
 def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamples: int,
-                      seed: int) -> PolicySummary:
+                      seed: int, baselines: Sequence[str] = BASELINES) -> PolicySummary:
     mine = [r.result for r in runs if r.policy == policy]
     losses = [x for r in mine for x in r.eviction_losses]
+    times = _times_preempted(mine)
 
     def med(key: str) -> float:
         return stats.median([float(getattr(r, key)) for r in mine])
@@ -217,7 +256,9 @@ def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamp
         lost=stats.bootstrap_median([r.lost_gpu_hours for r in mine], seed=seed,
                                     resamples=resamples),
         lost_work=med("lost_work_gpu_hours"), restart=med("restart_gpu_hours"),
-        delay=med("delay_gpu_hours"), preemptions=med("preemptions"), evictions=med("victims"),
+        delay=med("delay_gpu_hours"), prior_work=med("prior_work_gpu_hours"),
+        lost_with_prior=med("lost_gpu_hours_with_prior"),
+        preemptions=med("preemptions"), evictions=med("victims"),
         gangs_broken=med("gangs_broken"),
         eviction_loss_p50=stats.percentile(losses, 50) if losses else 0.0,
         eviction_loss_p99=stats.percentile(losses, 99) if losses else 0.0,
@@ -230,6 +271,11 @@ def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamp
         vs_strongest=_ratio(runs, policy, base, resamples, seed),
         vs_kube_default=_ratio(runs, policy, kube_default.POLICY, resamples, seed),
         p99_preemptions_per_workload=med("p99_preemptions_per_workload"),
+        vs_best_per_seed=_ratio_to_best(runs, policy, baselines, resamples, seed),
+        high_wait_p95_s=med("preemptor_wait_p95_s"),
+        preemptions_per_job_max=int(max(times, default=0)),
+        preemptions_per_job_p99=stats.percentile(times, 99) if times else 0.0,
+        low_completion_p50_h=med("low_completion_p50_s") / 3600,
     )
 
 
@@ -239,10 +285,12 @@ def summarise(cell: Cell, runs: Sequence[Run], *, baselines: Sequence[str] | Non
     if not runs:
         raise ValueError("no runs to summarise")
     order = list(dict.fromkeys(r.policy for r in runs))
-    base = strongest(runs, BASELINES if baselines is None else baselines)
+    listed = BASELINES if baselines is None else baselines
+    base = strongest(runs, listed)
     return CellResult(
         cell=cell, seeds=tuple(sorted({r.seed for r in runs})), strongest_baseline=base,
-        policies=tuple(_summarise_policy(runs, p, base, resamples, seed) for p in order),
+        policies=tuple(_summarise_policy(runs, p, base, resamples, seed, listed)
+                       for p in order),
         runs=tuple(runs),
     )
 

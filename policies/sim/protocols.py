@@ -15,9 +15,15 @@
     the start are pre-filled: they arrive at t = 0 with ``done_before`` = the seconds they had
     run and ``duration`` = the seconds they still had to run. Items created inside the window
     arrive at their real offset. The cluster is then shrunk until it is contended: nodes are
-    taken in a seeded order until their GPUs reach the window's mean GPU demand (jobs' GPUs ×
-    time inside the window, as if none waited, ÷ window length) ÷ ``contention`` (default 1.2);
-    if none of them can hold the largest pod, the first node in that order that can is added.
+    taken in a seeded order until their GPUs reach the window's mean GPU demand (jobs' GPUs, a
+    fractional pod's at its share, × time inside the window, as if none waited, ÷ window
+    length) ÷ ``contention`` (default 1.2); before that, each pinned pod class (a ``gpu_spec``)
+    gets nodes of its GPU models from the same order until they reach its own demand ÷
+    ``contention`` (``contended_nodes``); if none of them can hold the largest pod, the first
+    node in that order that can is added. ``replay_windows`` (default 1) replays that many
+    seeded windows (not overlapping, where the trace allows) at once, superimposed from t = 0,
+    on one cluster sized to their joint demand: a larger cluster with the trace's own mix, on
+    which one eviction weighs less.
     The first ``warmup_share`` (default 25 %) of the window is not measured. Why a week: with
     72 h windows kube-default preempted 1 to 421 times over seeds 1-6 (openb, contention 1.2),
     too few on some seeds to compare policies; a week gave 81 to 796 (openb), 6 to 242
@@ -49,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ckpt_preempt.policies.sim import scenarios
+from ckpt_preempt.policies.sim.devices import SPEC_SEPARATOR
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 from ckpt_preempt.policies.sim.workload import (
     HIGH_QOS,
@@ -57,6 +64,7 @@ from ckpt_preempt.policies.sim.workload import (
     Workload,
     WorkloadParams,
     generate,
+    item_share,
     jobs_from,
     offered_load,
     scale_down,
@@ -108,7 +116,7 @@ def _stress(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Wor
             break
         at = rng.uniform(0.0, window)
         picked.append(Arrival(pod=p, at=at, duration=_duration(p, params)))
-        demand += p.gpus * min(_duration(p, params), window - at)
+        demand += item_share(p) * min(_duration(p, params), window - at)
     span = max(a.pod.creation for a in picked) - min(a.pod.creation for a in picked)
     picked.sort(key=lambda a: (a.at, a.pod.name))
     jobs = make(picked, rng)
@@ -126,21 +134,80 @@ def window_start(items: Sequence, window: float, rng: random.Random) -> float:
     return max(creations[0], min(start, creations[-1] - window))
 
 
+def _class_demand(jobs: Sequence[Job], window: float) -> dict[str, tuple[float, int]]:
+    """Per ``gpu_spec`` (pinned pod class; "" unpinned): mean GPUs demanded in the window
+    (shares × time inside it ÷ window, as if none waited) and the largest pod's whole GPUs."""
+    out: dict[str, tuple[float, int]] = {}
+    for j in jobs:
+        inside = max(0.0, min(j.duration, window - j.arrival))
+        for m in j.members:
+            demand, biggest = out.get(m.gpu_spec, (0.0, 0))
+            out[m.gpu_spec] = (demand + m.gpu_share * inside / window, max(biggest, m.gpus))
+    return out
+
+
+def window_starts(items: Sequence, window: float, count: int, rng: random.Random,
+                  tries: int = 100) -> list[float]:
+    """``count`` seeded window starts (``window_start``), each redrawn up to ``tries`` times
+    while its window overlaps one already drawn (so the same pods do not run twice at once)."""
+    starts: list[float] = []
+    for _ in range(count):
+        t0 = window_start(items, window, rng)
+        for _ in range(tries):
+            if all(abs(t0 - t) >= window for t in starts):
+                break
+            t0 = window_start(items, window, rng)
+        starts.append(t0)
+    return starts
+
+
 def contended_nodes(nodes: Sequence[TraceNode], jobs: Sequence[Job], window: float,
                     contention: float, rng: random.Random) -> list[TraceNode]:
-    """The smallest seeded prefix of nodes whose GPUs reach mean demand ÷ contention."""
-    target = offered_load(jobs, 1, 0.0, window) / contention
+    """The smallest seeded prefix of nodes whose GPUs reach mean demand ÷ contention, after
+    each pinned pod class (a ``gpu_spec``) got, from the same seeded order, nodes of its GPU
+    models whose GPUs reach that class's demand ÷ contention, one of them able to hold the
+    class's largest pod. Classes are served from the fewest eligible nodes up; nodes already
+    taken count for every class they suit. A class no node suits is left without (its pods
+    wait, as on the real cluster)."""
     order = rng.sample(range(len(nodes)), len(nodes))
     chosen: list[int] = []
-    capacity = 0
+    taken: set[int] = set()
+
+    def take(i: int) -> None:
+        if i not in taken:
+            taken.add(i)
+            chosen.append(i)
+
+    classes = _class_demand(jobs, window)
+    eligible: dict[str, list[int]] = {}
+    for spec in classes:
+        wanted = {s.strip() for s in spec.split(SPEC_SEPARATOR) if s.strip()}
+        if wanted:
+            eligible[spec] = [i for i in order if nodes[i].model in wanted]
+    for spec in sorted(eligible, key=lambda s: (len(eligible[s]), s)):
+        demand, biggest = classes[spec]
+        suits = eligible[spec]
+        if not suits:
+            continue
+        have = sum(nodes[i].gpus for i in suits if i in taken)
+        for i in suits:
+            if have >= demand / contention and any(nodes[k].gpus >= biggest
+                                                   for k in suits if k in taken):
+                break
+            if i not in taken:
+                take(i)
+                have += nodes[i].gpus
+    target = offered_load(jobs, 1, 0.0, window) / contention
+    capacity = sum(nodes[i].gpus for i in chosen)
     for i in order:
         if capacity >= target and chosen:
             break
-        chosen.append(i)
-        capacity += nodes[i].gpus
+        if i not in taken:
+            take(i)
+            capacity += nodes[i].gpus
     need = max((m.gpus for j in jobs for m in j.members), default=0)
     if not any(nodes[i].gpus >= need for i in chosen):
-        chosen.append(next(i for i in order if nodes[i].gpus >= need))
+        take(next(i for i in order if nodes[i].gpus >= need))
     return [nodes[i] for i in sorted(chosen)]
 
 
@@ -149,17 +216,20 @@ def _replay(items, nodes, params: WorkloadParams, make: JobBuilder) -> tuple[Wor
         raise ValueError("replay_window_hours and contention must be positive")
     if not 0 <= params.warmup_share < 1:
         raise ValueError(f"warmup_share must be in [0, 1), got {params.warmup_share}")
+    if params.replay_windows < 1:
+        raise ValueError(f"replay_windows must be >= 1, got {params.replay_windows}")
     rng = random.Random(f"replay-{params.seed}")
     usable = _usable(items, nodes)
     window = params.replay_window_hours * HOUR
-    t0 = window_start(usable, window, rng)
     arrivals = []
-    for p in usable:
-        if p.creation < t0 < p.deletion:
-            arrivals.append(Arrival(pod=p, at=0.0, duration=max(1.0, p.deletion - t0),
-                                    done_before=t0 - p.creation))
-        elif t0 <= p.creation < t0 + window:
-            arrivals.append(Arrival(pod=p, at=p.creation - t0, duration=_duration(p, params)))
+    for t0 in window_starts(usable, window, params.replay_windows, rng):
+        for p in usable:
+            if p.creation < t0 < p.deletion:
+                arrivals.append(Arrival(pod=p, at=0.0, duration=max(1.0, p.deletion - t0),
+                                        done_before=t0 - p.creation))
+            elif t0 <= p.creation < t0 + window:
+                arrivals.append(Arrival(pod=p, at=p.creation - t0,
+                                        duration=_duration(p, params)))
     if not arrivals:
         raise ValueError("the replay window holds no trace items")
     arrivals.sort(key=lambda a: (a.at, a.pod.name))
@@ -223,7 +293,8 @@ def _steady(items, nodes, params: WorkloadParams, utilisation: float,
             kind = "high" if high else "low"
             raise ValueError(f"steady: the trace has no {kind}-priority items to draw")
         if share > 0:
-            mean_gpu_seconds = sum(p.gpus * _duration(p, params) for p in pool) / len(pool)
+            mean_gpu_seconds = sum(
+                item_share(p) * _duration(p, params) for p in pool) / len(pool)
             rate = share * utilisation * capacity / mean_gpu_seconds
             arrivals += _pool_arrivals(pool, rate, end, params, rng)
     arrivals.sort(key=lambda a: (a.at, a.pod.name))

@@ -1,8 +1,10 @@
 """Compare policies: one seed side by side (``compare``), and a cell's table over seeds.
 
 ``cell_table`` lays a ``experiment.CellResult`` out as rows of metrics by columns of
-policies; ``format_cell`` renders it as text, ``markdown_cell`` as a markdown table. With more
-than one seed, lost GPU-hours and ratios show the median and its 95 % bootstrap interval.
+policies (the total a policy is charged, then its parts: lost work, restarts and the
+preemptor's delay, then secondary figures); ``format_cell`` renders it as text,
+``markdown_cell`` as a markdown table, ``per_seed_rows`` each seed's totals. With more than one
+seed, lost GPU-hours and ratios show the median and its 95 % bootstrap interval.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import asdict, dataclass
 from ckpt_preempt.policies import kube_default
 from ckpt_preempt.policies.sim import stats
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
-from ckpt_preempt.policies.sim.experiment import CellResult, PolicySummary
+from ckpt_preempt.policies.sim.experiment import CellResult, PolicySummary, best_baseline_by_seed
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 from ckpt_preempt.policies.sim.workload import Workload, WorkloadParams, generate, scale_down
 
@@ -28,7 +30,8 @@ class Comparison:
     results: tuple[PolicyResult, ...]
 
     def lost_ratio(self, policy: str) -> float | None:
-        """Lost GPU-hours of ``policy`` ÷ kube-default's, when both ran."""
+        """Total lost GPU-hours (work + restart + delay) of ``policy`` ÷ kube-default's, when
+        both ran."""
         by = {r.policy: r for r in self.results}
         base, mine = by.get(BASELINE), by.get(policy)
         if base is None or mine is None or base.lost_gpu_hours == 0:
@@ -91,20 +94,26 @@ def estimate_text(e: stats.Estimate | None, fmt: str, seeds: int) -> str:
 
 def _rows(base: str | None) -> tuple[tuple[str, Callable[[PolicySummary, int], str]], ...]:
     return (
-        ("lost GPU-h", lambda p, seeds: estimate_text(p.lost, "{:.1f}", seeds)),
+        ("total GPU-h (work + restart + delay)",
+         lambda p, seeds: estimate_text(p.lost, "{:.1f}", seeds)),
         (f"÷ strongest baseline ({base or 'none'})",
          lambda p, seeds: estimate_text(p.vs_strongest, "{:.2f}", seeds)),
+        ("÷ per-seed best baseline",
+         lambda p, seeds: estimate_text(p.vs_best_per_seed, "{:.2f}", seeds)),
         ("÷ kube-default", lambda p, seeds: estimate_text(p.vs_kube_default, "{:.2f}", seeds)),
         ("  lost work GPU-h", lambda p, seeds: f"{p.lost_work:.1f}"),
         ("  restart GPU-h", lambda p, seeds: f"{p.restart:.1f}"),
-        ("preemptor delay GPU-h", lambda p, seeds: f"{p.delay:.1f}"),
+        ("  preemptor delay GPU-h", lambda p, seeds: f"{p.delay:.1f}"),
+        ("prior work lost GPU-h (in no total by default)",
+         lambda p, seeds: f"{p.prior_work:.1f}"),
+        ("high-priority wait p95 min", lambda p, seeds: f"{p.high_wait_p95_s / 60:.1f}"),
+        ("preemptions of one job max/p99", lambda p, seeds: (
+            f"{p.preemptions_per_job_max}/{p.preemptions_per_job_p99:.1f}")),
+        ("low-priority completion p50 h", lambda p, seeds: f"{p.low_completion_p50_h:.1f}"),
         ("preemptions", lambda p, seeds: f"{p.preemptions:g}"),
         ("pods evicted", lambda p, seeds: f"{p.evictions:g}"),
         ("loss per eviction p50/p99/max", lambda p, seeds: (
             f"{p.eviction_loss_p50:.2f}/{p.eviction_loss_p99:.1f}/{p.eviction_loss_max:.1f}")),
-        ("max preemptions of one job", lambda p, seeds: str(p.max_preemptions_per_workload)),
-        ("p99 preemptions per preempted job",
-         lambda p, seeds: f"{p.p99_preemptions_per_workload:g}"),
         ("gangs broken", lambda p, seeds: f"{p.gangs_broken:g}"),
         ("drains failed/overran", lambda p, seeds: f"{p.drains_failed}/{p.drains_overrun}"),
         ("invalid plans", lambda p, seeds: str(p.plans_invalid)),
@@ -152,6 +161,25 @@ def format_cell(result: CellResult) -> str:
         lines.append("")
         lines.append("[a, b]: 95 % bootstrap interval of the median over seeds; ratios are "
                      "medians of per-seed ratios")
+    return "\n".join(lines)
+
+
+def per_seed_rows(result: CellResult, baselines: Sequence[str]) -> tuple[list[str],
+                                                                         list[list[str]]]:
+    """Each seed's total GPU-hours per policy and the baseline that lost least on it."""
+    best = best_baseline_by_seed(result.runs, baselines)
+    policies = [p.policy for p in result.policies]
+    lost = {(r.seed, r.policy): r.result.lost_gpu_hours for r in result.runs}
+    header = ["seed", *policies, "per-seed best baseline"]
+    rows = [[str(seed), *(f"{lost[seed, p]:.1f}" if (seed, p) in lost else "-"
+                          for p in policies), best[seed][0] if seed in best else "-"]
+            for seed in result.seeds]
+    return header, rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines.extend("| " + " | ".join(r) + " |" for r in rows)
     return "\n".join(lines)
 
 

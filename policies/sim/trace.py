@@ -25,12 +25,13 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ckpt_preempt.policies.model import MILLI_PER_GPU
+
 QOS_CLASSES = ("LS", "Guaranteed", "BE", "Burstable")
 DEFAULT_QOS = "BE"  # timed traces without a qos column and no reference: best effort
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu")
 TIME_COLUMNS = ("creation_time", "deletion_time")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
-MILLI_PER_GPU = 1000
 
 
 class TraceError(ValueError):
@@ -42,7 +43,7 @@ class TracePod:
     name: str
     cpu_milli: int
     memory_mib: int
-    gpus: int  # whole GPUs; a fractional share (gpu_milli < 1000) occupies one GPU
+    gpus: int  # whole GPUs; a fractional share (gpu_milli < 1000) counts 1 here
     gpu_milli: int
     qos: str
     creation: float
@@ -53,6 +54,11 @@ class TracePod:
     def fractional(self) -> bool:
         """One GPU shared: openb's num_gpu == 1 with gpu_milli below a whole GPU."""
         return self.gpus == 1 and 0 < self.gpu_milli < MILLI_PER_GPU
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it uses: its share of one GPU when fractional, else its whole GPUs."""
+        return self.gpu_milli / MILLI_PER_GPU if self.fractional else float(self.gpus)
 
     @property
     def lifetime(self) -> float:

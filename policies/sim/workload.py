@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model import MILLI_PER_GPU, CheckpointMode
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 
 HIGH_QOS = ("LS", "Guaranteed")
@@ -46,6 +46,7 @@ class WorkloadParams:
     # replay protocol (policies.sim.protocols): a real-time window of the trace
     replay_window_hours: float = 168.0  # trace time replayed, uncompressed (7 days)
     contention: float = 1.2  # window's mean GPU demand ÷ capacity the cluster is shrunk to
+    replay_windows: int = 1  # seeded windows of the trace replayed at once (a larger cluster)
     # steady protocol: Poisson arrivals from a stationary start
     steady_hours: float = 24.0  # measured span after the warm-up
     steady_warmup_hours: float = 6.0  # unmeasured span at the start (replay: warmup_share)
@@ -64,6 +65,11 @@ class Member:
     gpus: int
     gpu_milli: int = 0  # a share of one GPU (0 < m < 1000) when gpus == 1 and it is fractional
     gpu_spec: str = ""  # GPU models it may run on, "|"-separated as in openb; "" any
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it uses: its share of one shared GPU, else its whole GPUs."""
+        return self.gpu_milli / MILLI_PER_GPU if self.gpu_milli else float(self.gpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +92,13 @@ class Job:
 
     @property
     def gpus(self) -> int:
+        """Devices its pods touch (a fractional pod counts one)."""
         return sum(m.gpus for m in self.members)
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it uses, fractional shares at their fraction: what its losses are charged per."""
+        return sum(m.gpu_share for m in self.members)
 
     @property
     def is_gang(self) -> bool:
@@ -110,8 +122,14 @@ class Workload:
     protocol: str = "stress"  # stress (a), replay (b) or steady (c)
 
 
-def _demand(gpus: int, arrival: float, duration: float, window: float) -> float:
+def _demand(gpus: float, arrival: float, duration: float, window: float) -> float:
     return gpus * max(0.0, min(duration, window - arrival))
+
+
+def item_share(item) -> float:
+    """GPUs a trace item uses: a fractional pod its share of one GPU (``TracePod.gpu_share``),
+    anything else (a scenario's job) its whole GPUs."""
+    return getattr(item, "gpu_share", item.gpus)
 
 
 def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.Random):
@@ -131,7 +149,7 @@ def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.
     def duration(p: TracePod) -> float:
         return max(params.min_duration_s, p.deletion - p.creation)
 
-    demand = sum(_demand(p.gpus, a, duration(p), window) for p, a in out)
+    demand = sum(_demand(item_share(p), a, duration(p), window) for p, a in out)
     target = params.load * capacity * window
     background = [p for p in pods if p.qos not in HIGH_QOS]
     extra = 0
@@ -139,7 +157,7 @@ def stress_draws(pods: list, params: WorkloadParams, capacity: int, rng: random.
         p = rng.choice(background)
         a = rng.uniform(0, window)
         out.append((p, a))
-        demand += _demand(p.gpus, a, duration(p), window)
+        demand += _demand(item_share(p), a, duration(p), window)
         extra += 1
     out.sort(key=lambda x: (x[1], x[0].name))
     return out, extra, span / window
@@ -234,18 +252,25 @@ def jobs_from(arrivals: list[Arrival], params: WorkloadParams, rng: random.Rando
     return jobs
 
 
+def mean_low_job_share(jobs: tuple[Job, ...] | list[Job]) -> float:
+    """The mean GPU share of the low-priority (preemptible) jobs; 0 when there are none."""
+    low = [j.gpu_share for j in jobs if not j.high]
+    return sum(low) / len(low) if low else 0.0
+
+
 def offered_load(jobs: list[Job] | tuple[Job, ...], capacity: int, start: float,
                  end: float) -> float:
-    """GPU-seconds the jobs ask for inside [start, end) ÷ the capacity's, as if none waited."""
+    """GPU-seconds the jobs ask for inside [start, end) ÷ the capacity's, as if none waited
+    (a fractional pod asks for its share of a GPU)."""
     span = end - start
     if span <= 0 or capacity <= 0:
         return 0.0
     demand = 0.0
     for j in jobs:
         if j.arrival >= start:
-            demand += j.gpus * max(0.0, min(j.duration, end - j.arrival))
+            demand += j.gpu_share * max(0.0, min(j.duration, end - j.arrival))
         else:
-            demand += j.gpus * max(0.0, min(end, j.arrival + j.duration) - start)
+            demand += j.gpu_share * max(0.0, min(end, j.arrival + j.duration) - start)
     return demand / (capacity * span)
 
 

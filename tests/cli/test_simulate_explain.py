@@ -105,10 +105,11 @@ def test_plot_check_accepts_a_writable_png_path(tmp_path):
 def test_cost_flags_reach_the_simulator_config():
     _, cell, seeds = cmd_simulate.validate(_args(
         "--seeds", "3", "--seed", "7", "--restore-seconds", "60", "--drain-failure-share", "0.1",
-        "--grace-seconds", "5"))
+        "--grace-seconds", "5", "--restore-job-gpu-seconds", "120", "--replay-windows", "2"))
     assert seeds == [7, 8, 9]
     assert cell.config.restore_seconds == 60 and cell.config.drain_failure_share == 0.1
-    assert cell.config.grace_seconds == 5
+    assert cell.config.grace_seconds == 5 and cell.config.restore_job_gpu_seconds == 120
+    assert cell.params.replay_windows == 2
 
 
 def test_simulate_rejects_a_trace_without_gpu_counts(tmp_path):

@@ -81,6 +81,25 @@ def test_restore_is_charged_on_every_gpu_of_the_victim():
     assert r.restart_gpu_hours == pytest.approx(4 * 300 / HOUR)
 
 
+def test_each_evicted_job_also_pays_the_fixed_per_job_restore_term():
+    # 4-GPU victim, once: 4 × 300 s per-GPU term plus 500 GPU-s for the job
+    w = wl(low(0, gpus=4), high(1, HOUR, gpus=4), gpus=4)
+    r = run(w, replace(IDEAL, restore_seconds=300.0, restore_job_gpu_seconds=500.0))
+    assert r.restart_gpu_hours == pytest.approx((4 * 300 + 500) / HOUR)
+    # two evictions of a 1-GPU job: the fixed term twice
+    r = run(evicted_twice(), replace(IDEAL, restore_seconds=0.0, restore_job_gpu_seconds=500.0))
+    assert r.restart_gpu_hours == pytest.approx(2 * 500 / HOUR)
+
+
+def test_the_planners_restart_charge_follows_both_restore_terms():
+    cfg = replace(IDEAL, restore_seconds=300.0, restore_job_gpu_seconds=600.0)
+    # the fixed term spread over the mean low-priority job (2 GPUs here)
+    assert cfg.planner_restart(2.0) == pytest.approx(300 + 600 / 2)
+    assert replace(cfg, planner_restart_seconds=0.0).planner_restart(2.0) == 0.0
+    assert costs.planner_restart_seconds(per_gpu_seconds=300, per_job_gpu_seconds=600,
+                                         mean_job_gpu_share=0) == 300
+
+
 # -- what the planner is shown -----------------------------------------------------------
 
 def two_periodic_jobs():
@@ -179,25 +198,39 @@ def test_draining_delays_the_preemptor_beyond_a_plain_kill():
     killed = run(drained_victim(), IDEAL, "checkpoint-aware")
     assert drained.delay_gpu_hours == pytest.approx((60 - 30) / HOUR)
     assert killed.delay_gpu_hours == 0.0
+    # the delay is part of what the drain costs: the total counts it
+    assert drained.lost_gpu_hours == pytest.approx(drained.lost_work_gpu_hours + (60 - 30) / HOUR)
 
 
 # -- warm-up and pre-filled jobs ---------------------------------------------------------
 
 def test_evictions_before_the_warm_up_happen_but_are_not_counted():
-    full = run(evicted_twice(), IDEAL)
-    warm = run(replace(evicted_twice(), warmup=1.5 * HOUR), IDEAL)
+    prior = replace(IDEAL, charge_prior_work=True)
+    full = run(evicted_twice(), prior)
+    warm = run(replace(evicted_twice(), warmup=1.5 * HOUR), prior)
     assert (full.preemptions, warm.preemptions) == (2, 1)
     assert full.eviction_losses[1:] == warm.eviction_losses  # the second one, unchanged
     assert warm.lost_gpu_hours == pytest.approx(full.eviction_losses[1])
+    # by default only the work done after the warm-up is charged: the second eviction (plan at
+    # 2 h, released 30 s later) lost work since the restart at 1 h 10 min 30 s, all after 1.5 h
+    # counts from 1.5 h: 30 min 30 s charged, 20 min 30 s prior
+    inside = run(replace(evicted_twice(), warmup=1.5 * HOUR), IDEAL)
+    assert inside.lost_gpu_hours == pytest.approx((30 * MIN + 30) / HOUR)
+    assert inside.prior_work_gpu_hours == pytest.approx((19 * MIN + 30) / HOUR)
     assert warm.preemptions_per_workload == {1: 1}
 
 
 def test_a_prefilled_job_keeps_its_checkpoint_phase():
     # it ran 40 min before the replay and checkpoints every 30 min: at -10 min, then 20 min.
-    # Evicted at 15 min (released 30 s later) it loses 25 min 30 s, not 15 min 30 s.
+    # Evicted at 15 min (released 30 s later) it loses 25 min 30 s, not 15 min 30 s; 10 min of
+    # them were done before the replay began, charged only when prior work is.
     job = low(0, mode=CheckpointMode.PERIODIC, interval=30 * MIN, done_before=40 * MIN)
-    r = run(wl(job, high(1, 15 * MIN)), IDEAL)
+    r = run(wl(job, high(1, 15 * MIN)), replace(IDEAL, charge_prior_work=True))
     assert r.lost_work_gpu_hours == pytest.approx((25 * MIN + 30) / HOUR)
+    inside = run(wl(job, high(1, 15 * MIN)), IDEAL)
+    assert inside.lost_work_gpu_hours == pytest.approx((15 * MIN + 30) / HOUR)
+    assert inside.prior_work_gpu_hours == pytest.approx(10 * MIN / HOUR)
+    assert inside.lost_gpu_hours_with_prior == pytest.approx(r.lost_gpu_hours)
 
 
 # -- invariants over random small workloads ----------------------------------------------
@@ -226,12 +259,19 @@ def small_workloads(draw):
                                                      "checkpoint-aware-drain"]),
        failure=st.sampled_from([0.0, 0.5]), restore=st.sampled_from([0.0, 300.0]))
 def test_the_charge_adds_up_and_is_never_negative(w, policy, failure, restore):
-    cfg = replace(engine.SimConfig(), drain_failure_share=failure, restore_seconds=restore)
+    cfg = replace(engine.SimConfig(), drain_failure_share=failure, restore_seconds=restore,
+                  restore_job_gpu_seconds=restore)
     r = run(w, cfg, policy, nodes(2, gpus=2))
-    assert r.lost_gpu_hours == pytest.approx(r.lost_work_gpu_hours + r.restart_gpu_hours)
-    assert min(r.lost_work_gpu_hours, r.restart_gpu_hours, r.delay_gpu_hours) >= 0
+    assert r.lost_gpu_hours == pytest.approx(
+        r.lost_work_gpu_hours + r.restart_gpu_hours + r.delay_gpu_hours)
+    assert r.lost_gpu_hours_with_prior == pytest.approx(
+        r.lost_gpu_hours + r.prior_work_gpu_hours)
+    assert min(r.lost_work_gpu_hours, r.restart_gpu_hours, r.delay_gpu_hours,
+               r.prior_work_gpu_hours) >= 0
     assert all(x >= 0 for x in r.eviction_losses)
-    assert sum(r.eviction_losses) == pytest.approx(r.lost_gpu_hours)
+    assert sum(r.eviction_losses) + r.delay_gpu_hours == pytest.approx(r.lost_gpu_hours)
+    if w.warmup == 0 and all(j.done_before == 0 for j in w.jobs):
+        assert r.prior_work_gpu_hours == 0
     assert len(r.eviction_losses) == sum(n * k for n, k in r.preemptions_per_workload.items())
     assert r.drains_failed <= len(r.eviction_losses)
     if restore == 0:
@@ -283,3 +323,15 @@ def test_gpu_spec_names_models_separated_by_bars():
     member = workload.Member(name="m", cpu_milli=1, memory_mib=1, gpus=1, gpu_spec="B")
     closed = [n.excluded for n in cap.exclusions([member])]
     assert closed == [RejectReason.NODE_SELECTOR, None]
+
+
+# -- secondary figures -------------------------------------------------------------------
+
+def test_low_priority_completion_counts_the_time_an_eviction_costs():
+    # a 1-hour job evicted at 30 min (released 30 s later) restarts from scratch when the
+    # 10-minute preemptor is done, at 40 min 30 s, and finishes 1 h later; the preemptor waited
+    # the 30 s grace period
+    r = run(wl(low(0, duration=HOUR), high(1, 30 * MIN, duration=10 * MIN)), IDEAL)
+    assert r.low_jobs_completed == 1
+    assert r.low_completion_p50_s == pytest.approx(40 * MIN + 30 + HOUR)
+    assert r.preemptor_wait_p95_s == pytest.approx(30)

@@ -81,10 +81,12 @@ def test_kube_default_breaks_the_youngest_gang_where_checkpoint_aware_takes_one_
     # kube-default: 4 members x (2h - 10 min + 30 s grace); aware: the youngest single
     assert kube.lost_gpu_hours == pytest.approx(4 * (2 * HOUR - 600 + 30) / HOUR)
     assert aware.lost_gpu_hours == pytest.approx((2 * HOUR - 180 + 30) / HOUR, rel=0.02)
-    # with the default restore time every evicted GPU also sits idle while its job restarts
+    # with the default restore time every evicted GPU also sits idle while its job restarts,
+    # and the (one) evicted job pays the fixed per-job term once
     real = engine.SimConfig()
     kube_real = engine.Simulation(w, nodes(1), "kube-default", real).run()
-    assert kube_real.restart_gpu_hours == pytest.approx(4 * real.restore_seconds / HOUR)
+    assert kube_real.restart_gpu_hours == pytest.approx(
+        (4 * real.restore_seconds + real.restore_job_gpu_seconds) / HOUR)
     assert kube_real.lost_gpu_hours == pytest.approx(
         kube.lost_gpu_hours + kube_real.restart_gpu_hours)
     assert kube_real.eviction_losses == (pytest.approx(kube_real.lost_gpu_hours),)

@@ -134,3 +134,11 @@ def test_run_cell_replays_every_seed_under_every_policy_on_one_workload_per_seed
     ours = out.summary_of("checkpoint-aware")
     assert ours.gangs_broken == 0 and ours.plans_invalid == 0
     assert out.summary_of("kube-default").preemptions > 0
+
+
+def test_the_all_costs_off_ablation_is_the_engine_without_costs():
+    cell = experiment.Cell(workload="openb", protocol="replay")
+    off = experiment.ablate(cell, "all costs off")
+    assert off.config == cell.config.without_costs()
+    restore_off = experiment.ablate(cell, "restore cost off").config
+    assert restore_off.restore_seconds == restore_off.restore_job_gpu_seconds == 0

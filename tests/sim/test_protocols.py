@@ -178,3 +178,66 @@ def test_trace_files_give_untimed_pods_reproducible_times(tmp_path: Path):
     first, _ = trace_files.load("openb", pods_path=untimed)
     again, _ = trace_files.load("openb", pods_path=untimed)
     assert first == again and first is not None and first[1].fractional
+
+
+def _pinned_jobs(specs_gpus):
+    return [Job(id=i, name=f"j{i}", arrival=0.0, duration=10.0, priority=0, qos="BE",
+                members=(Member(name="m", cpu_milli=1, memory_mib=1, gpus=g, gpu_spec=spec),),
+                checkpoint=CheckpointMode.NONE, interval=None, checkpoint_seconds=None)
+            for i, (spec, g) in enumerate(specs_gpus)]
+
+
+def test_every_pinned_pod_class_gets_nodes_of_its_model_in_proportion_to_its_demand():
+    # four A nodes first in the seeded order, the B nodes last: unpinned demand alone would
+    # stop at two A nodes and leave the B-pinned pods nowhere to run
+    nodes = [TraceNode(name=f"a{i}", cpu_milli=1, memory_mib=1, gpus=2, model="A")
+             for i in range(4)]
+    nodes += [TraceNode(name=f"b{i}", cpu_milli=1, memory_mib=1, gpus=2, model="B")
+              for i in range(3)]
+    order = _FixedOrder(list(range(7)))
+    jobs = _pinned_jobs([("", 2), ("B", 2), ("B", 2), ("A|B", 1)])
+    kept = contended_nodes(nodes, jobs, 10.0, 1.0, order)
+    names = [n.name for n in kept]
+    # B demands 4 GPUs: two B nodes; "A|B" (1 GPU) is served by them; 7 GPUs are demanded in
+    # all: two A nodes more (8 GPUs)
+    assert names == ["a0", "a1", "b0", "b1"]
+    # a class no node suits is left without, and the rest is sized as before
+    kept = contended_nodes(nodes, _pinned_jobs([("", 2), ("C", 2)]), 10.0, 1.0, order)
+    assert [n.name for n in kept] == ["a0", "a1"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_replay_gives_a_pinned_class_nodes_for_its_demand(seed):
+    # the bundled openb traces pin no pod; this one pins a third of its pods to the rare model B
+    from ckpt_preempt.policies.sim.trace import TracePod
+
+    nodes = [TraceNode(name=f"a{i}", cpu_milli=64000, memory_mib=10**6, gpus=4, model="A")
+             for i in range(30)]
+    nodes += [TraceNode(name=f"b{i}", cpu_milli=64000, memory_mib=10**6, gpus=4, model="B")
+              for i in range(6)]
+    pods = [TracePod(name=f"p{k}", cpu_milli=1000, memory_mib=1000, gpus=1, gpu_milli=1000,
+                     qos="BE" if k % 4 else "LS", creation=600.0 * k,
+                     deletion=600.0 * k + 7200.0, gpu_spec="B" if k % 3 == 0 else "")
+            for k in range(2000)]
+    w, kept = build(workload="openb", protocol="replay", seed=seed, pods=pods, nodes=nodes)
+    b_gpus = sum(n.gpus for n in kept if n.model == "B")
+    b_demand = sum(m.gpus * max(0.0, min(j.duration, w.window - j.arrival))
+                   for j in w.jobs for m in j.members if m.gpu_spec == "B") / w.window
+    assert b_demand > 0 and b_gpus >= b_demand / WorkloadParams().contention
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_more_replay_windows_replay_more_of_the_trace_on_a_larger_cluster(loaded, seed):
+    one, _ = _build(loaded, "openb", "replay", seed=seed)
+    three, _ = _build(loaded, "openb", "replay", seed=seed,
+                      params=WorkloadParams(replay_windows=3))
+    # the first window is the one a single-window replay takes; two more are added to it
+    def pods(w):
+        return {re.sub(r"-\d+-\d+$", "", m.name) for j in w.jobs for m in j.members}
+
+    assert pods(one) <= pods(three)
+    assert len(three.jobs) > 1.5 * len(one.jobs)
+    assert three.capacity_gpus > 1.5 * one.capacity_gpus
+    assert three.window == one.window and three.warmup == one.warmup
+    with pytest.raises(ValueError, match="replay_windows"):
+        _build(loaded, "openb", "replay", params=WorkloadParams(replay_windows=0))
