@@ -264,9 +264,10 @@ def test_a_planner_fault_that_hands_out_a_held_victim_writes_nothing_for_it(monk
     caplog.set_level("ERROR", logger="ckpt_preempt.reconcile")  # whatever ran before
     real = convert.for_preemptor
 
-    def unrestricted(snap, nodes, preemptor, *, reserved_nodes, busy_pods, blocked_pods):
+    def unrestricted(snap, nodes, preemptor, *, reserved_nodes, busy_pods, blocked_pods,
+                     bounded_pods):
         return real(snap, nodes, preemptor, reserved_nodes=frozenset(),
-                    busy_pods=frozenset(), blocked_pods=frozenset())
+                    busy_pods=frozenset(), blocked_pods=frozenset(), bounded_pods=frozenset())
     monkeypatch.setattr(convert, "for_preemptor", unrestricted)
     cache = FakeCache(nodes=[node("b0")], pods=[
         pod("v0", node="b0"), pod("p0", priority=1000, pending=True),

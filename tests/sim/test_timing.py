@@ -56,9 +56,10 @@ def test_a_checkpoint_beyond_the_cap_is_not_waited_for():
 def test_a_victim_that_ends_while_the_plan_waits_is_not_evicted(policy):
     ending = job(0, 0.0, 1, duration=ARRIVAL + 200.0)  # never checkpoints; ends in 200 s
     r = _run(ending, policy)
-    assert (r.preemptions, r.victims, r.lost_gpu_hours) == (1, 0, 0.0)
+    assert (r.preemptions, r.victims, r.lost_work_gpu_hours) == (1, 0, 0.0)
     assert r.restart_gpu_hours == 0.0
     assert r.delay_gpu_hours == pytest.approx((200.0 - IDEAL.grace_seconds) / HOUR)
+    assert r.lost_gpu_hours == pytest.approx(r.delay_gpu_hours)  # the total counts the wait
     assert r.preemptor_wait_p50_s == pytest.approx(200.0)
 
 
