@@ -79,6 +79,19 @@ def test_an_online_target_learns_the_cutoff_from_the_pods_seen():
     assert policy.rare_fit_milli == 100 and policy.version > version  # memo dropped on refresh
 
 
+def test_whole_gpu_pods_leave_the_term_off():
+    # The extender's pods ask for whole GPUs: no shared pod, no cut-off, the measure is Ours'
+    # without the term.
+    policy = ours.Ours((), ours.OursConfig(target="online", refresh_every=4))
+    for gpus in (1, 2, 1, 8):
+        policy.observe(PodShape(cpu_milli=4000, gpu_count=gpus, gpu_milli=1000))
+    assert policy.rare_fit_milli == 0
+    off = ours.Ours((), ours.OursConfig(target="online", refresh_every=4, rare_fit_weight=0))
+    for gpus in (1, 2, 1, 8):
+        off.observe(PodShape(cpu_milli=4000, gpu_count=gpus, gpu_milli=1000))
+    assert policy.frag("A100", 8000, (1000, 100, 0)) == off.frag("A100", 8000, (1000, 100, 0))
+
+
 def test_a_given_target_sets_the_cutoff_from_its_shared_shapes():
     target = (TargetPod(cpu_milli=1000, gpu_milli=150, gpu_count=1, gpu_spec="", weight=0.02),
               TargetPod(cpu_milli=1000, gpu_milli=450, gpu_count=1, gpu_spec="", weight=0.48),
