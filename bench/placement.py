@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             report["policies"] = {k: report["policies"].get(k) or before[k]
                                   for k in [*before, *report["policies"]]}
             report["policies_from_earlier_run"] = old_rows
+        benchmark.with_paper(report["policies"], trace_key, bench.setup.fraction)
         merged[trace_key] = report
         results.write_text(json.dumps(merged, indent=1) + "\n")
         plot(merged, out / "placement.png")
@@ -383,10 +384,12 @@ def earlier_candidates(path: Path, setup: benchmark.Setup) -> dict:
 
 
 def write_candidates(path: Path, doc: dict) -> None:
-    """One entry per (trace, seeds); a rerun replaces its own."""
+    """One entry per (trace, seeds), one row per label; a rerun replaces its own rows and keeps
+    the other labels' rows."""
     merged = json.loads(path.read_text()) if path.is_file() else {}
     seeds = doc["seeds"]
-    merged.setdefault(doc["trace"], {})[f"seeds {seeds[0]}-{seeds[-1]}"] = doc["rows"]
+    merged.setdefault(doc["trace"], {}).setdefault(
+        f"seeds {seeds[0]}-{seeds[-1]}", {}).update(doc["rows"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=1) + "\n")
 

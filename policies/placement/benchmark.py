@@ -124,15 +124,21 @@ def compare(
 ) -> dict:
     """Every named policy side by side; the paper's median and the gap where the trace has one
     (whole cluster only). ``timed`` wraps each policy's run (a caller with a clock adds time)."""
-    paper = PAPER_MEDIAN_130.get(setup.trace, {}) if setup.fraction == 1.0 else {}
     rows = {}
     for name in check_policies(names):
-        row = timed(lambda n=name: run_policy(
+        rows[name] = timed(lambda n=name: run_policy(
             setup, n, lambda: make_policy(n, setup.pods), progress=progress))
+    return with_paper(rows, setup.trace, setup.fraction)
+
+
+def with_paper(rows: dict, trace: str, fraction: float = 1.0) -> dict:
+    """``rows`` (policy -> row) with the paper's median and the gap added where the trace has
+    one (whole cluster only); also for rows kept from an earlier run."""
+    paper = PAPER_MEDIAN_130.get(trace, {}) if fraction == 1.0 else {}
+    for name, row in rows.items():
         if name in paper:
             row["paper_median_130"] = paper[name]
             row["gap_pp"] = round(row["median_130"] - paper[name], 2)
-        rows[name] = row
     return rows
 
 
