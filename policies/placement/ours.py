@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ckpt_preempt.policies.placement.baselines import MAX_SPEC_CPU_MILLI, MAX_SPEC_GPU_MILLI
@@ -107,6 +107,14 @@ def rare_fit_cutoff(shared_milli: Mapping[int, float]) -> int:
     return 0
 
 
+def _by_milli(pairs: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """(milli-GPU, count or weight) pairs summed per milli-GPU (shapes differ in CPU too)."""
+    out: dict[int, float] = {}
+    for milli, weight in pairs:
+        out[milli] = out.get(milli, 0) + weight
+    return out
+
+
 def _weighted(target: tuple[TargetPod, ...], gpu_weighted: bool) -> tuple[TargetPod, ...]:
     if not gpu_weighted:
         return target
@@ -146,9 +154,9 @@ class Ours:
         """Our scorer for a target workload known elsewhere (gang admission: the shapes a
         cluster runs, ``policies.placement.admission``)."""
         ours = cls((), config)
-        ours.rare_fit_milli = rare_fit_cutoff(Counter(
-            {t.gpu_milli: t.weight for t in target if t.gpu_count == 1
-             and 0 < t.gpu_milli < MILLI_PER_GPU}))
+        ours.rare_fit_milli = rare_fit_cutoff(_by_milli(
+            (t.gpu_milli, t.weight) for t in target
+            if t.gpu_count == 1 and 0 < t.gpu_milli < MILLI_PER_GPU))
         ours._set_target(target)
         return ours
 
@@ -168,8 +176,8 @@ class Ours:
         self._seen_n += 1
         n, every = self._seen_n, self.config.refresh_every
         if n % every == 0 or (n < every and n & (n - 1) == 0):  # early: at 1, 2, 4, 8, ...
-            self.rare_fit_milli = rare_fit_cutoff(Counter(
-                {p.gpu_milli: c for p, c in self._seen.items() if p.is_shared}))
+            self.rare_fit_milli = rare_fit_cutoff(_by_milli(
+                (p.gpu_milli, c) for p, c in self._seen.items() if p.is_shared))
             self._set_target(typical_pods(self._seen.elements(), self.config.threshold_pct))
 
     # --- the measure -------------------------------------------------------------------------

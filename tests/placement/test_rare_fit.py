@@ -79,6 +79,18 @@ def test_an_online_target_learns_the_cutoff_from_the_pods_seen():
     assert policy.rare_fit_milli == 100 and policy.version > version  # memo dropped on refresh
 
 
+def test_shapes_of_the_same_size_count_together():
+    # 40 pods seen: 5 % is 2. Two 100-milli pods that differ in CPU are two pods of 100 milli.
+    policy = ours.Ours((), ours.OursConfig(target="online", refresh_every=40))
+    for pod in [share(100, cpu=1000), share(100, cpu=2000)] + [share(600)] * 38:
+        policy.observe(pod)
+    assert policy.rare_fit_milli == 100
+    target = (TargetPod(cpu_milli=1000, gpu_milli=100, gpu_count=1, gpu_spec="", weight=0.03),
+              TargetPod(cpu_milli=2000, gpu_milli=100, gpu_count=1, gpu_spec="", weight=0.03),
+              TargetPod(cpu_milli=1000, gpu_milli=600, gpu_count=1, gpu_spec="", weight=0.94))
+    assert ours.Ours.with_target(target).rare_fit_milli == 100
+
+
 def test_whole_gpu_pods_leave_the_term_off():
     # The extender's pods ask for whole GPUs: no shared pod, no cut-off, the measure is Ours'
     # without the term.
