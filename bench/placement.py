@@ -14,6 +14,7 @@ Usage: python bench/placement.py [--trace openb_pod_list_default.csv] [--seeds 4
        python bench/placement.py --balance [--seeds 42-44] [--out bench/results]
        python bench/placement.py --profile [--seeds 42-46] [--out bench/results]
        python bench/placement.py --candidates all|LABEL,... [--seeds 42-51] [--out bench/results]
+                                 [--reuse-baselines]
 
 ``--balance`` runs instead the pack-or-spread comparison with departures
 (ckpt_preempt.policies.placement.balance) over cluster sizes and utilisations, and writes
@@ -42,30 +43,39 @@ PROGRESS_STEP = benchmark.PROGRESS_STEP
 SECTIONS = ("ablation", "budget", "offline_ffd")  # optional parts of a trace's report
 
 # Each idea measured alone on top of FGD's scorer, then combined (policies/placement/README.md).
+# The rows measured before the rare-fit term (issue 26) keep it off, as they were run.
 FGD_SCALE = fgd.SIGMOID_SCALE_MILLI
+
+
+def before(**changes) -> ours.OursConfig:
+    """A configuration of Ours as it was before the rare-fit term, with ``changes``."""
+    return ours.OursConfig(rare_fit_weight=0, **changes)
+
+
 ABLATION = {
-    "FGD measure, integer score, name tie-break (= FGD)": ours.OursConfig(
+    "FGD measure, integer score, name tie-break (= FGD)": before(
         tie_break="name", cpu_balance_weight=0, sigmoid_scale_milli=FGD_SCALE),
-    "exact decrease, name tie-break": ours.OursConfig(
+    "exact decrease, name tie-break": before(
         integer_score=False, tie_break="name", cpu_balance_weight=0),
-    "integer score, BestFit tie-break": ours.OursConfig(
+    "integer score, BestFit tie-break": before(
         cpu_balance_weight=0, sigmoid_scale_milli=FGD_SCALE),
-    "integer score, least-GPU tie-break": ours.OursConfig(
+    "integer score, least-GPU tie-break": before(
         tie_break="gpu", cpu_balance_weight=0, sigmoid_scale_milli=FGD_SCALE),
-    "+ CPU balance": ours.OursConfig(sigmoid_scale_milli=FGD_SCALE),
-    "+ CPU balance, sigmoid scale 500 (= Ours)": ours.OursConfig(),
-    "+ CPU balance, exact decrease": ours.OursConfig(integer_score=False),
-    "+ CPU balance, decrease in 80-milli steps": ours.OursConfig(
+    "+ CPU balance": before(sigmoid_scale_milli=FGD_SCALE),
+    "+ CPU balance, sigmoid scale 500 (Ours before the rare-fit term)": before(),
+    "+ CPU balance, sigmoid scale 500, rare-fit term (= Ours)": ours.OursConfig(),
+    "+ CPU balance, exact decrease": before(integer_score=False),
+    "+ CPU balance, decrease in 80-milli steps": before(
         integer_score=False, quantum_milli=80),
-    "+ CPU balance, stranded CPU as fragment (0.05 mGPU/mCPU)": ours.OursConfig(
+    "+ CPU balance, stranded CPU as fragment (0.05 mGPU/mCPU)": before(
         cpu_frag_weight=0.05, sigmoid_scale_milli=FGD_SCALE),
-    "+ CPU balance, target learned online": ours.OursConfig(
+    "+ CPU balance, target learned online": before(
         target="online", sigmoid_scale_milli=FGD_SCALE),
-    "+ CPU balance, target weighted by GPU demand": ours.OursConfig(
+    "+ CPU balance, target weighted by GPU demand": before(
         gpu_weighted=True, sigmoid_scale_milli=FGD_SCALE),
-    "+ CPU balance, all shapes as target (100 %)": ours.OursConfig(
+    "+ CPU balance, all shapes as target (100 %)": before(
         threshold_pct=100, sigmoid_scale_milli=FGD_SCALE),
-    "+ CPU balance, one-step lookahead": ours.OursConfig(
+    "+ CPU balance, one-step lookahead": before(
         lookahead=True, sigmoid_scale_milli=FGD_SCALE),
 }
 
@@ -73,12 +83,19 @@ ABLATION = {
 # Ideas of the second round (issue 10 follow-up), each one change to Ours, chosen on seeds
 # 42-51 and confirmed on 52-61 (policies/placement/README.md, "Second round").
 CANDIDATES = {
-    "sigmoid scale 350": ours.OursConfig(sigmoid_scale_milli=350),
-    "sigmoid scale 250": ours.OursConfig(sigmoid_scale_milli=250),
-    "least-GPU tie-break": ours.OursConfig(tie_break="gpu"),
-    "memory balance (weight 1)": ours.OursConfig(mem_balance_weight=1.0),
-    "target learned online": ours.OursConfig(target="online"),
-    "stranded CPU as fragment (0.01 mGPU/mCPU)": ours.OursConfig(cpu_frag_weight=0.01),
+    "sigmoid scale 350": before(sigmoid_scale_milli=350),
+    "sigmoid scale 250": before(sigmoid_scale_milli=250),
+    "least-GPU tie-break": before(tie_break="gpu"),
+    "memory balance (weight 1)": before(mem_balance_weight=1.0),
+    "target learned online": before(target="online"),
+    "stranded CPU as fragment (0.01 mGPU/mCPU)": before(cpu_frag_weight=0.01),
+    # Fourth round (issue 26): the rare-fit term, beta chosen on seeds 42-44 only.
+    **{f"rare-fit term (beta {beta:g})": ours.OursConfig(rare_fit_weight=beta)
+       for beta in (1, 2, 4, 8)},
+    "rare-fit term (beta 4) without CPU balance": ours.OursConfig(
+        rare_fit_weight=4, cpu_balance_weight=0),
+    "rare-fit term (beta 4) on FGD's measure": ours.OursConfig(
+        rare_fit_weight=4, cpu_balance_weight=0, tie_break="name", sigmoid_scale_milli=FGD_SCALE),
 }
 
 
@@ -182,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", default="",
                     help="'all' or labels of CANDIDATES, run next to FGD and Ours; "
                          "writes placement_candidates.json")
+    ap.add_argument("--reuse-baselines", action="store_true",
+                    help="with --candidates: take FGD's and Ours' rows from an earlier run on "
+                         "the same trace and seeds in --out's placement_candidates.json")
     ap.add_argument("--profile", action="store_true",
                     help="where FGD, Ours and offline FFD lose; writes placement_profile.json")
     ap.add_argument("--balance", action="store_true",
@@ -215,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"trace": doc["trace"], "seeds": doc["seeds"], "median": doc["median"]}))
         return 0
     if candidates:
-        doc = run_candidates(bench, candidates)
+        earlier = earlier_candidates(Path(args.out, "placement_candidates.json"), bench.setup) \
+            if args.out and args.reuse_baselines else None
+        doc = run_candidates(bench, candidates, earlier)
         if args.out:
             write_candidates(Path(args.out, "placement_candidates.json"), doc)
         print(json.dumps(doc))
@@ -264,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             report["policies"] = {k: report["policies"].get(k) or before[k]
                                   for k in [*before, *report["policies"]]}
             report["policies_from_earlier_run"] = old_rows
+        benchmark.with_paper(report["policies"], trace_key, bench.setup.fraction)
         merged[trace_key] = report
         results.write_text(json.dumps(merged, indent=1) + "\n")
         plot(merged, out / "placement.png")
@@ -281,11 +304,18 @@ def check_candidates(text: str) -> list[str]:
     return labels
 
 
-def run_candidates(bench: Bench, labels: list[str]) -> dict:
-    """FGD, Ours and each candidate on the same seeds: medians and paired differences."""
+def run_candidates(bench: Bench, labels: list[str], earlier: dict | None = None) -> dict:
+    """FGD, Ours and each candidate on the same seeds: medians and paired differences.
+    ``earlier``: rows of FGD and Ours from an earlier run on the same trace and seeds, reused
+    instead of run again (marked; only valid while their code is unchanged)."""
     setup = bench.setup
-    rows = {name: bench.run_all(name, lambda n=name: benchmark.make_policy(n, setup.pods))
-            for name in ("FGD", "Ours")}
+    rows = {}
+    for name in ("FGD", "Ours"):
+        if earlier and name in earlier:
+            rows[name] = {**earlier[name], "from_earlier_run": True}
+        else:
+            rows[name] = bench.run_all(
+                name, lambda n=name: benchmark.make_policy(n, setup.pods))
     for label in labels:
         rows[label] = bench.run_all(
             label, lambda c=CANDIDATES[label], lb=label: ours.Ours(setup.pods, c, lb))
@@ -293,8 +323,8 @@ def run_candidates(bench: Bench, labels: list[str]) -> dict:
     fgd_seeds, ours_seeds = rows["FGD"]["per_seed_130"], rows["Ours"]["per_seed_130"]
     out = {}
     for label, row in rows.items():
-        entry = {"median_130": row["median_130"], "per_seed_130": row["per_seed_130"],
-                 "seconds": row["seconds"]}
+        entry = {k: row[k] for k in ("median_130", "per_seed_130", "seconds",
+                                      "from_earlier_run") if k in row}
         if label != "FGD":
             entry["vs_FGD"] = benchmark.paired_difference(row["per_seed_130"], fgd_seeds)
         if label not in ("FGD", "Ours"):
@@ -343,11 +373,23 @@ def run_profile(bench: Bench) -> dict:
             "per_seed": per_seed}
 
 
+def earlier_candidates(path: Path, setup: benchmark.Setup) -> dict:
+    """The rows of an earlier candidates run on the same trace and seeds ({} if none)."""
+    if not path.is_file():
+        return {}
+    seeds = setup.seeds
+    doc = json.loads(path.read_text()).get(setup.trace, {})
+    rows = doc.get(f"seeds {seeds[0]}-{seeds[-1]}", {})
+    return {k: v for k, v in rows.items() if len(v.get("per_seed_130", ())) == len(seeds)}
+
+
 def write_candidates(path: Path, doc: dict) -> None:
-    """One entry per (trace, seeds); a rerun replaces its own."""
+    """One entry per (trace, seeds), one row per label; a rerun replaces its own rows and keeps
+    the other labels' rows."""
     merged = json.loads(path.read_text()) if path.is_file() else {}
     seeds = doc["seeds"]
-    merged.setdefault(doc["trace"], {})[f"seeds {seeds[0]}-{seeds[-1]}"] = doc["rows"]
+    merged.setdefault(doc["trace"], {}).setdefault(
+        f"seeds {seeds[0]}-{seeds[-1]}", {}).update(doc["rows"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=1) + "\n")
 

@@ -157,7 +157,10 @@ class Scorer:
     """Our placement scorer (``policies.placement.ours.Ours``) with its target workload learned
     online from every pod the extender sees, under a per-request time budget: when scoring the
     candidates' node states not yet memoised would take longer, they are scored again by BestFit
-    and ``on_fallback`` is called. Scoring is serialised (the scorer memoises)."""
+    and ``on_fallback`` is called. Scoring is serialised (the scorer memoises). The rare-fit term
+    of Ours is on, its cut-off learned online from the pods seen like the target; the pods the
+    extender sees ask for whole GPUs (``pod_shape``), so the cut-off stays 0 and the term adds
+    nothing until shared-GPU requests are modelled."""
 
     def __init__(self, budget_seconds: float, on_fallback: Callable[[], None] = lambda: None,
                  config: OursConfig | None = None) -> None:

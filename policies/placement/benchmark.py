@@ -16,17 +16,8 @@ from dataclasses import dataclass
 
 from ckpt_preempt.policies.placement import baselines, fgd, ours, protocol
 from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodShape
+from ckpt_preempt.policies.placement.paper import PAPER_MEDIAN_130
 
-# Medians at 130 % of the paper's 10 seeds: github.com/hkust-adsl/kubernetes-scheduler-simulator
-# @8f3d641 experiments/analysis/expected_results/analysis_allo_discrete.csv
-PAPER_MEDIAN_130 = {
-    "openb_pod_list_default.csv": {
-        "Random": 87.38, "DotProd": 90.80, "GpuClustering": 91.79, "GpuPacking": 92.06,
-        "BestFit": 93.11, "FGD": 95.40},
-    "openb_pod_list_multigpu20.csv": {
-        "Random": 88.66, "DotProd": 92.02, "GpuClustering": 93.59, "GpuPacking": 93.75,
-        "BestFit": 93.90, "FGD": 95.65},
-}
 POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD", "Ours")
 NODE_LIST = "openb_node_list_gpu_node.csv"
 HEADLINE_BIN = protocol.MAX_BIN_PCT
@@ -133,15 +124,21 @@ def compare(
 ) -> dict:
     """Every named policy side by side; the paper's median and the gap where the trace has one
     (whole cluster only). ``timed`` wraps each policy's run (a caller with a clock adds time)."""
-    paper = PAPER_MEDIAN_130.get(setup.trace, {}) if setup.fraction == 1.0 else {}
     rows = {}
     for name in check_policies(names):
-        row = timed(lambda n=name: run_policy(
+        rows[name] = timed(lambda n=name: run_policy(
             setup, n, lambda: make_policy(n, setup.pods), progress=progress))
+    return with_paper(rows, setup.trace, setup.fraction)
+
+
+def with_paper(rows: dict, trace: str, fraction: float = 1.0) -> dict:
+    """``rows`` (policy -> row) with the paper's median and the gap added where the trace has
+    one (whole cluster only); also for rows kept from an earlier run."""
+    paper = PAPER_MEDIAN_130.get(trace, {}) if fraction == 1.0 else {}
+    for name, row in rows.items():
         if name in paper:
             row["paper_median_130"] = paper[name]
             row["gap_pp"] = round(row["median_130"] - paper[name], 2)
-        rows[name] = row
     return rows
 
 
@@ -185,7 +182,6 @@ def paired_difference(
 
 PROFILE_BAND_PCT = 10  # failures are counted per this many % of arrived demand
 TOP_REMAINDERS = 6
-RARE_FIT_SHARE = 0.05  # a remainder that fewer than this share of the shared pods fit in
 
 
 def loss_profile(
@@ -195,7 +191,7 @@ def loss_profile(
     pods by pod kind and by band of arrived demand; the free milli-GPU at the end split into
     whole free GPUs and remainders of shared GPUs; each remainder dead for its size (no shared
     pod of the trace is that small), dead for lack of CPU or memory (none that is small enough
-    fits the node's CPU and memory), a rare fit (fewer than ``RARE_FIT_SHARE`` of the trace's
+    fits the node's CPU and memory), a rare fit (fewer than ``ours.RARE_FIT_SHARE`` of the trace's
     shared pods are that small) or usable; and the remainders holding the most milli-GPU."""
     cap = result.total_gpu_milli
     pct = lambda milli: round(100.0 * milli / cap, 3)  # noqa: E731
@@ -230,7 +226,7 @@ def loss_profile(
                          for m, c, mem in shapes):
                 free["dead_cpu_or_memory"] += g
             else:
-                free["rare_fit" if fit_share < RARE_FIT_SHARE else "usable"] += g
+                free["rare_fit" if fit_share < ours.RARE_FIT_SHARE else "usable"] += g
     first = (100.0 * arrived_after[result.failed_indices[0]] / cap
              if result.failed_indices else None)
     return {

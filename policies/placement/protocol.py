@@ -6,7 +6,10 @@ simulator @8f3d641), deterministic per seed:
    copies of trace pods drawn uniformly with replacement are appended until the next draw would
    pass ``ratio`` x the cluster's milli-GPU (tuneUpPods in pkg/simulator/simulator.go). Quirk kept:
    the stop test adds the drawn pod's PER-GPU milli (``MilliGpu``) while the running total adds
-   its total (``TotalMilliGpu``), so an 8-GPU draw may overshoot by up to 7 GPUs;
+   its total (``TotalMilliGpu``), so an 8-GPU draw may overshoot by up to 7 GPUs. A trace that
+   already asks for more (the multi-GPU-heavy ones, e.g. multigpu40 and 50) is thinned
+   instead: pods drawn uniformly among those left are removed until the demand is at most
+   ``ratio`` x capacity (tuneDownPods, same file); the rest keep their shuffled order;
 3. pods only arrive, in that order; a pod that fits nowhere fails and stays failed;
 4. after every pod, the allocation ratio (allocated / total milli-GPU) is recorded against the
    arrived demand (milli-GPU of every pod so far, failed ones included);
@@ -128,20 +131,34 @@ def load_pods(text: str) -> tuple[PodShape, ...]:
 def arrivals(
     pods: Sequence[PodShape], capacity_milli: int, seed: int, ratio: float = TUNE_RATIO,
 ) -> list[PodShape]:
-    """The trace shuffled with ``seed``, topped up with random copies to ``ratio`` x capacity."""
+    """The trace shuffled with ``seed``, then tuned to ``ratio`` x capacity: topped up with
+    random copies when it asks for less, thinned by removing random pods when it asks for
+    more (the module docstring, step 2)."""
     rng = random.Random(seed)
     order = list(pods)
     rng.shuffle(order)
     total = sum(p.total_gpu_milli for p in order)
     target = ratio * capacity_milli
     if total > target:
-        raise ValueError(f"the trace asks for {total} milli-GPU, more than {target:.0f}")
+        return _tune_down(order, total, target, rng)
+    if not any(p.total_gpu_milli for p in pods):  # copies would never reach the target
+        return order
     while True:
         pod = pods[rng.randrange(len(pods))]
         if total + pod.gpu_milli > target:  # per-GPU milli, as tuneUpPods
             return order
         total += pod.total_gpu_milli
         order.append(pod)
+
+
+def _tune_down(
+    order: list[PodShape], total: int, target: float, rng: random.Random,
+) -> list[PodShape]:
+    """Remove a pod drawn uniformly from those left, until the demand is at most ``target``
+    (tuneDownPods in pkg/simulator/simulator.go); the others keep their shuffled order."""
+    while total > target:
+        total -= order.pop(rng.randrange(len(order))).total_gpu_milli
+    return order
 
 
 NODE_ORDER_SALT = 104_729  # the node permutation's stream, apart from arrivals and tie draws

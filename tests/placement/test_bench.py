@@ -103,3 +103,27 @@ def test_a_rerun_of_some_policies_keeps_the_others(tmp_path, capsys):
     assert placement.main([*common[:2], "--seeds", "43", *common[4:], "--policies", "FGD"]) == 0
     other_seeds = json.loads((tmp_path / "placement.json").read_text())
     assert list(other_seeds["openb_pod_list_default.csv"]["policies"]) == ["FGD"]
+
+
+def test_a_candidates_rerun_keeps_other_labels_and_can_reuse_fgd(tmp_path, capsys):
+    common = ["--fraction", "0.05", "--seeds", "42", "--out", str(tmp_path)]
+    assert placement.main([*common, "--candidates", "least-GPU tie-break"]) == 0
+    first = json.loads(capsys.readouterr().out)["rows"]
+    label = "rare-fit term (beta 4)"
+    assert placement.main([*common, "--candidates", label, "--reuse-baselines"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows["FGD"]["from_earlier_run"] and "from_earlier_run" not in rows[label]
+    assert rows["FGD"]["per_seed_130"] == first["FGD"]["per_seed_130"]
+    saved = json.loads((tmp_path / "placement_candidates.json").read_text())
+    assert set(saved["openb_pod_list_default.csv"]["seeds 42-42"]) == {
+        "FGD", "Ours", "least-GPU tie-break", label}
+
+
+def test_a_trace_above_the_ratio_runs_with_the_papers_columns(tmp_path, capsys):
+    # multigpu50 asks for 183 % of the cluster: thinned, not refused; the paper has figures.
+    rc = placement.main(["--trace", "openb_pod_list_multigpu50.csv", "--seeds", "42",
+                         "--policies", "BestFit", "--fraction", "0.05", "--out", str(tmp_path)])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["median_130"]["BestFit"] > 50
+    rows = benchmark.with_paper({"FGD": {"median_130": 97.0}}, "openb_pod_list_multigpu50.csv")
+    assert rows["FGD"]["gap_pp"] == -0.17  # the paper's FGD: 97.17

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from importlib import resources
 
@@ -142,3 +143,68 @@ def test_simulator_order_is_a_seeded_permutation_that_decides_ties():
     result = protocol.run(order, [cpu_pod], baselines.GpuPacking(), seed=42)
     assert result.nodes[0].cpu_free == 96000 - 1000
     assert all(n.cpu_free == 96000 for n in result.nodes[1:])
+
+
+def _gpu_pod(milli: int, count: int = 1) -> PodShape:
+    return PodShape(cpu_milli=1000, memory_mib=1024, gpu_count=count, gpu_milli=milli)
+
+
+class _Scripted:
+    """A stand-in for random.Random whose draws are written down in the test."""
+
+    def __init__(self, draws: list[int]) -> None:
+        self.draws = draws
+
+    def randrange(self, n: int) -> int:
+        got = self.draws.pop(0)
+        assert 0 <= got < n
+        return got
+
+
+def test_tune_down_removes_drawn_pods_until_at_or_below_the_target():
+    a, b, c, d, e = _gpu_pod(1000), _gpu_pod(1000, 2), _gpu_pod(500), _gpu_pod(0), _gpu_pod(300)
+    # 1000 + 2000 + 500 + 0 + 300 = 3800 > 2500. Draw index 0 (a): 2800, still above. Then the
+    # list is [b, c, d, e]; draw index 2 (d, no GPU): 2800. Then [b, c, e]; draw 1 (c): 2300
+    # <= 2500, stop. What is left keeps its order: [b, e].
+    got = protocol._tune_down([a, b, c, d, e], 3800, 2500.0, _Scripted([0, 2, 1]))
+    assert got == [b, e]
+    # Equal to the target is not above it: nothing is removed.
+    assert protocol._tune_down([a, c], 1500, 1500.0, _Scripted([])) == [a, c]
+
+
+def test_arrivals_thin_a_trace_that_asks_for_more_than_the_ratio():
+    # Five 1-GPU pods (5000 milli) on a 2-GPU cluster: 130 % is 2600, so removals stop once
+    # 2000 is left, whichever pods are drawn: two pods remain, each one of the trace's.
+    pods = tuple(PodShape(cpu_milli=1000 * (i + 1), gpu_count=1, gpu_milli=MILLI_PER_GPU)
+                 for i in range(5))
+    for seed in range(42, 52):
+        arrived = protocol.arrivals(pods, 2 * MILLI_PER_GPU, seed=seed)
+        assert len(arrived) == 2 and set(arrived) <= set(pods)
+        assert len(set(arrived)) == 2  # removed from the shuffle, never drawn as copies
+        assert protocol.arrivals(pods, 2 * MILLI_PER_GPU, seed=seed) == arrived
+
+
+@settings(max_examples=60, deadline=None)
+@given(milli=st.lists(st.sampled_from([0, 100, 500, 1000]), min_size=1, max_size=30),
+       counts=st.lists(st.sampled_from([1, 2, 8]), min_size=30, max_size=30),
+       gpus=st.integers(1, 8), seed=st.integers(0, 10**6))
+def test_tuned_arrivals_keep_the_shuffle_and_stop_at_the_target(milli, counts, gpus, seed):
+    pods = tuple(PodShape(cpu_milli=i, gpu_count=c if m else 0, gpu_milli=m)
+                 for i, (m, c) in enumerate(zip(milli, counts, strict=False)))
+    cap = gpus * MILLI_PER_GPU
+    total = sum(p.total_gpu_milli for p in pods)
+    arrived = protocol.arrivals(pods, cap, seed=seed)
+    target = protocol.TUNE_RATIO * cap
+    if total > target:
+        shuffled = list(pods)
+        random.Random(seed).shuffle(shuffled)
+        it = iter(shuffled)
+        assert all(p in it for p in arrived)  # a subsequence of the shuffled trace
+        kept = sum(p.total_gpu_milli for p in arrived)
+        assert kept <= target
+        # it stopped at the first removal that reached the target: just before the last
+        # removal the demand was above it, and that pod is at most the largest one removed
+        removed = Counter(pods) - Counter(arrived)
+        assert kept + max(p.total_gpu_milli for p in removed.elements()) > target
+    else:
+        assert Counter(arrived[: len(pods)]) == Counter(pods)
