@@ -72,6 +72,12 @@ class SimConfig:
     # what our search charges per evicted GPU for a restart (the controller's
     # restartCostSeconds): None = the operator set it to restore_seconds; 0 = blind to restarts
     planner_restart_seconds: float | None = None
+    # lying reports (what the planner is shown: policies/sim/planner_view.py): this seeded share
+    # of the jobs that publish checkpoints claims one up to lie_minutes more recent than the
+    # real one; the charge stays the truth. Assumptions: nobody lies by default, and 60 min is a
+    # guess under the openb generator's mean interval (71 min); bench/harsh_world.py sweeps it
+    lie_share: float = 0.0
+    lie_minutes: float = 60.0
 
     @property
     def planner_restart(self) -> float:
@@ -84,7 +90,7 @@ class SimConfig:
         instant reports, drains that always finish on time)."""
         return replace(self, restore_seconds=0.0, report_lag_seconds=0.0,
                        report_jitter_seconds=0.0, drain_failure_share=0.0,
-                       drain_overrun_share=0.0)
+                       drain_overrun_share=0.0, lie_share=0.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,12 +3,20 @@
 A planner takes the snapshot, the preemptor's pods and a running plan number (the kube
 baselines use it as the seed of their random candidate offset) and returns a Plan.
 ``BASELINES`` are the policies ours is compared with: kube-scheduler's DefaultPreemption,
-the same with workload-aware preemption (KEP-5710), and our own search blind to checkpoints.
+the same with workload-aware preemption (KEP-5710), our own search blind to checkpoints, and
+``greedy-checkpoint``: our checkpoint-aware cost and drain with no search inside a node.
+
+greedy-checkpoint is checkpoint-aware-drain with the within-node branch and bound cut to one
+step (``search_budget=1``): ``policies.cover.min_cover`` then falls back to its greedy cover,
+the node's victims cheapest first (lost work + restart + fairness penalty) until the preemptor
+fits. Candidate nodes, node choice, whole gangs and PDBs are the planner's. It answers what the
+exact search adds over the obvious greedy with the same costs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption
 from ckpt_preempt.policies.model import Plan, Pod, Snapshot
@@ -37,21 +45,32 @@ def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float) -> Plan
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
+def _greedy(max_ckpt: float, penalty: float, restart: float) -> Planner:
+    cfg = replace(_config(True, max_ckpt, penalty, restart), search_budget=GREEDY_SEARCH_BUDGET)
+
+    def plan(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
+        return replace(preemption.plan(snapshot, pods, cfg), policy=GREEDY_POLICY)
+
+    return plan
+
+
 def _cost_aware(max_ckpt: float, penalty: float, restart: float) -> Planner:
     cfg = _config(False, max_ckpt, penalty, restart)
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
 DRAIN_POLICY = f"{preemption.POLICY}-drain"
-BASELINES = (kube_default.POLICY, kube_workload.POLICY, cost_aware.POLICY)
+GREEDY_POLICY = "greedy-checkpoint"
+GREEDY_SEARCH_BUDGET = 1  # branch-and-bound steps per node: the cover is min_cover's greedy
+BASELINES = (kube_default.POLICY, kube_workload.POLICY, cost_aware.POLICY, GREEDY_POLICY)
 POLICIES = (*BASELINES, preemption.POLICY, DRAIN_POLICY)
 
 
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
                 restart_seconds: float = 0.0) -> Planner:
-    """The named policy. ``restart_seconds`` is what our search (cost-aware and both
-    checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
+    """The named policy. ``restart_seconds`` is what our search (cost-aware, greedy-checkpoint
+    and both checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
     ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it."""
     if name == kube_default.POLICY:
         return _kube
@@ -59,6 +78,8 @@ def planner_for(name: str, max_checkpoint_seconds: float,
         return _kube_workload
     if name == cost_aware.POLICY:
         return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
+    if name == GREEDY_POLICY:
+        return _greedy(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
     if name == preemption.POLICY:
         return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds)
     if name == DRAIN_POLICY:
