@@ -56,12 +56,6 @@ def _start(pod: client.V1Pod) -> float:
     return pod.status.start_time.timestamp()
 
 
-def _config(namespace: str):
-    """The test namespace's config with restarts left out: these tests measure lost work per
-    second of the victim's run, which restartCostSeconds' per-GPU charge would swamp."""
-    return config_for(namespace, restart_cost_seconds=0.0)
-
-
 def _lost_per_second(c: kube.Cluster, ns: str, preemptor: str, starts: dict[str, float]):
     """(plan, its lost GPU-seconds per second of the victim's run, bounded both ways by the
     one-second resolution of startTime)."""
@@ -88,7 +82,7 @@ def test_mig_pods_count_their_fraction_of_a_gpu(cluster, namespace, pool):
         for name in ("a", "b"):
             starts[name] = _start(kube.wait_pod_running(cluster, namespace, name))
         time.sleep(RUN_SECONDS)
-        with running_controller(cluster, _config(namespace)):
+        with running_controller(cluster, config_for(namespace)):
             body = kube.pod_body("pre", pool=pool, priority_class=HIGH_NEVER)
             body["spec"]["containers"][0]["resources"] = {"requests": {MIG: "1"},
                                                           "limits": {MIG: "1"}}
@@ -149,9 +143,9 @@ def test_dra_pods_count_the_gpus_of_their_claims(cluster, namespace, pool):
         time.sleep(RUN_SECONDS)
         cluster.core.create_namespaced_pod(namespace, _claim_pod("pre", pool, HIGH_NEVER))
         kube.wait_pod_unschedulable(cluster, namespace, "pre")
-        shown = explain_live.explain(cluster.api, namespace, "pre", _config(namespace))
+        shown = explain_live.explain(cluster.api, namespace, "pre", config_for(namespace))
         assert [(v.name, v.gpus) for v in shown.plan.victims] == [("victim", 2)], shown.plan
-        with running_controller(cluster, _config(namespace)) as ctl:
+        with running_controller(cluster, config_for(namespace)) as ctl:
             plan, low, high = _lost_per_second(cluster, namespace, "pre", starts)
             assert low <= 2 * 1.01 and high >= 2 * 0.99, plan  # two whole GPUs for its run
             assert kube.wait_pod_running(cluster, namespace, "pre", timeout=90).spec.node_name \
