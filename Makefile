@@ -74,6 +74,8 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/evidence.py --out bench/results
+	$(BIN)/python bench/harsh_world.py
+	$(BIN)/python bench/restart_cost.py
 	$(BIN)/python bench/lost_work.py
 	$(BIN)/python bench/fairness.py
 	$(BIN)/python bench/optimality.py

@@ -38,7 +38,8 @@ from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 NAME = "simulate"
 HELP = "what-if replay of a GPU trace under each preemption policy"
 
-# (flag, SimConfig field, value parser, help): the costs an eviction carries beyond unsaved work
+# (flag, SimConfig field, value parser, help): the costs an eviction carries beyond unsaved
+# work, and how what the planner is shown differs from the truth
 COST_FLAGS = (
     ("--restore-seconds", "restore_seconds", argtypes.non_negative_float,
      "restart/restore time of an evicted job, on each of its GPUs"),
@@ -54,6 +55,10 @@ COST_FLAGS = (
      "share of drains taking longer than said"),
     ("--drain-overrun-factor", "drain_overrun_factor", argtypes.at_least_one,
      "how much longer an overrun drain takes"),
+    ("--lie-share", "lie_share", argtypes.fraction,
+     "share of reporting jobs whose annotation claims a more recent checkpoint"),
+    ("--lie-minutes", "lie_minutes", argtypes.non_negative_float,
+     "a lying claim is up to this many minutes more recent than the truth"),
 )
 FGD_PROTOCOL = "fgd"  # FGD's placement benchmark, not a preemption replay
 CHOICES = (*PROTOCOLS, FGD_PROTOCOL)
@@ -103,6 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--share-periodic", type=argtypes.fraction, default=d.share_periodic,
                    help="share of low-priority jobs checkpointing only periodically "
                         "(default %(default)s)")
+    p.add_argument("--share-silent", type=argtypes.fraction, default=d.share_silent,
+                   help="share of checkpointing jobs that never report it (default %(default)s)")
     p.add_argument("--gang-share", type=argtypes.fraction, default=d.gang_share,
                    help="chance a low-priority job leads a gang of its successors "
                         "(default %(default)s)")
@@ -124,6 +131,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, name, kind, text in COST_FLAGS:
         p.add_argument(flag, type=kind, default=getattr(c, name),
                        help=f"{text} (default %(default)s)")
+    p.add_argument("--planner-restart-seconds", type=argtypes.non_negative_float,
+                   help="what our search charges per evicted GPU for a restart, the "
+                        "controller's restartCostSeconds (default: --restore-seconds)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="lost work over time per policy (the first seed); needs matplotlib")
@@ -142,7 +152,8 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
         seed=args.seed, scale=args.scale, load=args.load, window_hours=args.window_hours,
         replay_windows=args.replay_windows,
         share_on_request=args.share_on_request, share_periodic=args.share_periodic,
-        gang_share=args.gang_share, gang_sizes=tuple(args.gang_sizes),
+        share_silent=args.share_silent, gang_share=args.gang_share,
+        gang_sizes=tuple(args.gang_sizes),
         checkpoint_intervals_min=tuple(args.checkpoint_intervals_min),
         checkpoint_seconds=(args.checkpoint_seconds[0], args.checkpoint_seconds[1]),
     )
@@ -152,7 +163,8 @@ def _config(args: argparse.Namespace) -> engine.SimConfig:
     # each value was checked by its argparse type (COST_FLAGS)
     costs = {name: getattr(args, name) for _, name, _, _ in COST_FLAGS}
     return engine.SimConfig(grace_seconds=args.grace_seconds,
-                            max_checkpoint_seconds=args.max_checkpoint_seconds, **costs)
+                            max_checkpoint_seconds=args.max_checkpoint_seconds,
+                            planner_restart_seconds=args.planner_restart_seconds, **costs)
 
 
 def _policies(args: argparse.Namespace) -> list[str]:

@@ -27,7 +27,7 @@
     unknownCheckpoint: start-time    # start-time | cluster-median | assume:30m
     fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
     fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
-    restartCostSeconds: 0            # per evicted GPU: your jobs' restart/restore time (0: off)
+    restartCostSeconds: 150          # per evicted GPU: your jobs' restart/restore time (0: off)
     elasticShrink: true              # elastic gangs may give up members above their minimum
     rendezvousCostSeconds: 60        # per GPU of a shrinking gang: its re-rendezvous (assumed)
     maxPreemptionsPerWindow: 4       # starvation bound: a workload preempted this often within
@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -68,6 +69,15 @@ from ckpt_preempt.policies import bound, preemption, shrink
 # pkg/apis/core/v1/defaults.go SetDefaults_PodSpec).
 DEFAULT_SCHEDULER = "default-scheduler"
 MAX_WRITE_CONCURRENCY = 64  # writeConcurrency: plans written at once (controller/write_lanes.py)
+# restartCostSeconds' default, per evicted GPU, chosen by measurement (bench/restart_cost.py,
+# bench/results/restart_cost.md: seeds 1-8, the stress and replay cells of every workload,
+# checkpoint-aware-drain, the simulator's true restore 300 s per GPU or 60-600 s per training
+# job). Any charge above 0 cut the stress cells' losses 9-14 % (openb/stress 0.87 [0.84, 0.90]
+# of 0's at 150 s); of 60, 150, 300 and 600 s, 150 s was nearest the best charge in its worst
+# cell (median regret 1.035; 300 s 1.12, 600 s 1.14, 0 s 1.17). The intervals of 60-600 s
+# overlap: it is a robust middle, half the simulated restore, not a precise optimum; an
+# operator who knows their jobs' restart time should set it.
+RESTART_COST_SECONDS = 150.0
 
 
 class HealthQueryMode(enum.StrEnum):
@@ -111,7 +121,7 @@ class Config:
     unknown_checkpoint: str = str(ann.UNKNOWN_CHECKPOINT)
     fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
-    restart_cost_seconds: float = 0.0
+    restart_cost_seconds: float = RESTART_COST_SECONDS
     elastic_shrink: bool = True
     rendezvous_cost_seconds: float = shrink.RENDEZVOUS_SECONDS  # an assumption
     prometheus_url: str = ""
@@ -150,6 +160,9 @@ class Config:
             ann.parse_unknown_checkpoint(self.unknown_checkpoint)
         except ValueError as e:
             raise ConfigError(f"config: unknownCheckpoint: {e}") from None
+        if not math.isfinite(self.restart_cost_seconds):
+            raise ConfigError("config: restartCostSeconds must be a finite number of seconds "
+                              f"(0 or more), not {self.restart_cost_seconds!r}")
         if self.fairness_window_seconds > self.plan_history_seconds:
             raise ConfigError("config: fairnessWindowSeconds must not exceed planHistorySeconds "
                               "(preemptions are counted from the plans kept)")

@@ -41,7 +41,10 @@ def config_for(namespace: str, **kw) -> Config:
     base = {"namespaces": (namespace,), "lease_namespace": namespace, "retry_seconds": 1.0,
             "lease_duration_seconds": 6.0, "renew_deadline_seconds": 4.0,
             "request_timeout_seconds": 2.0,
-            "plan_namespace": namespace}
+            "plan_namespace": namespace,
+            # the scenarios' victims are seconds old: a restart charge (restartCostSeconds,
+            # default 150 s per GPU) would outweigh their lost work and change every choice
+            "restart_cost_seconds": 0.0}
     return Config(**{**base, **kw})
 
 

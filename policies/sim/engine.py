@@ -116,6 +116,12 @@ class SimConfig:
     max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW
     preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
     escalating_penalty: bool = True
+    # lying reports (what the planner is shown: policies/sim/planner_view.py): this seeded share
+    # of the jobs that publish checkpoints claims one up to lie_minutes more recent than the
+    # real one; the charge stays the truth. Assumptions: nobody lies by default, and 60 min is a
+    # guess under the openb generator's mean interval (71 min); bench/harsh_world.py sweeps it
+    lie_share: float = 0.0
+    lie_minutes: float = 60.0
 
     def planner_restart(self, mean_job_gpu_share: float) -> float:
         if self.planner_restart_seconds is None:
@@ -131,7 +137,7 @@ class SimConfig:
         return replace(self, restore_seconds=0.0, restore_job_gpu_seconds=0.0,
                        report_lag_seconds=0.0,
                        report_jitter_seconds=0.0, drain_failure_share=0.0,
-                       drain_overrun_share=0.0)
+                       drain_overrun_share=0.0, lie_share=0.0)
 
 
 @dataclass(frozen=True, kw_only=True)

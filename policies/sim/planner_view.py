@@ -3,8 +3,9 @@
 ``PlannerView`` builds the ``policies.model`` view a preemptor is planned on and asks the
 policy: each job's pods as model ``Pod``s (``_model``); the lower-priority running pods with
 the checkpoint times their annotations would show (``_published``: the last checkpoint completed
-``report_lag_seconds`` ago, with a seeded error of up to ``report_jitter_seconds``, never in the
-future; nothing for jobs that do not report); the capacity held at the preemptor's priority or
+``report_lag_seconds`` ago, with a seeded error of up to ``report_jitter_seconds``, and for a
+lying job a claim up to ``lie_minutes`` more recent (``lie_seconds``), never in the future;
+nothing for jobs that do not report); the capacity held at the preemptor's priority or
 above as one non-preemptible pod per node (``_held_pod``, exact for fit and victims); how often
 each job was preempted within the fairness window and within the starvation bound's window (a
 job at the bound enters held, ``policies.bound``); then ``_preempt`` asks the policy, timing it.
@@ -14,11 +15,19 @@ purpose (late and jittered checkpoint times, folded capacity), while the engine'
 runs and charges on the ground truth (``Simulation._execute`` / ``_charge``); keeping the view
 here keeps that difference in one place. ``Simulation`` owns the fields and ``_execute``
 annotated below; this mixin owns ``held`` / ``held_pods`` (``_init_view``).
+
+Lying (``SimConfig.lie_share``, ``lie_minutes``; assumptions, off by default): a seeded share of
+the jobs that publish checkpoints claim, for each checkpoint, one drawn uniformly up to
+``lie_minutes`` later than the one they would honestly show (a script that stamps the time of a
+step rather than of a durable save; an operator gaming the planner). Who lies is one draw per
+seed and job, so the liars at a share are among the liars at any larger share, and the same
+jobs lie under every policy. The planner sees the claim; the engine charges the truth.
 """
 
 from __future__ import annotations
 
 import bisect
+import random
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -32,6 +41,20 @@ from ckpt_preempt.policies.sim.workload import Job
 if TYPE_CHECKING:
     from ckpt_preempt.policies.model import UnknownCheckpoint
     from ckpt_preempt.policies.sim.engine import SimConfig, _JobState
+
+
+def lies(*, seed: int, job_id: int, share: float) -> bool:
+    """Whether job ``job_id`` publishes lying checkpoint times (one seeded draw per job)."""
+    return share > 0 and random.Random(f"liar-{seed}-{job_id}").random() < share
+
+
+def lie_seconds(*, seed: int, job_id: int, checkpoint: float, share: float,
+                most: float) -> float:
+    """How much later than ``checkpoint`` job ``job_id``'s annotation claims it was: 0 for an
+    honest job, else a seeded draw, uniform in [0, ``most``], per job and checkpoint."""
+    if most <= 0 or not lies(seed=seed, job_id=job_id, share=share):
+        return 0.0
+    return random.Random(f"lie-{seed}-{job_id}-{checkpoint!r}").uniform(0.0, most)
 
 
 class PlannerView:
@@ -102,13 +125,16 @@ class PlannerView:
     def _published(self, js: _JobState, t: float) -> float:
         """The checkpoint time the job's annotation shows at ``t``: the last one completed by
         ``t - report_lag_seconds`` (its pod start while it restores), with the seeded error of
-        that report, never later than ``t``."""
-        true = js.last_checkpoint(t - self.cfg.report_lag_seconds)
+        that report and, for a liar, its lie; never later than ``t``."""
+        cfg = self.cfg
+        true = js.last_checkpoint(t - cfg.report_lag_seconds)
         if true > t:  # still restoring: nothing newer than the pod's start to show
             true = js.start
         if js.report is None or js.report[0] != true:
             error = report_error(seed=self.seed, job_id=js.job.id, checkpoint=true,
-                                 jitter=self.cfg.report_jitter_seconds)
+                                 jitter=cfg.report_jitter_seconds)
+            error += lie_seconds(seed=self.seed, job_id=js.job.id, checkpoint=true,
+                                 share=cfg.lie_share, most=cfg.lie_minutes * 60)
             js.report = (true, min(t, true + error))
         return min(t, js.report[1])
 

@@ -3,7 +3,14 @@
 A planner takes the snapshot, the preemptor's pods and a running plan number (the kube
 baselines use it as the seed of their random candidate offset) and returns a Plan.
 ``BASELINES`` are the policies ours is compared with: kube-scheduler's DefaultPreemption,
-the same with workload-aware preemption (KEP-5710), and our own search blind to checkpoints.
+the same with workload-aware preemption (KEP-5710), our own search blind to checkpoints, and
+``greedy-checkpoint``: our checkpoint-aware cost and drain with no search inside a node.
+
+greedy-checkpoint is checkpoint-aware-drain with the within-node branch and bound cut to one
+step (``search_budget=1``): ``policies.cover.min_cover`` then falls back to its greedy cover,
+the node's victims cheapest first (lost work + restart + fairness penalty) until the preemptor
+fits. Candidate nodes, node choice, whole gangs and PDBs are the planner's. It answers what the
+exact search adds over the obvious greedy with the same costs.
 
 When to preempt (``policies.timing``), apart from ``POLICIES`` so that runs of every policy
 keep their set: ``TIMING_POLICY`` is the drain policy that also decides when to evict (its
@@ -15,6 +22,7 @@ victims, evicted once those that declare an end within ``WAIT_THEN_EVICT_SECONDS
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption, timing
 from ckpt_preempt.policies.model import Plan, Pod, Snapshot
@@ -49,6 +57,16 @@ def _wait_then_evict(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
                                 max_wait=WAIT_THEN_EVICT_SECONDS, policy=WAIT_THEN_EVICT)
 
 
+def _greedy(max_ckpt: float, penalty: float, restart: float, shrink: bool = True) -> Planner:
+    cfg = replace(_config(True, max_ckpt, penalty, restart, shrink),
+                  search_budget=GREEDY_SEARCH_BUDGET)
+
+    def plan(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
+        return replace(preemption.plan(snapshot, pods, cfg), policy=GREEDY_POLICY)
+
+    return plan
+
+
 def _cost_aware(max_ckpt: float, penalty: float, restart: float,
                 shrink: bool = True) -> Planner:
     cfg = _config(False, max_ckpt, penalty, restart, shrink)
@@ -56,7 +74,9 @@ def _cost_aware(max_ckpt: float, penalty: float, restart: float,
 
 
 DRAIN_POLICY = f"{preemption.POLICY}-drain"
-BASELINES = (kube_default.POLICY, kube_workload.POLICY, cost_aware.POLICY)
+GREEDY_POLICY = "greedy-checkpoint"
+GREEDY_SEARCH_BUDGET = 1  # branch-and-bound steps per node: the cover is min_cover's greedy
+BASELINES = (kube_default.POLICY, kube_workload.POLICY, cost_aware.POLICY, GREEDY_POLICY)
 POLICIES = (*BASELINES, preemption.POLICY, DRAIN_POLICY)
 TIMING_POLICY = f"{DRAIN_POLICY}-timing"
 WAIT_THEN_EVICT = "wait-then-evict"
@@ -69,11 +89,10 @@ KNOWN = (*POLICIES, WAIT_THEN_EVICT, TIMING_POLICY)
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
                 restart_seconds: float = 0.0, *, shrink: bool = True) -> Planner:
-    """The named policy. ``restart_seconds`` is what our search (cost-aware and both
-    checkpoint-aware policies) charges per evicted GPU for the restart, as the controller's
-    ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it. ``shrink``:
-    whether our search (cost-aware and both checkpoint-aware policies) may shrink elastic gangs
-    (``policies.shrink``)."""
+    """The named policy. ``restart_seconds`` is what our search (cost-aware, greedy-checkpoint
+    and both checkpoint-aware policies) charges per evicted GPU for the restart, as the
+    controller's ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it.
+    ``shrink``: whether our search may shrink elastic gangs (``policies.shrink``)."""
     if name == kube_default.POLICY:
         return _kube
     if name == kube_workload.POLICY:
@@ -81,6 +100,9 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     if name == cost_aware.POLICY:
         return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
                            shrink)
+    if name == GREEDY_POLICY:
+        return _greedy(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+                       shrink)
     if name == preemption.POLICY:
         return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
                       shrink)

@@ -325,7 +325,7 @@ def build(*, workload: str, protocol: str, seed: int, pods: list[TracePod] | Non
         if pods is not None:
             raise ValueError("the training workload is synthetic; it takes no pod trace")
         items = scenarios.training_trace(seed)
-        make = lambda arrivals, rng: scenarios.jobs_from(arrivals)  # noqa: E731
+        make = lambda arrivals, rng: scenarios.jobs_from(arrivals, params)  # noqa: E731
     else:
         if pods is None:
             raise ValueError(f"workload {workload!r} needs a pod trace")

@@ -30,6 +30,10 @@ cited (where it was read) or marked as an assumption.
 - Arrivals: Poisson with mean gap 300 s. Assumption; every protocol rescales time or shrinks
   the cluster to reach its load, so only the mix matters.
 
+- Silent checkpointing: ``WorkloadParams.share_silent`` of the jobs that checkpoint never
+  publish it, drawn per job as for openb. Assumption: none by default (bench/harsh_world.py
+  sweeps 0, 0.25 and 0.5).
+
 Training jobs that checkpoint do so periodically; ``on_request_share`` of them also checkpoint on
 request (they can be drained). High-priority jobs are the preemptors and never checkpoint.
 """
@@ -40,7 +44,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from ckpt_preempt.policies.model import CheckpointMode
-from ckpt_preempt.policies.sim.workload import Arrival, Job, Member
+from ckpt_preempt.policies.sim.workload import Arrival, Job, Member, WorkloadParams, is_silent
 
 JOB_GPUS = (1, 2, 4, 8)
 JOB_GPU_WEIGHTS = (0.70, 0.10, 0.15, 0.05)
@@ -142,11 +146,14 @@ def training_trace(seed: int, params: TrainingParams = TrainingParams()) -> list
     return out
 
 
-def jobs_from(arrivals: list[Arrival]) -> list[Job]:
-    """Arrivals of ``TrainingJob`` items become jobs; every pod of a job is one gang member."""
+def jobs_from(arrivals: list[Arrival], params: WorkloadParams | None = None) -> list[Job]:
+    """Arrivals of ``TrainingJob`` items become jobs; every pod of a job is one gang member.
+    ``params.share_silent`` of the jobs that checkpoint never report it (as for openb)."""
+    seed, share = (params.seed, params.share_silent) if params else (0, 0.0)
     jobs = []
     for n, a in enumerate(arrivals):
         t: TrainingJob = a.pod  # type: ignore[assignment]
+        silent = t.interval is not None and is_silent(seed, n, share)
         jobs.append(Job(
             id=n, name=f"{t.name}-{n}", arrival=a.at, duration=a.duration,
             priority=HIGH_PRIORITY if t.qos == HIGH_QOS else LOW_PRIORITY, qos=t.qos,
@@ -157,6 +164,6 @@ def jobs_from(arrivals: list[Arrival]) -> list[Job]:
             ),
             checkpoint=t.checkpoint, interval=t.interval,
             checkpoint_seconds=t.checkpoint_seconds, restore_seconds=t.restore_seconds,
-            done_before=a.done_before, min_members=t.min_pods,
+            done_before=a.done_before, min_members=t.min_pods, reports=not silent,
         ))
     return jobs

@@ -38,7 +38,7 @@ class WorkloadParams:
     checkpoint_intervals_min: tuple[int, ...] = (15, 30, 60, 180)
     share_on_request: float = 0.3  # of low-priority jobs: checkpoint on request (and periodic)
     share_periodic: float = 0.5  # periodic only; the rest never checkpoint
-    share_silent: float = 0.0  # of the jobs that checkpoint: never report it (last-checkpoint)
+    share_silent: float = 0.0  # of the jobs that checkpoint: never report it (assumption: none)
     checkpoint_seconds: tuple[float, float] = (30.0, 180.0)  # uniform range
     gang_share: float = 0.3  # chance a low-priority job absorbs its successors into a gang
     gang_sizes: tuple[int, ...] = (2, 4, 8)
@@ -230,10 +230,8 @@ def jobs_from(arrivals: list[Arrival], params: WorkloadParams, rng: random.Rando
                 mode = CheckpointMode.PERIODIC
             else:
                 mode, interval = CheckpointMode.NONE, None
-        # drawn only when asked for, so the default leaves every other draw as it was
-        silent = interval is not None and params.share_silent > 0 and (
-            rng.random() < params.share_silent)
         n = len(jobs)
+        silent = interval is not None and is_silent(params.seed, n, params.share_silent)
         name = lead.pod.name
         jobs.append(Job(
             id=n,
@@ -256,6 +254,10 @@ def mean_low_job_share(jobs: tuple[Job, ...] | list[Job]) -> float:
     """The mean GPU share of the low-priority (preemptible) jobs; 0 when there are none."""
     low = [j.gpu_share for j in jobs if not j.high]
     return sum(low) / len(low) if low else 0.0
+def is_silent(seed: int, job_id: int, share: float) -> bool:
+    """Whether a checkpointing job never reports it: a draw of its own per seed and job (not
+    from the generator's stream), so the share changes who is silent and nothing else."""
+    return share > 0 and random.Random(f"silent-{seed}-{job_id}").random() < share
 
 
 def offered_load(jobs: list[Job] | tuple[Job, ...], capacity: int, start: float,

@@ -1,0 +1,46 @@
+"""simulate's flags for a harsher world: silent share, lying reports, the planner's restart."""
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckpt_preempt.controller import cmd_simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _args(*extra: str):
+    parser = argparse.ArgumentParser()
+    cmd_simulate.add_arguments(parser)
+    return parser.parse_args(list(extra))
+
+
+def test_harsh_flags_reach_the_generator_and_the_simulator():
+    _, cell, _ = cmd_simulate.validate(_args(
+        "--share-silent", "0.25", "--lie-share", "0.1", "--lie-minutes", "30",
+        "--report-lag-seconds", "1200", "--planner-restart-seconds", "150"))
+    assert cell.params.share_silent == 0.25
+    c = cell.config
+    assert (c.lie_share, c.lie_minutes, c.report_lag_seconds) == (0.1, 30.0, 1200.0)
+    assert c.planner_restart == 150.0
+
+
+def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore_time():
+    _, cell, _ = cmd_simulate.validate(_args())
+    assert cell.params.share_silent == 0.0 and cell.config.lie_share == 0.0
+    assert cell.config.planner_restart == cell.config.restore_seconds
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--lie-share", "1.5"), ("--lie-share", "nan"), ("--lie-minutes", "-1"),
+    ("--share-silent", "-0.1"), ("--planner-restart-seconds", "inf"),
+])
+def test_a_bad_harsh_flag_is_one_line_and_exit_2(flag, value):
+    out = subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.cli", "simulate",
+                          flag, value], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert flag in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 3  # argparse: usage + one error line
