@@ -29,6 +29,7 @@
     fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
     restartCostSeconds: 150          # per evicted GPU: your jobs' restart/restore time (0: off)
     elasticShrink: true              # elastic gangs may give up members above their minimum
+    planTiming: true                 # a plan may wait for victims' next checkpoint or end
     rendezvousCostSeconds: 60        # per GPU of a shrinking gang: its re-rendezvous (assumed)
     maxPreemptionsPerWindow: 4       # starvation bound: a workload preempted this often within
     preemptionBoundWindowSeconds: 86400  # this window is no victim (0: off; policies/bound.py)
@@ -123,6 +124,9 @@ class Config:
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
     restart_cost_seconds: float = RESTART_COST_SECONDS
     elastic_shrink: bool = True
+    # when to evict (policies.timing): a plan may wait, up to max_checkpoint_seconds, for its
+    # victims' next periodic checkpoint or declared end when that loses less; False: at once
+    plan_timing: bool = True
     rendezvous_cost_seconds: float = shrink.RENDEZVOUS_SECONDS  # an assumption
     prometheus_url: str = ""
     prometheus_bearer_token_file: str = ""

@@ -90,6 +90,7 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
         fairness_penalty_seconds=cfg.fairness_penalty_seconds,
         restart_seconds=cfg.restart_cost_seconds,
         shrink=cfg.elastic_shrink, rendezvous_seconds=cfg.rendezvous_cost_seconds,
+        timing=cfg.plan_timing,
     )
 
 

@@ -23,6 +23,14 @@ def test_the_controller_config_turns_shrink_off_and_sets_the_rendezvous_cost():
         config.parse({"rendezvousCostSeconds": -1})
 
 
+def test_the_controller_config_turns_plan_timing_off():
+    # on by default, as PlannerConfig; planTiming: false evicts at the drain deadline as before
+    assert convert.planner_config(config.Config()).timing
+    assert not convert.planner_config(config.parse({"planTiming": False})).timing
+    with pytest.raises(config.ConfigError, match="planTiming"):
+        config.parse({"planTiming": "sometimes"})
+
+
 def _elastic_cluster(minimum: str = "2"):
     gang = {"scheduling.ai/gang-name": "job", "scheduling.ai/gang-total": "3"}
     # three hours of unsaved work: a shrink (its re-rendezvous) is far cheaper than the gang
