@@ -28,6 +28,7 @@
     fairnessWindowSeconds: 3600      # preemptions this recent count against a workload
     fairnessPenaltySeconds: 900      # per GPU per recent preemption, added to its cost (0: off)
     restartCostSeconds: 150          # per evicted GPU: your jobs' restart/restore time (0: off)
+    restartCostGpuSecondsPerWorkload: 0  # per evicted gang or pod, whatever its size (0: off)
     elasticShrink: true              # elastic gangs may give up members above their minimum
     planTiming: true                 # a plan may wait for victims' next checkpoint or end
     rendezvousCostSeconds: 60        # per GPU of a shrinking gang: its re-rendezvous (assumed)
@@ -123,6 +124,10 @@ class Config:
     fairness_window_seconds: float = preemption.FAIRNESS_WINDOW_SECONDS
     fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS
     restart_cost_seconds: float = RESTART_COST_SECONDS
+    # a restart's fixed part, once per evicted workload (gang or pod) whatever its GPUs: without
+    # it a fractional pod looks many times cheaper to restart than it is. 0 by default: we have
+    # no measured figure (the simulator assumes 300 GPU-s, policies/sim/costs.py)
+    restart_cost_gpu_seconds_per_workload: float = 0.0
     elastic_shrink: bool = True
     # when to evict (policies.timing): a plan may wait, up to max_checkpoint_seconds, for its
     # victims' next periodic checkpoint or declared end when that loses less; False: at once
@@ -167,6 +172,9 @@ class Config:
         if not math.isfinite(self.restart_cost_seconds):
             raise ConfigError("config: restartCostSeconds must be a finite number of seconds "
                               f"(0 or more), not {self.restart_cost_seconds!r}")
+        if not math.isfinite(self.restart_cost_gpu_seconds_per_workload):
+            raise ConfigError("config: restartCostGpuSecondsPerWorkload must be a finite number "
+                              f"(0 or more), not {self.restart_cost_gpu_seconds_per_workload!r}")
         if self.fairness_window_seconds > self.plan_history_seconds:
             raise ConfigError("config: fairnessWindowSeconds must not exceed planHistorySeconds "
                               "(preemptions are counted from the plans kept)")
@@ -211,7 +219,7 @@ class Config:
 
 # 0 turns the fairness guard off, leaves restarts out of a victim's cost, turns the bound off
 _ZERO_ALLOWED = {"fairness_penalty_seconds", "restart_cost_seconds", "rendezvous_cost_seconds",
-                 "max_preemptions_per_window"}
+                 "max_preemptions_per_window", "restart_cost_gpu_seconds_per_workload"}
 
 
 def _camel(name: str) -> str:

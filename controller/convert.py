@@ -89,6 +89,7 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
         drain=cfg.drain, max_checkpoint_seconds=cfg.max_checkpoint_seconds,
         fairness_penalty_seconds=cfg.fairness_penalty_seconds,
         restart_seconds=cfg.restart_cost_seconds,
+        restart_workload_gpu_seconds=cfg.restart_cost_gpu_seconds_per_workload,
         shrink=cfg.elastic_shrink, rendezvous_seconds=cfg.rendezvous_cost_seconds,
         timing=cfg.plan_timing,
     )

@@ -84,6 +84,7 @@ def solve(
         max_checkpoint_seconds=config.max_checkpoint_seconds,
         penalty_seconds=config.fairness_penalty_seconds,
         restart_seconds=config.restart_seconds,
+        restart_workload_gpu_seconds=config.restart_workload_gpu_seconds,
     )
     order = sorted(builder.all_units(), key=lambda u: (u.cost, u.id))
     base = {n.name: snapshot.free(n.name) for n in snapshot.nodes}

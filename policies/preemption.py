@@ -71,6 +71,8 @@ class PlannerConfig:
     record_rejections: bool = True
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
+    # per evicted workload (a gang or a pod), whatever its size: a restart's fixed GPU-seconds
+    restart_workload_gpu_seconds: float = 0.0
     placement: str = admission.GANG_BLOCK  # how a pod that fits as things stand is placed
     # elastic shrink (policies.shrink): an elastic gang may give up only members above its
     # minimum, each GPU that stays charged this many seconds; False: every gang goes whole
@@ -241,7 +243,8 @@ def _share(cache: PlanCache, snapshot: Snapshot, priority: int,
            config: PlannerConfig) -> Share | None:
     return cache.share(snapshot, priority, search_budget=config.search_budget, cost_settings=(
         config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
-        config.restart_seconds, config.shrink and config.rendezvous_seconds))
+        config.restart_seconds, config.shrink and config.rendezvous_seconds,
+        config.restart_workload_gpu_seconds))
 
 
 def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
@@ -251,6 +254,7 @@ def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
         penalty_seconds=config.fairness_penalty_seconds,
         restart_seconds=config.restart_seconds,
+        restart_workload_gpu_seconds=config.restart_workload_gpu_seconds,
         rendezvous_seconds=config.rendezvous_seconds if config.shrink else None,
         shared=None if shared is None else shared.evictable(),
         unshared=frozenset() if shared is None else shared.unshared,

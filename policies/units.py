@@ -85,8 +85,12 @@ class UnitBuilder:
         max_checkpoint_seconds: float, penalty_seconds: float = 0.0,
         restart_seconds: float = 0.0, shared: dict[str, Evictable] | None = None,
         unshared: frozenset[str] = frozenset(), rendezvous_seconds: float | None = None,
+        restart_workload_gpu_seconds: float = 0.0,
     ) -> None:
         self.s = snapshot
+        # a restart's fixed part, whatever the workload's size: charged once per unit that
+        # goes whole (a gang or a pod), on its first pod; a shrink restarts nothing
+        self.restart_workload_gpu_seconds = restart_workload_gpu_seconds
         # None: no elastic shrink, every gang goes whole (``policies.shrink``)
         self.rendezvous_seconds = rendezvous_seconds
         self._shrink_rate: dict[str, float] = {}
@@ -177,6 +181,9 @@ class UnitBuilder:
         if got is None:
             pods = sorted(self.members(pod), key=lambda p: p.uid)
             lost = [self.loss(p) for p in pods]
+            if self.restart_workload_gpu_seconds:
+                first, drained = lost[0]
+                lost[0] = (first + self.restart_workload_gpu_seconds, drained)
             release: dict[str, Resources] = {}
             for p in pods:
                 release[p.node] = release.get(p.node, ZERO) + p.requests

@@ -21,10 +21,9 @@ did before they existed).
   framework start-up of the first pod, a failed first attempt), charged once per evicted job on
   top of ``restore_seconds`` on every GPU; 300 GPU-seconds is one GPU's worth of the per-GPU
   figure above. With it a 1-GPU victim costs 600 GPU-seconds to restart and an 8-GPU one 2,700,
-  instead of 300 and 2,400. The planner's cost model has only a per-GPU restart charge
-  (``restartCostSeconds``); the replay gives our planners that per-GPU figure plus this fixed
-  term spread over the mean GPU share of the workload's low-priority jobs
-  (``planner_restart_seconds``), as an operator would set the one knob they have.
+  instead of 300 and 2,400. Our planners are given both terms as the controller's two knobs
+  would say them (``restartCostSeconds`` per GPU, ``restartCostGpuSecondsPerWorkload`` once per
+  evicted gang or pod; ``SimConfig.planner_restart``).
 - ``report_lag_seconds`` 30 and ``report_jitter_seconds`` 30: assumptions. The training process
   publishes ``last-checkpoint`` after the checkpoint is durable (one API write); the jitter
   stands for scripts that stamp the step's start rather than the save's end.
@@ -83,16 +82,6 @@ def restart_gpu_seconds(*, gpu_share: float, per_gpu_seconds: float,
     """What restarting one evicted job costs: the fixed per-job term plus the per-GPU term on
     each GPU it holds (a fractional share is charged at its fraction)."""
     return per_job_gpu_seconds + gpu_share * per_gpu_seconds
-
-
-def planner_restart_seconds(*, per_gpu_seconds: float, per_job_gpu_seconds: float,
-                            mean_job_gpu_share: float) -> float:
-    """The one per-GPU restart charge the planner takes (``restartCostSeconds``) that matches
-    the two-term restore cost on a job of the mean size: the per-GPU term plus the fixed term
-    spread over ``mean_job_gpu_share`` GPUs."""
-    if mean_job_gpu_share <= 0:
-        return per_gpu_seconds
-    return per_gpu_seconds + per_job_gpu_seconds / mean_job_gpu_share
 
 
 def split_at(start: float, end: float, window_start: float) -> tuple[float, float]:

@@ -63,7 +63,6 @@ from ckpt_preempt.policies.sim import waits
 from ckpt_preempt.policies.sim.costs import (
     Ledger,
     drain_outcome,
-    planner_restart_seconds,
     restart_gpu_seconds,
     split_at,
 )
@@ -79,7 +78,7 @@ from ckpt_preempt.policies.sim.elastic import ElasticJobs
 from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
-from ckpt_preempt.policies.sim.workload import Job, Workload, mean_low_job_share
+from ckpt_preempt.policies.sim.workload import Job, Workload
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,8 +101,10 @@ class SimConfig:
     drain_overrun_share: float = 0.05  # of drain requests: checkpoint takes longer than estimated
     drain_overrun_factor: float = 2.0  # an overrun checkpoint takes this many times its estimate
     # what our search charges per evicted GPU for a restart (the controller's
-    # restartCostSeconds): None = the operator set it from the restore cost (restore_seconds
-    # plus the per-job term spread over the mean low-priority job); 0 = blind to restarts
+    # restartCostSeconds): None = the operator set both restart knobs from the restore cost
+    # (restore_seconds per GPU, restore_job_gpu_seconds per workload as
+    # restartCostGpuSecondsPerWorkload); a number = that per GPU and nothing per workload (0:
+    # blind to restarts)
     planner_restart_seconds: float | None = None
     shrink: bool = True  # our planner may shrink elastic jobs (policies.sim.elastic)
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
@@ -123,13 +124,12 @@ class SimConfig:
     lie_share: float = 0.0
     lie_minutes: float = 60.0
 
-    def planner_restart(self, mean_job_gpu_share: float) -> float:
+    @property
+    def planner_restart(self) -> tuple[float, float]:
+        """(per GPU seconds, per workload GPU-seconds) our search charges for a restart."""
         if self.planner_restart_seconds is None:
-            return planner_restart_seconds(
-                per_gpu_seconds=self.restore_seconds,
-                per_job_gpu_seconds=self.restore_job_gpu_seconds,
-                mean_job_gpu_share=mean_job_gpu_share)
-        return self.planner_restart_seconds
+            return self.restore_seconds, self.restore_job_gpu_seconds
+        return self.planner_restart_seconds, 0.0
 
     def without_costs(self) -> SimConfig:
         """The same knobs with every cost beyond unsaved work off (no restore time, exact and
@@ -227,7 +227,8 @@ class Simulation(PlannerView, ElasticJobs):
         self.policy = policy
         self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
                                    config.fairness_penalty_seconds,
-                                   config.planner_restart(mean_low_job_share(workload.jobs)),
+                                   config.planner_restart[0],
+                                   restart_workload_gpu_seconds=config.planner_restart[1],
                                    shrink=config.shrink)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock

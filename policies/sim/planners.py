@@ -38,15 +38,20 @@ def _kube_workload(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
     return kube_workload.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
 
 
-def _config(drain: bool, max_ckpt: float, penalty: float, restart: float,
+Restart = tuple[float, float]  # our search's restart charge: (per GPU, per workload) seconds
+
+
+def _config(drain: bool, max_ckpt: float, penalty: float, restart: Restart,
             shrink: bool = True, timed: bool = False) -> preemption.PlannerConfig:
+    per_gpu, per_workload = restart
     return preemption.PlannerConfig(
         drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
-        fairness_penalty_seconds=penalty, restart_seconds=restart, shrink=shrink, timing=timed,
+        fairness_penalty_seconds=penalty, restart_seconds=per_gpu,
+        restart_workload_gpu_seconds=per_workload, shrink=shrink, timing=timed,
     )
 
 
-def _aware(drain: bool, max_ckpt: float, penalty: float, restart: float,
+def _aware(drain: bool, max_ckpt: float, penalty: float, restart: Restart,
            shrink: bool = True, timed: bool = False) -> Planner:
     cfg = _config(drain, max_ckpt, penalty, restart, shrink, timed)
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
@@ -57,7 +62,7 @@ def _wait_then_evict(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
                                 max_wait=WAIT_THEN_EVICT_SECONDS, policy=WAIT_THEN_EVICT)
 
 
-def _greedy(max_ckpt: float, penalty: float, restart: float, shrink: bool = True) -> Planner:
+def _greedy(max_ckpt: float, penalty: float, restart: Restart, shrink: bool = True) -> Planner:
     cfg = replace(_config(True, max_ckpt, penalty, restart, shrink),
                   search_budget=GREEDY_SEARCH_BUDGET)
 
@@ -67,7 +72,7 @@ def _greedy(max_ckpt: float, penalty: float, restart: float, shrink: bool = True
     return plan
 
 
-def _cost_aware(max_ckpt: float, penalty: float, restart: float,
+def _cost_aware(max_ckpt: float, penalty: float, restart: Restart,
                 shrink: bool = True) -> Planner:
     cfg = _config(False, max_ckpt, penalty, restart, shrink)
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
@@ -88,29 +93,33 @@ KNOWN = (*POLICIES, WAIT_THEN_EVICT, TIMING_POLICY)
 
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
-                restart_seconds: float = 0.0, *, shrink: bool = True) -> Planner:
+                restart_seconds: float = 0.0, *, shrink: bool = True,
+                restart_workload_gpu_seconds: float = 0.0) -> Planner:
     """The named policy. ``restart_seconds`` is what our search (cost-aware, greedy-checkpoint
     and both checkpoint-aware policies) charges per evicted GPU for the restart, as the
-    controller's ``restartCostSeconds`` does; the kube-scheduler baselines know nothing of it.
-    ``shrink``: whether our search may shrink elastic gangs (``policies.shrink``)."""
+    controller's ``restartCostSeconds`` does, and ``restart_workload_gpu_seconds`` once per
+    evicted workload whatever its size (``restartCostGpuSecondsPerWorkload``); the
+    kube-scheduler baselines know nothing of either. ``shrink``: whether our search may shrink
+    elastic gangs (``policies.shrink``)."""
+    restart = (restart_seconds, restart_workload_gpu_seconds)
     if name == kube_default.POLICY:
         return _kube
     if name == kube_workload.POLICY:
         return _kube_workload
     if name == cost_aware.POLICY:
-        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart,
                            shrink)
     if name == GREEDY_POLICY:
-        return _greedy(max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+        return _greedy(max_checkpoint_seconds, fairness_penalty_seconds, restart,
                        shrink)
     if name == preemption.POLICY:
-        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart,
                       shrink)
     if name == DRAIN_POLICY:
-        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart,
                       shrink)
     if name == TIMING_POLICY:
-        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart_seconds,
+        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart,
                       shrink, timed=True)
     if name == WAIT_THEN_EVICT:
         return _wait_then_evict

@@ -250,10 +250,6 @@ def jobs_from(arrivals: list[Arrival], params: WorkloadParams, rng: random.Rando
     return jobs
 
 
-def mean_low_job_share(jobs: tuple[Job, ...] | list[Job]) -> float:
-    """The mean GPU share of the low-priority (preemptible) jobs; 0 when there are none."""
-    low = [j.gpu_share for j in jobs if not j.high]
-    return sum(low) / len(low) if low else 0.0
 def is_silent(seed: int, job_id: int, share: float) -> bool:
     """Whether a checkpointing job never reports it: a draw of its own per seed and job (not
     from the generator's stream), so the share changes who is silent and nothing else."""

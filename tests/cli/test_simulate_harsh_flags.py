@@ -25,15 +25,15 @@ def test_harsh_flags_reach_the_generator_and_the_simulator():
     assert cell.params.share_silent == 0.25
     c = cell.config
     assert (c.lie_share, c.lie_minutes, c.report_lag_seconds) == (0.1, 30.0, 1200.0)
-    assert c.planner_restart(2.0) == c.planner_restart(0.5) == 150.0  # the flag, as set
+    assert c.planner_restart == (150.0, 0.0)  # the flag, per GPU, as an operator sets one knob
 
 
 def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore_time():
     _, cell, _ = cmd_simulate.validate(_args())
     assert cell.params.share_silent == 0.0 and cell.config.lie_share == 0.0
     c = cell.config
-    # the restore time: its per-GPU term plus the fixed per-job term spread over a mean job
-    assert c.planner_restart(2.0) == c.restore_seconds + c.restore_job_gpu_seconds / 2.0
+    # the restore time: its per-GPU term, and the fixed per-job term once per workload
+    assert c.planner_restart == (c.restore_seconds, c.restore_job_gpu_seconds)
 
 
 @pytest.mark.parametrize(("flag", "value"), [

@@ -44,3 +44,14 @@ def test_the_controller_refuses_a_bad_restart_charge_with_one_line_and_exit_2(tm
                          timeout=120)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "restartCostSeconds" in out.stderr
+
+
+def test_the_per_workload_restart_charge_reaches_the_planner_and_bad_values_are_refused():
+    from ckpt_preempt.controller import convert
+
+    assert convert.planner_config(config.Config()).restart_workload_gpu_seconds == 0.0
+    got = convert.planner_config(config.parse({"restartCostGpuSecondsPerWorkload": 300}))
+    assert got.restart_workload_gpu_seconds == 300.0
+    for bad in (-1, math.inf, "five"):
+        with pytest.raises(config.ConfigError, match="restartCostGpuSecondsPerWorkload"):
+            config.parse({"restartCostGpuSecondsPerWorkload": bad})

@@ -93,11 +93,9 @@ def test_each_evicted_job_also_pays_the_fixed_per_job_restore_term():
 
 def test_the_planners_restart_charge_follows_both_restore_terms():
     cfg = replace(IDEAL, restore_seconds=300.0, restore_job_gpu_seconds=600.0)
-    # the fixed term spread over the mean low-priority job (2 GPUs here)
-    assert cfg.planner_restart(2.0) == pytest.approx(300 + 600 / 2)
-    assert replace(cfg, planner_restart_seconds=0.0).planner_restart(2.0) == 0.0
-    assert costs.planner_restart_seconds(per_gpu_seconds=300, per_job_gpu_seconds=600,
-                                         mean_job_gpu_share=0) == 300
+    # per GPU and once per workload, as the controller's two knobs say them
+    assert cfg.planner_restart == (300.0, 600.0)
+    assert replace(cfg, planner_restart_seconds=0.0).planner_restart == (0.0, 0.0)
 
 
 # -- what the planner is shown -----------------------------------------------------------
