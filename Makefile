@@ -76,6 +76,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/evidence.py --out bench/results
 	$(BIN)/python bench/harsh_world.py
 	$(BIN)/python bench/restart_cost.py
+	$(BIN)/python bench/timing.py
+	$(BIN)/python bench/starvation_bound.py
+	$(BIN)/python bench/elastic_shrink.py
 	$(BIN)/python bench/lost_work.py
 	$(BIN)/python bench/fairness.py
 	$(BIN)/python bench/optimality.py
