@@ -45,6 +45,8 @@ LATEST = "latest"
 # how long the rendezvous waits for more agents once it has the minimum, and for the first
 # ones: short, so the demo re-forms in seconds (torch's defaults: 30 s and 600 s)
 RDZV_CONF = "last_call_timeout=3,join_timeout=120,close_timeout=5"
+STORE_TIMEOUT_SECONDS = 120.0  # the first agent's store must listen by then (torch's join_timeout)
+STORE_FALLBACK_SECONDS = 1.0  # where /proc/net/tcp cannot be read: a pause, as before
 LEAVE_TIMEOUT_SECONDS = 300
 
 
@@ -90,6 +92,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool | None:
+    """Whether a socket listens on ``port`` (Linux's /proc/net/tcp and tcp6, read without
+    connecting, so the store sees no stray client); None where neither can be read."""
+    rows, read = [], False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows += f.read().splitlines()[1:]
+            read = True
+        except OSError:
+            continue
+    if not read:
+        return None
+    wanted = f":{port:04X}"
+    return any(r.split()[1].endswith(wanted) and r.split()[3] == "0A" for r in rows)
+
+
+def wait_for_store(port: int, agent: subprocess.Popen) -> None:
+    """Until the first agent's c10d store listens: an agent started before that could host the
+    store itself, and if it were the one the run ends, the store would go with it (seen under
+    load, when starting torch took the first agent more than a second)."""
+    end = time.monotonic() + STORE_TIMEOUT_SECONDS
+    while time.monotonic() < end and agent.poll() is None:
+        got = listening(port)
+        if got is None:  # no /proc: the fixed pause this launcher used before
+            time.sleep(STORE_FALLBACK_SECONDS)
+            return
+        if got:
+            return
+        time.sleep(0.2)
+
+
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     run = Path(args.dir)
     try:
@@ -108,7 +142,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
              "--monitor-interval=0.5", __file__, "--worker", *argv],
             env={**env, "CKPT_ELASTIC_NODE": str(node)}))
         if node == 0:
-            time.sleep(1.0)  # the first agent hosts the c10d store; the others join it
+            wait_for_store(port, agents[0])  # the first agent hosts the store; others join it
     leaving = agents[-1]
     marker = run / f"left-at-{args.leave_at}"
     end = time.monotonic() + LEAVE_TIMEOUT_SECONDS
