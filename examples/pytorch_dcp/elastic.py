@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,11 +36,12 @@ from pathlib import Path
 
 with contextlib.suppress(IndexError):  # run from a source checkout: the SDK is in sdk/
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk"))
+from train import LATEST, OneLineParser, free_port  # the DCP example beside this file
+
 import ckpt_preempt_sdk as sdk
 
 NODES, MIN_NODES = 3, 2
 FEATURES, HIDDEN, BATCH = 16, 64, 32
-LATEST = "latest"
 # how long the rendezvous waits for more agents once it has the minimum, and for the first
 # ones: short, so the demo re-forms in seconds (torch's defaults: 30 s and 600 s)
 RDZV_CONF = "last_call_timeout=3,join_timeout=120,close_timeout=5"
@@ -62,11 +62,6 @@ def at_least(low: int):
     return parse_value
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage dump: the project's bad-input rule
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True, help="checkpoints and loss.jsonl go here")
@@ -84,12 +79,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------------------- the launcher
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening(port: int) -> bool | None:
