@@ -34,6 +34,14 @@ run_helm() {
   fi
 }
 
+run_kubectl() {
+  # kubectl for the drain tests (e2e/test_*drain*): its own module and cache, like helm.
+  if [[ -x "$here/kubectl/build.sh" ]]; then
+    log "kubectl: running kubectl/build.sh"
+    "$here/kubectl/build.sh"
+  fi
+}
+
 command -v go >/dev/null || { echo "go not found: install Go >= 1.26" >&2; exit 1; }
 gover=$(go env GOVERSION)
 case "$gover" in
@@ -50,6 +58,7 @@ if [[ -f "$dest/.complete" ]]; then
   run_mocknvml
   run_prometheus
   run_helm
+  run_kubectl
   exit 0
 fi
 
@@ -119,3 +128,4 @@ log "done in $(( $(date +%s) - start ))s: $dest ($(du -sh "$dest" | cut -f1))"
 run_mocknvml
 run_prometheus
 run_helm
+run_kubectl
