@@ -58,3 +58,21 @@ def test_topo_numa_column():
     assert parse_topo_numa(re.sub(r"\x1b\[[0-9;]*m", "", TOPO)) == [0, 0, 1]
     assert parse_topo_numa(DGX_A100_TOPO) == [3, 3]
     assert parse_topo_numa("GPU0\t X \t0-7\tN/A\n") == [None]
+
+
+def test_parsers_on_the_output_of_a_real_h200():
+    """nvidia-smi's own output, as captured on an H200 runner (e2e/gpu/results/): one GPU in a VM,
+    no NVLink, fabric not applicable. The parsers read it as the suite's result recorded it."""
+    import json
+    import re
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "e2e/gpu/results/h200-runner-20261204"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", (folder / "nvidia-smi.txt").read_text())
+    result = json.loads((folder / "gpu-suite.json").read_text())
+    assert parse_topo_matrix(text) == [["X"]]
+    assert parse_topo_numa(text) == [result["report"]["gpus"][0]["numa_node"]] == [0]
+    fabric = parse_fabric(text)
+    assert len(fabric) == 1 and fabric[0]["State"] == "N/A"
+    assert result["query"]["fabric"] == fabric
+    assert result["failed"] == [] and result["topo"]["ok"] and result["query"]["ok"]
