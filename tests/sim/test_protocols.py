@@ -128,8 +128,10 @@ def test_steady_offers_the_target_utilisation(loaded, workload, utilisation):
 @given(seed=st.integers(1, 10**6))
 def test_steady_starts_in_equilibrium(loaded, seed):
     w, _ = _build(loaded, "openb", "steady", seed=seed)
-    # the pre-filled jobs alone already offer about the target load at t = 0
-    at_start = sum(j.gpus for j in w.jobs if j.arrival == 0) / w.capacity_gpus
+    # the pre-filled jobs alone already offer about the target load at t = 0, counted as the
+    # rate is, in GPU shares (a 0.46-GPU pod is 0.46, not the one device it touches): counted in
+    # devices, openb's shared pods make it 1.15 on average (1.28 on one seed)
+    at_start = sum(j.gpu_share for j in w.jobs if j.arrival == 0) / w.capacity_gpus
     assert at_start == pytest.approx(1.0, rel=0.25)
     assert all(j.done_before > 0 for j in w.jobs if j.arrival == 0)
     assert max(j.arrival for j in w.jobs) < w.window
