@@ -8,7 +8,8 @@ job mix (sizes, gangs, checkpoint modes and intervals, drain times, restores):
 - training/replay: the synthetic training scenario under the replay protocol.
 
 A cut keeps ``--nodes`` seeded nodes of the cell's cluster and draws, seeded and without
-replacement, the cell's jobs that fit those nodes: low-priority jobs until their GPUs reach
+replacement, the cell's jobs that fit those nodes: low-priority jobs of at least an hour (shorter
+ones would mostly be gone when the preemptors come) until their GPUs reach
 ``LOW_FILL`` × the cut's GPUs (at most ``--jobs`` jobs in all), arriving uniformly in the first
 half hour, then 1 to ``--high`` high-priority jobs arriving uniformly in the hour after. Each
 job keeps the cell's size, gang, duration, checkpoint mode, interval, drain time and restore;
@@ -45,9 +46,10 @@ from ckpt_preempt.policies.sim.workload import Job, Workload, offered_load
 
 STYLES = {"openb/stress": ("openb", "stress"), "training/replay": ("training", "replay")}
 CELL_SCALE = 0.1  # the evidence run's scale (bench/evidence.py EVIDENCE_SCALE)
-LOW_FILL = 1.5  # low-priority GPUs drawn per GPU of the cut (assumption: enough to contend)
+LOW_FILL = 2.0  # low-priority GPUs drawn per GPU of the cut (assumption: enough to contend)
 FILL_SECONDS = 1800.0  # low-priority jobs arrive in the first half hour
 HIGH_SPAN_SECONDS = 3600.0  # high-priority jobs arrive in the hour after
+LOW_MIN_DURATION_SECONDS = 3600.0  # shorter low-priority jobs are gone before most preemptors
 FLOOR_EPS_GPU_HOURS = 1e-9  # a loss this close to the floor reaches it
 
 
@@ -68,7 +70,8 @@ def cut(style: str, seed: int, *, nodes: int, jobs: int, high: int
     rng = random.Random(f"floor-cut-{style}-{seed}")
     kept = rng.sample(used, min(nodes, len(used)))
     capacity = sum(n.gpus for n in kept)
-    lows = [j for j in w.jobs if not j.high and _fits(j, kept)]
+    lows = [j for j in w.jobs if not j.high and _fits(j, kept)
+            and j.duration >= LOW_MIN_DURATION_SECONDS]
     highs = [j for j in w.jobs if j.high and _fits(j, kept)]
     rng.shuffle(lows)
     rng.shuffle(highs)
@@ -88,6 +91,21 @@ def cut(style: str, seed: int, *, nodes: int, jobs: int, high: int
                     offered_load=offered_load(chosen, capacity, 0.0, window), extra_pods=0,
                     window=window, capacity_gpus=capacity, params=w.params,
                     protocol=w.protocol), kept
+
+
+def _choice_kinds(results: list[hindsight.HindsightResult]) -> dict[str, int]:
+    """What the floors' paths chose at their decisions: a registry policy's plan, no plan, or
+    a plan of the hindsight search's own that evicts now or waits (``+Ns``)."""
+    kinds = {"registry_plan": 0, "no_plan": 0, "own_evict_now": 0, "own_wait": 0}
+    for r in results:
+        for label in r.choices:
+            if label in KNOWN:
+                kinds["registry_plan"] += 1
+            elif label == "no plan":
+                kinds["no_plan"] += 1
+            else:
+                kinds["own_wait" if " +" in label else "own_evict_now"] += 1
+    return kinds
 
 
 def measure(style: str, seeds: list[int], *, nodes: int, jobs: int, high: int,
@@ -110,8 +128,10 @@ def measure(style: str, seeds: list[int], *, nodes: int, jobs: int, high: int,
                  "seeds_too_large": too_large,
                  "jobs_per_instance": [n for _, n, _ in rows],
                  "floor_gpu_hours": [round(r.floor_gpu_hours, 4) for _, _, r in rows],
-                 "floor_decisions": [r.decisions for _, _, r in rows],
+                 "floor_search_decisions": [r.decisions for _, _, r in rows],
                  "simulations": [r.simulations for _, _, r in rows],
+                 "floor_found_by": [r.found_by for _, _, r in rows],
+                 "floor_choices": _choice_kinds([r for _, _, r in rows]),
                  "policies": {}}
     positive = [r for _, _, r in rows if r.floor_gpu_hours > FLOOR_EPS_GPU_HOURS]
     zero = [r for _, _, r in rows if r.floor_gpu_hours <= FLOOR_EPS_GPU_HOURS]

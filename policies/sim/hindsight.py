@@ -57,7 +57,7 @@ from ckpt_preempt.policies.sim.workload import Workload
 from ckpt_preempt.policies.timing import Timing, VictimWait, When
 
 POLICY = "hindsight"
-MAX_SIMULATIONS = 20_000  # runs one search may make before it gives up (HindsightLimit)
+MAX_SIMULATIONS = 5_000  # runs one search may make before it gives up (HindsightLimit)
 MAX_TIMED_VICTIM_JOBS = 2  # drain subsets and eviction times for victim sets up to this size
 # Evict this long after a victim's true checkpoint completes, so that the engine's floor division
 # in _JobState.last_checkpoint counts it whatever the float rounding (a millisecond, not a wait).
