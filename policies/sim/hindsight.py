@@ -6,9 +6,10 @@ charges every policy (lost work + restarts + the preemptor's extra wait):
 
 1. the plan each policy of the simulator's registry (``planners.KNOWN``) would make there, on the
    same snapshot with the same plan number; "no plan" when one of them would make none;
-2. for a one-pod preemptor, every node with every inclusion-minimal set of victim jobs whose
-   eviction lets it fit (a gang victim whole), and for every victim set of 1 or 2 (registry
-   plans without elastic shrinks included): every subset of its on-request victims drained, and
+2. for a one-pod preemptor, every node with every inclusion-minimal set of up to four victim
+   jobs whose eviction lets it fit (a gang victim whole); and for every victim set of 1 or 2
+   jobs (registry plans without elastic shrinks included): every subset of its on-request
+   victims drained, and
    every eviction time in hindsight: now (after the grace period), or just after a victim's next
    true checkpoint or at its true end, when that falls within the drain cap
    (``SimConfig.max_checkpoint_seconds``). It knows every future checkpoint, end and arrival
@@ -58,6 +59,7 @@ from ckpt_preempt.policies.timing import Timing, VictimWait, When
 
 POLICY = "hindsight"
 MAX_SIMULATIONS = 5_000  # runs one search may make before it gives up (HindsightLimit)
+MAX_VICTIM_SET_JOBS = 4  # the largest victim set enumerated per node (registry plans: any)
 MAX_TIMED_VICTIM_JOBS = 2  # drain subsets and eviction times for victim sets up to this size
 # Evict this long after a victim's true checkpoint completes, so that the engine's floor division
 # in _JobState.last_checkpoint counts it whatever the float rounding (a millisecond, not a wait).
@@ -179,7 +181,7 @@ class _Scripted(Simulation):
                     job = _job_of(p.uid)
                     jobs[job] = jobs.get(job, ZERO) + p.requests
             found: list[frozenset[int]] = []
-            for size in range(len(jobs) + 1):
+            for size in range(min(len(jobs), MAX_VICTIM_SET_JOBS) + 1):
                 for combo in itertools.combinations(sorted(jobs), size):
                     chosen = frozenset(combo)
                     if any(f <= chosen for f in found):
