@@ -21,11 +21,13 @@ simulation budget is counted as too large and left out (reported, not hidden).
 
 Prints one JSON object: per style, per policy, the median of loss ÷ floor over the instances
 whose floor is above zero, with a bootstrap 95 % CI over instances (``policies.sim.stats``),
+and the same for loss ÷ the per-instance best of the baselines (``planners.TIMING_BASELINES``:
+the four baselines and wait-then-evict), so both yardsticks are read on the same instances;
 the share of instances where the policy reaches the floor, and how many instances had a zero
 floor (and on how many of those each policy lost anything). Every cost is on (the simulator's
 defaults, ``SimConfig()``), preemptor delay included.
 
-Usage: python bench/floor.py [--seeds 20] [--nodes 2] [--jobs 24] [--high 4]
+Usage: python bench/floor.py [--seeds 20] [--nodes 2] [--jobs 32] [--high 4]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from dataclasses import replace
 from ckpt_preempt.controller import trace_files
 from ckpt_preempt.policies.sim import hindsight, protocols, stats
 from ckpt_preempt.policies.sim.engine import SimConfig
-from ckpt_preempt.policies.sim.planners import KNOWN
+from ckpt_preempt.policies.sim.planners import KNOWN, TIMING_BASELINES
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload, offered_load
 
@@ -140,8 +142,12 @@ def measure(style: str, seeds: list[int], *, nodes: int, jobs: int, high: int,
         losses = [r.policy_gpu_hours[name] for r in positive]
         floors = [r.floor_gpu_hours for r in positive]
         est = stats.bootstrap_ratio(losses, floors, seed=1)
+        every = [r.policy_gpu_hours[name] for _, _, r in rows]
+        best = [min(r.policy_gpu_hours[b] for b in TIMING_BASELINES) for _, _, r in rows]
+        vs_best = stats.bootstrap_ratio(every, best, seed=1)
         out["policies"][name] = {
             "vs_floor": est.as_dict() if est else None,
+            "vs_best_baseline": vs_best.as_dict() if vs_best else None,
             "reaches_floor": sum(r.policy_gpu_hours[name] <= r.floor_gpu_hours
                                  + FLOOR_EPS_GPU_HOURS for _, _, r in rows),
             "loses_on_zero_floor": sum(r.policy_gpu_hours[name] > FLOOR_EPS_GPU_HOURS
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20, help="instances per style (seeds 1..N)")
     ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--jobs", type=int, default=24)
+    ap.add_argument("--jobs", type=int, default=32)
     ap.add_argument("--high", type=int, default=4, help="most high-priority jobs per instance")
     ap.add_argument("--styles", default=",".join(STYLES))
     ap.add_argument("--max-simulations", type=int, default=hindsight.MAX_SIMULATIONS)
