@@ -111,9 +111,8 @@ def _choice_kinds(results: list[hindsight.HindsightResult]) -> dict[str, int]:
 
 
 def measure(style: str, seeds: list[int], *, nodes: int, jobs: int, high: int,
-            max_simulations: int) -> dict:
+            max_simulations: int, cfg: SimConfig) -> dict:
     """Floors and policy losses on ``style``'s cuts; the style's JSON section."""
-    cfg = SimConfig()
     rows, idle, too_large = [], 0, 0
     for seed in seeds:
         w, kept = cut(style, seed, nodes=nodes, jobs=jobs, high=high)
@@ -165,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--high", type=int, default=4, help="most high-priority jobs per instance")
     ap.add_argument("--styles", default=",".join(STYLES))
     ap.add_argument("--max-simulations", type=int, default=hindsight.MAX_SIMULATIONS)
+    ap.add_argument("--exact-reports", action="store_true",
+                    help="no report lag or jitter and no failed or overrun drains: what is "
+                         "left between a policy and the floor is foresight")
     args = ap.parse_args(argv)
     styles = args.styles.split(",")
     unknown = [s for s in styles if s not in STYLES]
@@ -174,11 +176,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     seeds = list(range(1, args.seeds + 1))
+    cfg = SimConfig()
+    if args.exact_reports:
+        cfg = replace(cfg, report_lag_seconds=0.0, report_jitter_seconds=0.0,
+                      drain_failure_share=0.0, drain_overrun_share=0.0)
     result = {"benchmark": "hindsight_floor", "seeds": seeds, "nodes": args.nodes,
               "max_jobs": args.jobs, "max_high_jobs": args.high,
-              "max_simulations": args.max_simulations, "config": "SimConfig() defaults",
+              "max_simulations": args.max_simulations,
+              "config": "exact reports, drains never fail" if args.exact_reports
+              else "SimConfig() defaults",
               "styles": {s: measure(s, seeds, nodes=args.nodes, jobs=args.jobs,
-                                    high=args.high, max_simulations=args.max_simulations)
+                                    high=args.high, max_simulations=args.max_simulations, cfg=cfg)
                          for s in styles}}
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(result))
