@@ -97,9 +97,12 @@ def instances(draw):
         mode, interval = draw(MODES)
         gpus = draw(st.sampled_from([1, 2, 4]))
         members = draw(st.integers(1, 2)) if len(node_gpus) > 1 or gpus <= 2 else 1
-        jobs.append(_job(len(jobs), draw(st.floats(0.0, 900.0)), gpus,
-                         draw(st.floats(1200.0, 6 * HOUR)), members=members, mode=mode,
-                         interval=interval, checkpoint_seconds=draw(st.floats(30.0, 180.0))))
+        low = _job(len(jobs), draw(st.floats(0.0, 900.0)), gpus,
+                   draw(st.floats(1200.0, 6 * HOUR)), members=members, mode=mode,
+                   interval=interval, checkpoint_seconds=draw(st.floats(30.0, 180.0)))
+        if members > 1 and draw(st.booleans()):  # elastic: runs on with one member
+            low = replace(low, min_members=1)
+        jobs.append(low)
     for _ in range(draw(st.integers(1, 2))):
         jobs.append(_job(len(jobs), draw(st.floats(1000.0, 3000.0)),
                          draw(st.sampled_from([1, 2, 4])), draw(st.floats(600.0, HOUR)),
