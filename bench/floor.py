@@ -16,8 +16,9 @@ job keeps the cell's size, gang, duration, checkpoint mode, interval, drain time
 its arrival is the cut's (so the cluster is full when the preemptors come: a cut is a
 contention test of the cell's job mix, not a replay of its timeline), and work done before the
 cut (a replay's pre-filled jobs) is dropped. There is no warm-up. Only cuts where some policy
-preempts at all count (the others have nothing to compare); a cut whose search exceeds the
-simulation budget is counted as too large and left out (reported, not hidden).
+is charged anything count (the others, where nobody preempts, have nothing to compare); a
+cut whose search exceeds the simulation budget is counted as too large and left out
+(reported, not hidden).
 
 Prints one JSON object: per style, per policy, the median of loss ÷ floor over the instances
 whose floor is above zero, with a bootstrap 95 % CI over instances (``policies.sim.stats``),
