@@ -9,10 +9,9 @@ charges every policy (lost work + restarts + the preemptor's extra wait):
 2. for a one-pod preemptor, every node with every inclusion-minimal set of up to four victim
    jobs whose eviction lets it fit (a gang victim whole); and for every victim set of 1 or 2
    jobs (registry plans without elastic shrinks included): every subset of its on-request
-   victims drained, and
-   every eviction time in hindsight: now (after the grace period), or just after a victim's next
-   true checkpoint or at its true end, when that falls within the drain cap
-   (``SimConfig.max_checkpoint_seconds``). It knows every future checkpoint, end and arrival
+   victims drained, and every eviction time in hindsight: now (after the grace period), or just
+   after a victim's next true checkpoint or at its true end, when that falls within the drain
+   cap (``SimConfig.max_checkpoint_seconds``). It knows every future checkpoint, end and arrival
    because each option is scored by simulating the rest of the instance.
 
 The search is exact over that option space: a depth-first branch and bound whose incumbent
