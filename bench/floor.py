@@ -114,20 +114,21 @@ def _choice_kinds(results: list[hindsight.HindsightResult]) -> dict[str, int]:
 def measure(style: str, seeds: list[int], *, nodes: int, jobs: int, high: int,
             max_simulations: int, cfg: SimConfig) -> dict:
     """Floors and policy losses on ``style``'s cuts; the style's JSON section."""
-    rows, idle, too_large = [], 0, 0
+    rows, idle, too_large = [], 0, []
     for seed in seeds:
         w, kept = cut(style, seed, nodes=nodes, jobs=jobs, high=high)
         try:
             r = hindsight.floor(w, kept, cfg, max_simulations=max_simulations)
         except hindsight.HindsightLimit:
-            too_large += 1
+            too_large.append(seed)
             continue
         if max(r.policy_gpu_hours.values()) <= 0 and r.decisions == 0:
             idle += 1  # nobody preempted: nothing to compare
             continue
         rows.append((seed, len(w.jobs), r))
     out: dict = {"instances": len(rows), "seeds_without_preemption": idle,
-                 "seeds_too_large": too_large,
+                 "seeds_too_large": len(too_large), "too_large": too_large,
+                 "instance_seeds": [seed for seed, _, _ in rows],
                  "jobs_per_instance": [n for _, n, _ in rows],
                  "floor_gpu_hours": [round(r.floor_gpu_hours, 4) for _, _, r in rows],
                  "floor_search_decisions": [r.decisions for _, _, r in rows],
