@@ -40,6 +40,8 @@ import sys
 import time
 from dataclasses import replace
 
+from evidence import EVIDENCE_SCALE  # bench/evidence.py, next to this script
+
 from ckpt_preempt.controller import trace_files
 from ckpt_preempt.policies.sim import hindsight, protocols, stats
 from ckpt_preempt.policies.sim.engine import SimConfig
@@ -48,7 +50,6 @@ from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload, offered_load
 
 STYLES = {"openb/stress": ("openb", "stress"), "training/replay": ("training", "replay")}
-CELL_SCALE = 0.1  # the evidence run's scale (bench/evidence.py EVIDENCE_SCALE)
 LOW_FILL = 2.0  # low-priority GPUs drawn per GPU of the cut (assumption: enough to contend)
 FILL_SECONDS = 1800.0  # low-priority jobs arrive in the first half hour
 HIGH_SPAN_SECONDS = 3600.0  # high-priority jobs arrive in the hour after
@@ -69,7 +70,7 @@ def cut(style: str, seed: int, *, nodes: int, jobs: int, high: int
     workload, protocol = STYLES[style]
     pods, trace_nodes = trace_files.load(workload)
     w, used = protocols.build(workload=workload, protocol=protocol, seed=seed, pods=pods,
-                              nodes=trace_nodes, scale=CELL_SCALE)
+                              nodes=trace_nodes, scale=EVIDENCE_SCALE)
     rng = random.Random(f"floor-cut-{style}-{seed}")
     kept = rng.sample(used, min(nodes, len(used)))
     capacity = sum(n.gpus for n in kept)
