@@ -9,6 +9,10 @@ ServiceAccounts with real tokens (TokenRequest).
     with restricted_namespace(c) as ns: ... labelled pod-security enforce=restricted
     sa_token(c, ns, sa, pod=None)           -> a token; bound to `pod` (a V1Pod) when given
     token_client(c, token) / token_kubeconfig(c, token, path)
+    controller_command(deployment, kubeconfig, config_file, port)
+                                            -> argv: the Deployment's controller, run here
+    run_helm(c, home, *args)                -> `helm ARGS` against the test cluster
+    http_status(url)                        -> the HTTP status of a GET (0: no answer)
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy/helm/ckpt-preempt"
 HELM_SRC = REPO / "e2e/testbin/helm"
 HELM_RECIPE = "1"  # must match RECIPE in testbin/helm/build.sh
+# Quicker leader election and retries than the defaults; still the chart's keys and rules.
+FAST = {"retrySeconds": 1, "leaseDurationSeconds": 6, "renewDeadlineSeconds": 4,
+        "requestTimeoutSeconds": 2}
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
               "pod-security.kubernetes.io/enforce-version": "latest"}
 
@@ -95,10 +105,10 @@ def installed(c: kube.Cluster, docs: list[dict]) -> Iterator[None]:
                 if e.status != 404:
                     raise
         if any(d["kind"] == "ValidatingAdmissionPolicyBinding" for _, d in made):
-            _wait_policies_unloaded(c)
+            wait_policies_unloaded(c)
 
 
-def _wait_policies_unloaded(c: kube.Cluster) -> None:
+def wait_policies_unloaded(c: kube.Cluster) -> None:
     """A deleted admission policy is still enforced for a moment; the chart's bind every
     namespace but kube-system, so wait until a pod they refuse (one bound with spec.nodeName)
     is admitted again, lest the next test's pods be refused."""
@@ -155,3 +165,41 @@ def pod_from_template(workload: dict, name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": tpl["metadata"]["labels"]},
             "spec": {**tpl["spec"], "nodeName": node}}
+
+
+def controller_command(deployment: dict, kubeconfig, config_file, port: int) -> list[str]:
+    """The Deployment's command and args, run here: `ckpt-preempt` is this checkout's module,
+    --in-cluster (the pod's token file) becomes a kubeconfig holding the same token, the
+    config is the ConfigMap's file, and the listen port a free one. `deployment` is a rendered
+    manifest or a live object (as a dict in the API's field names)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["ckpt-preempt"]
+    args = list(container["args"])
+    assert args[:4] == ["run", "--in-cluster", "--config", "/etc/ckpt-preempt/config.yaml"]
+    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["config"]
+    assert args[3] == f"{mount}/config.yaml"
+    args[1:2] = ["--kubeconfig", str(kubeconfig)]
+    args[args.index("--config") + 1] = str(config_file)
+    i = args.index("--listen") + 1
+    assert args[i] == f"0.0.0.0:{container['ports'][0]['containerPort']}"
+    args[i] = f"127.0.0.1:{port}"
+    return [sys.executable, "-m", "ckpt_preempt.controller.cli", *args]
+
+
+def run_helm(c: kube.Cluster, home: Path, *args: str,
+             timeout: float = 120) -> subprocess.CompletedProcess:
+    """`helm ARGS` with the admin's kubeconfig; helm's cache, config and data under `home`."""
+    env = {**os.environ, "KUBECONFIG": str(c.kubeconfig), "HELM_CACHE_HOME": str(home / "cache"),
+           "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
+    return subprocess.run([str(helm()), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
