@@ -265,6 +265,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             kube.create_pod(cluster, namespace, "big1", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER)
             _wait_state(cluster, ns, namespace, "big1", lifecycle.State.DRAINING)
+            kube.wait_event(cluster, namespace, "CheckpointRequested", "victim1", timeout=30)
             assert reasons(cluster, namespace, "victim1") == VICTIM_EVENTS[:1]
 
             # ---- upgrade while plan 1 drains: new config, the same plan store

@@ -185,6 +185,17 @@ ROWS = [
       id="extender missing config"),
     c("extender", "--listen", "127.0.0.1:0", says="cannot load cluster credentials",
       id="extender without kubeconfig"),
+    # cleanup (an unreachable API server: tests/controller/test_cleanup_cli.py)
+    c("cleanup", says="the following arguments are required: --namespace",
+      id="cleanup without namespace"),
+    c("cleanup", "-n", "x", says="cannot load cluster credentials",
+      id="cleanup without kubeconfig"),
+    c("cleanup", "-n", "x", "--kubeconfig", "/etc/passwd",
+      says="kubeconfig /etc/passwd: not a kubeconfig", id="cleanup kubeconfig not one"),
+    c("cleanup", "-n", "x", "--kubeconfig", "k", "--in-cluster",
+      says="not allowed with argument", id="cleanup two credentials"),
+    c("cleanup", "-n", "x", "--log-level", "chatty", says="unknown log level 'chatty'",
+      id="cleanup log level"),
     # agent
     c("agent", "--pod", "p", "--namespace", "n", "--log-level", "chatty",
       says="unknown log level 'chatty'", id="agent log level"),
