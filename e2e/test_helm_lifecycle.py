@@ -29,7 +29,7 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.write_bodies import PLAN_PREFIX
+from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from e2e import chart, kube
@@ -337,6 +337,18 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
                 found := _release_objects(cluster, ns, release)) == [] or kube.NotYet(found),
                 timeout=60)
             assert _leftovers(cluster, ns) == left  # what helm cannot know about
+            # and what no readable plan names: a taint of a plan long gone, an unreadable plan
+            chart.wait_policies_unloaded(cluster)
+            taints = cluster.core.read_node(node1).spec.taints or []
+            cluster.core.patch_node(node1, {"spec": {"taints": [
+                *[t.to_dict() for t in taints],
+                {"key": RESERVED_TAINT, "value": "gone", "effect": "NoSchedule"}]}})
+            cluster.core.create_namespaced_config_map(ns, {
+                "metadata": {"name": f"{PLAN_PREFIX}unreadable", "labels": dict([MANAGED_BY])},
+                "data": {lifecycle.PLAN_DATA_KEY: "{not a plan"}})
+            left = {**left, "plans": sorted([*left["plans"], f"{PLAN_PREFIX}unreadable"]),
+                    "taints": sorted([node1, node2])}
+            assert _leftovers(cluster, ns) == left
 
             done = _cleanup(cluster, ns)
             assert done.returncode == 0, done
@@ -348,6 +360,8 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             assert f"removed: reservation taint on node {node2} (plan {r2.id})" in removed
             assert f"removed: drain request on {namespace}/victim2 (plan {r2.id})" in removed
             assert f"removed: lease {ns}/{LEASE}" in removed
+            assert f"removed: reservation taint on node {node1} (plan gone)" in removed
+            assert f"removed: plan {ns}/{PLAN_PREFIX}unreadable (unreadable)" in removed
             again = _cleanup(cluster, ns)
             assert (again.returncode, again.stdout) == (0, f"nothing left behind in {ns}\n")
         finally:
