@@ -151,7 +151,7 @@ class Cleanup:
             state = record.state.value if record else "unreadable"
             self._say(f"plan {self.namespace}/{name} ({state})")
 
-    def _unreserve(self, node: str, plan_id: str) -> None:
+    def _unreserve(self, node: str, plan_id: str | None) -> None:
         from kubernetes.client.rest import ApiException
 
         from ckpt_preempt.controller.write_bodies import node_reserved_for
@@ -174,8 +174,8 @@ class Cleanup:
 
         for node in self.core.list_node().items:
             for t in node.spec.taints or []:
-                if t.key == RESERVED_TAINT:
-                    self._unreserve(node.metadata.name, t.value or "")
+                if t.key == RESERVED_TAINT:  # (a value-less one is matched as such)
+                    self._unreserve(node.metadata.name, t.value)
         for pod in self.core.list_pod_for_all_namespaces().items:
             raw = (pod.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
             if raw is None:

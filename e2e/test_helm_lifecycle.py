@@ -144,18 +144,20 @@ def _let_go(c: kube.Cluster, ns: str, name: str) -> None:
             raise
 
 
-def _cleanup(c: kube.Cluster, ns: str) -> subprocess.CompletedProcess:
+def _cleanup(c: kube.Cluster, ns: str, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.cli", "cleanup",
                            "--namespace", ns, "--kubeconfig", str(c.kubeconfig),
-                           "--log-level", "warning"],
+                           "--log-level", "warning", *flags],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
                                # the test cluster's self-signed certificate is not pinned
                                "PYTHONWARNINGS": INSECURE_OK})
 
 
-def _leftovers(c: kube.Cluster, ns: str) -> dict[str, list[str]]:
-    """Everything the controller makes at run time, wherever it is still found."""
+def _leftovers(c: kube.Cluster, ns: str, nodes: list[str],
+               namespace: str) -> dict[str, list[str]]:
+    """What the controller makes at run time, still found in the release namespace, on the
+    test's nodes and in its workload namespace (the cluster is shared with other tests)."""
     lease = []
     try:
         c.coordination.read_namespaced_lease(LEASE, ns)
@@ -167,10 +169,10 @@ def _leftovers(c: kube.Cluster, ns: str) -> dict[str, list[str]]:
         "plans": sorted(cm.metadata.name for cm in c.core.list_namespaced_config_map(
             ns, label_selector=PLAN_LABEL_SELECTOR).items),
         "lease": lease,
-        "taints": sorted(n.metadata.name for n in c.core.list_node().items
-                         if any(t.key == RESERVED_TAINT for t in n.spec.taints or [])),
-        "drain": sorted(f"{p.metadata.namespace}/{p.metadata.name}"
-                        for p in c.core.list_pod_for_all_namespaces().items
+        "taints": sorted(n for n in nodes if any(
+            t.key == RESERVED_TAINT for t in c.core.read_node(n).spec.taints or [])),
+        "drain": sorted(f"{namespace}/{p.metadata.name}"
+                        for p in c.core.list_namespaced_pod(namespace).items
                         if lifecycle.DRAIN_ANNOTATION in (p.metadata.annotations or {})),
     }
 
@@ -304,13 +306,16 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
 
             # ---- a plan in flight at uninstall: victim 2 evicted but Terminating (held)
             (node2,) = gpu_nodes(1)
+
+            def leftovers() -> dict[str, list[str]]:
+                return _leftovers(cluster, ns, [node1, node2], namespace)
             _victim(cluster, namespace, "victim2", node2, pool, 1)
             kube.create_pod(cluster, namespace, "big2", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER)
             kube.wait_event(cluster, namespace, "Evicted", "victim2", timeout=60)
             r2 = plan_of(cluster, ns, "big2", namespace)
             assert r2.state is lifecycle.State.EVICTING
-            left = _leftovers(cluster, ns)
+            left = leftovers()
             assert left == {"plans": sorted(f"{PLAN_PREFIX}{r.id}" for r in (r1, r2)),
                             "lease": [LEASE], "taints": [node2],
                             "drain": [f"{namespace}/victim2"]}, left
@@ -324,7 +329,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             assert done.stderr.strip().splitlines() == [
                 f"ckpt-preempt cleanup: controller {holder} renews Lease {ns}/{LEASE}: stop it "
                 "first (helm uninstall, or scale its Deployment to 0)"], done.stderr
-            assert _leftovers(cluster, ns) == left
+            assert leftovers() == left
 
             # ---- uninstall: the chart's objects go; the kubelet would stop the pod
             helm("uninstall", release)
@@ -336,7 +341,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             kube.wait_for("the release's pods and records to be gone", lambda: (
                 found := _release_objects(cluster, ns, release)) == [] or kube.NotYet(found),
                 timeout=60)
-            assert _leftovers(cluster, ns) == left  # what helm cannot know about
+            assert leftovers() == left  # what helm cannot know about
             # and what no readable plan names: a taint of a plan long gone, an unreadable plan
             chart.wait_policies_unloaded(cluster)
             taints = cluster.core.read_node(node1).spec.taints or []
@@ -348,12 +353,18 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
                 "data": {lifecycle.PLAN_DATA_KEY: "{not a plan"}})
             left = {**left, "plans": sorted([*left["plans"], f"{PLAN_PREFIX}unreadable"]),
                     "taints": sorted([node1, node2])}
-            assert _leftovers(cluster, ns) == left
+            assert leftovers() == left
+
+            done = _cleanup(cluster, ns, "--dry-run")
+            assert done.returncode == 0, done
+            assert leftovers() == left
+            assert done.stdout and all(line.startswith("would remove: ")
+                                       for line in done.stdout.splitlines()), done.stdout
+            assert f"would remove: lease {ns}/{LEASE}" in done.stdout.splitlines()
 
             done = _cleanup(cluster, ns)
             assert done.returncode == 0, done
-            assert _leftovers(cluster, ns) == {"plans": [], "lease": [], "taints": [],
-                                               "drain": []}
+            assert leftovers() == {"plans": [], "lease": [], "taints": [], "drain": []}
             big2 = cluster.core.read_namespaced_pod("big2", namespace)
             assert big2.status.nominated_node_name is None
             removed = done.stdout.splitlines()
