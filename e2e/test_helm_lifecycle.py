@@ -4,14 +4,15 @@ Draining, `helm rollback` to the first revision, and `helm uninstall` followed b
 cleanup`, after which nothing of the release is left: no chart object, no plan ConfigMap, no
 Lease, no reservation taint, no drain request, no nomination, no helm record.
 
-The local control plane runs pods in kwok (no containers), so the Deployment's pods are played
-here, as in test_chart_deploy.py: after each helm step the controller runs from the source tree
-with the command and args of the *live* Deployment, the config file of the *live* ConfigMap
-(what the kubelet would mount) and a token of the chart's ServiceAccount. An upgrade or a
-rollback is followed by what the Deployment's rolling update does (maxSurge 1, maxUnavailable
-0): the new pod starts and becomes ready as a standby, then the old one gets SIGTERM, releases
-the Lease, and the new one takes over. Victims carry a finalizer, so an evicted victim stays
-Terminating as it would under a real kubelet's grace period.
+The module has a control plane of its own with an audit log, so Eviction calls are counted
+at the API server. That control plane runs pods in kwok (no containers), so the Deployment's
+pods are played here, as in test_chart_deploy.py: after each helm step the controller runs from
+the source tree with the command and args of the *live* Deployment, the config file of the
+*live* ConfigMap (what the kubelet would mount) and a token of the chart's ServiceAccount. An
+upgrade or a rollback is followed by what the Deployment's rolling update does (maxSurge 1,
+maxUnavailable 0): the new pod starts and becomes ready as a standby, then the old one gets
+SIGTERM, releases the Lease, and the new one takes over. Victims carry a finalizer, so an
+evicted victim stays Terminating as it would under a real kubelet's grace period.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from e2e import chart, kube
+from e2e.localcluster import read_audit
 from e2e.test_controller_support import (
     HIGH_NEVER,
     LOW,
@@ -53,6 +55,13 @@ DRAIN_SECONDS = 20  # victim 1's declared checkpoint time: its plan drains acros
 LEASE_V1, LEASE_V2 = 6, 8  # leaseDurationSeconds before and after the upgrade
 INSECURE_OK = "ignore:Unverified HTTPS request"  # (urllib3 is not importable when -W is read)
 VICTIM_EVENTS = ["CheckpointRequested", "CheckpointDeadlineExceeded", "Evicted"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A control plane of this module's own, with an audit log: every Eviction call is counted
+    where it lands, at the API server."""
+    yield from kube.own_local_cluster(tmp_path_factory.mktemp("helm"), audit=True)
 
 
 @dataclass
@@ -292,6 +301,11 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             target = f"{namespace}/victim1"
             assert _writes(replicas, "request-checkpoint", target) == 1
             assert _writes(replicas, "evict", target) == 1
+            evictions = [(e.user, e.code) for e in read_audit(cluster.local.audit_log)
+                         if (e.resource, e.subresource, e.namespace, e.name)
+                         == ("pods", "eviction", namespace, "victim1")]
+            sa = chart.find(manifest, "ServiceAccount", deployment)["metadata"]["name"]
+            assert evictions == [(f"system:serviceaccount:{ns}:{sa}", 201)]
             assert reasons(cluster, namespace, "victim1") == VICTIM_EVENTS
 
             # ---- rollback to revision 1: its config again
