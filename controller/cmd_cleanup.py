@@ -14,7 +14,7 @@ read the Lease, as ``controller/leader.py`` does, so clock skew does not matter)
 goes through ``controller/actions.py`` and is guarded as the controller's own are (by
 resourceVersion or by the plan it names), so running it twice, or at once with another
 cleanup, is safe. Writes the chart's admission policies refuse (403: they are deleted a moment
-after `helm uninstall` returns) are tried again for ``REFUSED_RETRY_SECONDS``. Pod tolerations
+after `helm uninstall` returns) are tried again for ``--retry-seconds``. Pod tolerations
 of the reservation taint stay (a pod's tolerations cannot be removed); they are harmless once
 the taint is gone.
 
@@ -29,12 +29,14 @@ import logging
 import sys
 import time
 
+from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
 from ckpt_preempt.controller.cmd_run import connect
 
 NAME = "cleanup"
 HELP = "remove the plans, reservation taints, drain requests and Lease a stopped controller left"
 REFUSED_RETRY_SECONDS = 15.0  # how long 403s are retried: admission policies being unloaded
+#                               (an assumption, not a measurement)
 LEASE_POLL_SECONDS = 1.0
 
 
@@ -50,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the controller's Lease (config leaseName; default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; change "
                    "nothing")
+    p.add_argument("--retry-seconds", type=argtypes.non_negative_float, metavar="SECONDS",
+                   default=REFUSED_RETRY_SECONDS,
+                   help="how long writes refused with 403 are tried again (default %(default)s)")
     logs.add_level_flag(p)
 
 
@@ -70,6 +75,7 @@ class Cleanup:
         self.namespace, self.lease_name, self.dry_run = namespace, lease_name, dry_run
         self.actions = Actions(api, plan_namespace=namespace, guard=WriteGuard(dry_run=dry_run))
         self.done: list[str] = []  # what was removed (or would be), one line each, all passes
+        self._stale: str | None = None  # resourceVersion of the Lease found unrenewed
 
     def _say(self, line: str) -> None:
         self.done.append(("would remove: " if self.dry_run else "removed: ") + line)
@@ -87,10 +93,9 @@ class Cleanup:
                 if e.status == 404:
                     return None
                 raise
-            spec = lease.spec
-            if not spec.holder_identity:
+            spec, rv = lease.spec, lease.metadata.resource_version
+            if not spec.holder_identity or rv == self._stale:
                 return lease
-            rv = lease.metadata.resource_version
             if seen is not None and seen != rv:
                 raise StillRunning(f"controller {spec.holder_identity} renews Lease "
                                    f"{self.namespace}/{self.lease_name}: stop it first (helm "
@@ -98,7 +103,8 @@ class Cleanup:
             seen = seen or rv
             duration = spec.lease_duration_seconds or 0
             if time.monotonic() - first >= duration:
-                return lease  # not renewed for a whole lease duration: its holder is gone
+                self._stale = rv  # not renewed for a whole lease duration: its holder is gone
+                return lease
             time.sleep(LEASE_POLL_SECONDS)
 
     # ------------------------------------------------------------------------------ one pass
@@ -214,9 +220,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     job = Cleanup(api, namespace=args.namespace, lease_name=args.lease_name,
                   dry_run=args.dry_run)
-    deadline = time.monotonic() + REFUSED_RETRY_SECONDS
+    deadline = None
     while True:
         try:
+            if deadline is None:  # the first wait for the Lease does not count against retries
+                job.lease_left()
+                deadline = time.monotonic() + args.retry_seconds
             job.one_pass()
             break
         except StillRunning as e:
@@ -224,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         except (ApiException, Conflict) as e:
             refused = isinstance(e, ApiException) and e.status == 403
-            if (refused or isinstance(e, Conflict)) and time.monotonic() < deadline:
+            if (refused or isinstance(e, Conflict)) and deadline is not None \
+                    and time.monotonic() < deadline:
                 time.sleep(1.0)  # policies still unloading, or an object changed: again
                 continue
             why = api_error(e) if isinstance(e, ApiException) else one_line(e)

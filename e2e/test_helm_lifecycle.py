@@ -46,6 +46,7 @@ from e2e.test_controller_support import (
     reasons,
     rfc3339,
 )
+from e2e.test_trust_support import status_of
 
 pytestmark = pytest.mark.e2e
 
@@ -394,6 +395,47 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
                 kube.stop_process(r.proc)
             for name in ("victim1", "victim2"):
                 _let_go(cluster, namespace, name)
+            if installed:
+                chart.run_helm(cluster, tmp_path, "uninstall", release, "-n", ns)
+            chart.wait_policies_unloaded(cluster)
+
+
+def test_cleanup_is_refused_while_the_charts_policies_stand(cluster, tmp_path):
+    """With the chart installed but no controller running (scaled to 0), the chart's admission
+    policies refuse the admin's cleanup: one line that says what to do, exit 1, nothing changed.
+    After `helm uninstall` the same command removes what was left."""
+    release = f"e2e-{uuid.uuid4().hex[:6]}"
+    name = f"{PLAN_PREFIX}left"
+    with chart.restricted_namespace(cluster) as ns:
+        # a plan an earlier controller left (stored before the policies existed)
+        cluster.core.create_namespaced_config_map(ns, {
+            "metadata": {"name": name, "labels": dict([MANAGED_BY])},
+            "data": {lifecycle.PLAN_DATA_KEY: "{}"}})
+        done = chart.run_helm(cluster, tmp_path, "install", release, str(chart.CHART), "-n", ns,
+                              "--set", "hwprobe.enabled=false")
+        assert done.returncode == 0, done.stderr
+        installed = True
+        try:
+            kube.wait_for("the plan-store policy to be enforced", lambda: status_of(
+                lambda: cluster.core.delete_namespaced_config_map(name, ns, dry_run="All"))
+                == 403, timeout=30)
+            done = _cleanup(cluster, ns, "--retry-seconds", "1")
+            assert done.returncode == 1, done
+            (line,) = done.stderr.strip().splitlines()
+            assert line.startswith("ckpt-preempt cleanup: 403 Forbidden: ") and \
+                "run after `helm uninstall`" in line, line
+            assert [cm.metadata.name for cm in cluster.core.list_namespaced_config_map(
+                ns, label_selector=PLAN_LABEL_SELECTOR).items] == [name]
+
+            done = chart.run_helm(cluster, tmp_path, "uninstall", release, "-n", ns)
+            assert done.returncode == 0, done.stderr
+            installed = False
+            done = _cleanup(cluster, ns)  # (the policies' removal takes a moment: retried)
+            assert (done.returncode, done.stdout) == (
+                0, f"removed: plan {ns}/{name} (unreadable)\n"), done
+            assert cluster.core.list_namespaced_config_map(
+                ns, label_selector=PLAN_LABEL_SELECTOR).items == []
+        finally:
             if installed:
                 chart.run_helm(cluster, tmp_path, "uninstall", release, "-n", ns)
             chart.wait_policies_unloaded(cluster)

@@ -196,6 +196,8 @@ ROWS = [
       says="not allowed with argument", id="cleanup two credentials"),
     c("cleanup", "-n", "x", "--log-level", "chatty", says="unknown log level 'chatty'",
       id="cleanup log level"),
+    c("cleanup", "-n", "x", "--retry-seconds", "-1", says="argument --retry-seconds",
+      id="cleanup retry seconds"),
     # agent
     c("agent", "--pod", "p", "--namespace", "n", "--log-level", "chatty",
       says="unknown log level 'chatty'", id="agent log level"),
