@@ -13,11 +13,16 @@ ServiceAccounts with real tokens (TokenRequest).
                                             -> argv: the Deployment's controller, run here
     run_helm(c, home, *args)                -> `helm ARGS` against the test cluster
     http_status(url)                        -> the HTTP status of a GET (0: no answer)
+    start_replica(c, ns, deployment, tmp, tag) -> Replica: a controller pod of the live
+                                               Deployment, as a process here, once ready
+    roll(c, ns, deployment, tmp, tag, old)  -> the new Replica, as a rolling update makes it
+    writes(replicas, verb, target)          -> how many such writes their logs show
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,6 +39,7 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from e2e import kube
+from e2e.localcluster import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy/helm/ckpt-preempt"
@@ -203,3 +210,67 @@ def http_status(url: str) -> int:
         return e.code
     except OSError:
         return 0
+
+
+@dataclass
+class Replica:
+    """One controller pod of the chart's Deployment, as a process here."""
+
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    def holds(self, c: kube.Cluster, ns: str, lease: str) -> bool | kube.NotYet:
+        """Whether it holds the Lease (the default identity is host-pid-random)."""
+        holder = c.coordination.read_namespaced_lease(lease, ns).spec.holder_identity or ""
+        return f"-{self.proc.pid}-" in holder or kube.NotYet(f"holder {holder!r}")
+
+
+def start_replica(c: kube.Cluster, ns: str, deployment: str, tmp: Path, tag: str) -> Replica:
+    """Start what the live Deployment's pod template says, with the live ConfigMap it mounts
+    and a token of its ServiceAccount, as the kubelet would; return once /readyz answers."""
+    live = c.api.sanitize_for_serialization(c.apps.read_namespaced_deployment(deployment, ns))
+    pod = live["spec"]["template"]["spec"]
+    volume = {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"]
+    config_file = tmp / f"config-{tag}.yaml"
+    config_file.write_text(c.core.read_namespaced_config_map(volume, ns).data["config.yaml"])
+    kubeconfig = token_kubeconfig(
+        c, sa_token(c, ns, pod["serviceAccountName"]), tmp / f"sa-{tag}.kubeconfig")
+    port = free_port()
+    log = tmp / f"controller-{tag}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(controller_command(live, kubeconfig, config_file, port),
+                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+
+    def ready() -> bool | kube.NotYet:
+        if proc.poll() is not None:
+            raise AssertionError(f"controller {tag} exited: {log.read_text()[-2000:]}")
+        return http_status(f"http://127.0.0.1:{port}/readyz") == 200 or kube.NotYet("no")
+    kube.wait_for(f"controller {tag} to be ready (its watch cache synced)", ready, timeout=60)
+    return Replica(proc=proc, port=port, log=log)
+
+
+def roll(c: kube.Cluster, ns: str, deployment: str, tmp: Path, tag: str, old: Replica, *,
+         lease: str) -> Replica:
+    """A rolling update (maxSurge 1, maxUnavailable 0): the new pod up and ready first, then
+    the old one stopped (SIGTERM), and the new one leading."""
+    new = start_replica(c, ns, deployment, tmp, tag)
+    kube.stop_process(old.proc)
+    kube.wait_for(f"controller {tag} to take the Lease", lambda: new.holds(c, ns, lease),
+                  timeout=30)
+    return new
+
+
+def writes(replicas: list[Replica], verb: str, target: str) -> int:
+    """How many writes of `verb` on `target` the replicas sent: every write passes the one
+    choke point (controller/actions.py), which logs an audit line before sending it."""
+    n = 0
+    for r in replicas:
+        for line in r.log.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            n += rec.get("audit") == verb and rec.get("target") == target
+    return n

@@ -17,19 +17,17 @@ evicted victim stays Terminating as it would under a real kubelet's grace period
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
@@ -40,7 +38,6 @@ from e2e.test_controller_support import (
     LOW,
     PLAN_LABEL_SELECTOR,
     REPO,
-    free_port,
     plan_of,
     priority_classes,
     reasons,
@@ -50,7 +47,7 @@ from e2e.test_trust_support import status_of
 
 pytestmark = pytest.mark.e2e
 
-LEASE = "ckpt-preempt-controller"  # config.leaseName's default
+LEASE = Config().lease_name  # config.leaseName: the chart's default
 HOLD = "e2e.ckpt-preempt.io/hold"  # a victim's finalizer: Terminating until the test lets go
 DRAIN_SECONDS = 20  # victim 1's declared checkpoint time: its plan drains across the upgrade
 LEASE_V1, LEASE_V2 = 6, 8  # leaseDurationSeconds before and after the upgrade
@@ -63,67 +60,6 @@ def cluster(tmp_path_factory):
     """A control plane of this module's own, with an audit log: every Eviction call is counted
     where it lands, at the API server."""
     yield from kube.own_local_cluster(tmp_path_factory.mktemp("helm"), audit=True)
-
-
-@dataclass
-class Replica:
-    """One controller pod of the Deployment, as a process here."""
-
-    proc: subprocess.Popen
-    port: int
-    log: Path
-
-    def holds(self, c: kube.Cluster, ns: str) -> bool | kube.NotYet:
-        holder = c.coordination.read_namespaced_lease(LEASE, ns).spec.holder_identity or ""
-        return f"-{self.proc.pid}-" in holder or kube.NotYet(f"holder {holder!r}")
-
-
-def _start(c: kube.Cluster, ns: str, deployment_name: str, tmp: Path, tag: str) -> Replica:
-    """Start what the live Deployment's pod template says, with its live ConfigMap."""
-    live = c.api.sanitize_for_serialization(c.apps.read_namespaced_deployment(
-        deployment_name, ns))
-    pod = live["spec"]["template"]["spec"]
-    volume = {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"]
-    config_file = tmp / f"config-{tag}.yaml"
-    config_file.write_text(c.core.read_namespaced_config_map(volume, ns).data["config.yaml"])
-    kubeconfig = chart.token_kubeconfig(
-        c, chart.sa_token(c, ns, pod["serviceAccountName"]), tmp / f"sa-{tag}.kubeconfig")
-    port = free_port()
-    log = tmp / f"controller-{tag}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(chart.controller_command(live, kubeconfig, config_file, port),
-                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
-
-    def ready() -> bool | kube.NotYet:
-        if proc.poll() is not None:
-            raise AssertionError(f"controller {tag} exited: {log.read_text()[-2000:]}")
-        return chart.http_status(f"http://127.0.0.1:{port}/readyz") == 200 or kube.NotYet("no")
-    kube.wait_for(f"controller {tag} to be ready (its watch cache synced)", ready, timeout=60)
-    return Replica(proc=proc, port=port, log=log)
-
-
-def _roll(c: kube.Cluster, ns: str, deployment_name: str, tmp: Path, tag: str,
-          old: Replica) -> Replica:
-    """The rolling update: the new pod up and ready first, then the old one stopped."""
-    new = _start(c, ns, deployment_name, tmp, tag)
-    kube.stop_process(old.proc)
-    kube.wait_for(f"controller {tag} to take the Lease", lambda: new.holds(c, ns), timeout=30)
-    return new
-
-
-def _writes(replicas: list[Replica], verb: str, target: str) -> int:
-    """How many writes of `verb` on `target` the controllers sent: every write passes the one
-    choke point (controller/actions.py), which logs an audit line before sending it."""
-    n = 0
-    for r in replicas:
-        for line in r.log.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            n += rec.get("audit") == verb and rec.get("target") == target
-    return n
 
 
 def _wait_state(c: kube.Cluster, ns: str, namespace: str, preemptor: str,
@@ -248,7 +184,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
     (node1,) = gpu_nodes(1)
     release = f"e2e-{uuid.uuid4().hex[:6]}"
     deployment = f"{release}-ckpt-preempt-controller"
-    replicas: list[Replica] = []
+    replicas: list[chart.Replica] = []
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({
         "config": {"namespaces": [namespace], **chart.FAST, "leaseDurationSeconds": LEASE_V1},
@@ -272,8 +208,9 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             manifest = [d for d in yaml.safe_load_all(
                 helm("get", "manifest", release).stdout) if d]
             _victim(cluster, namespace, "victim1", node1, pool, DRAIN_SECONDS)
-            replicas.append(_start(cluster, ns, deployment, tmp_path, "rev1"))
-            kube.wait_for("rev1 to lead", lambda: replicas[-1].holds(cluster, ns), timeout=30)
+            replicas.append(chart.start_replica(cluster, ns, deployment, tmp_path, "rev1"))
+            kube.wait_for("rev1 to lead", lambda: replicas[-1].holds(cluster, ns, LEASE),
+                          timeout=30)
             kube.create_pod(cluster, namespace, "big1", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER)
             _wait_state(cluster, ns, namespace, "big1", lifecycle.State.DRAINING)
@@ -284,7 +221,8 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             helm("upgrade", release, str(chart.CHART), "--reuse-values",
                  "--set", f"config.leaseDurationSeconds={LEASE_V2}")
             assert template_checksum() != checksum_v1  # what rolls the Deployment's pods
-            replicas.append(_roll(cluster, ns, deployment, tmp_path, "rev2", replicas[-1]))
+            replicas.append(chart.roll(cluster, ns, deployment, tmp_path, "rev2", replicas[-1],
+                                       lease=LEASE))
             lease = cluster.coordination.read_namespaced_lease(LEASE, ns)
             assert lease.spec.lease_duration_seconds == LEASE_V2  # the upgraded config
             r1 = plan_of(cluster, ns, "big1", namespace)
@@ -300,8 +238,8 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             kube.wait_pod_running(cluster, namespace, "big1", timeout=60)
             _wait_state(cluster, ns, namespace, "big1", lifecycle.State.DONE)
             target = f"{namespace}/victim1"
-            assert _writes(replicas, "request-checkpoint", target) == 1
-            assert _writes(replicas, "evict", target) == 1
+            assert chart.writes(replicas, "request-checkpoint", target) == 1
+            assert chart.writes(replicas, "evict", target) == 1
             evictions = [(e.user, e.code) for e in read_audit(cluster.local.audit_log)
                          if (e.resource, e.subresource, e.namespace, e.name)
                          == ("pods", "eviction", namespace, "victim1")]
@@ -315,7 +253,8 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             history = yaml.safe_load(helm("history", release, "-o", "yaml").stdout)
             assert [h["revision"] for h in history] == [1, 2, 3]
             assert history[-1]["description"] == "Rollback to 1"
-            replicas.append(_roll(cluster, ns, deployment, tmp_path, "rev3", replicas[-1]))
+            replicas.append(chart.roll(cluster, ns, deployment, tmp_path, "rev3", replicas[-1],
+                                       lease=LEASE))
             lease = cluster.coordination.read_namespaced_lease(LEASE, ns)
             assert lease.spec.lease_duration_seconds == LEASE_V1
 
