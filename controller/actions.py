@@ -19,7 +19,8 @@ The operations, each safe to repeat:
 - preemptors: ``nominate`` / ``clear_nomination`` (mode a), ``pin`` then ``ungate`` (mode b),
   ``tolerate`` (the reservation toleration);
 - nodes: ``reserve`` / ``unreserve`` (the ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint);
-- ``emit``: an events.k8s.io/v1 Event about a pod.
+- ``emit``: an events.k8s.io/v1 Event about a pod;
+- ``delete_lease``: the Lease of a controller that is gone (``ckpt-preempt cleanup`` only).
 
 ``Actions`` is safe to call from several threads at once (``controller/write_lanes.py`` runs the
 writes of different plans side by side): it keeps no state between calls, and the API client's
@@ -397,3 +398,19 @@ class Actions:
             except ApiException as e:  # an Event is best effort; never fail an action over it
                 log.warning("event %s on %s not recorded: %s", reason, pod.key, e.reason)
         self._write(f"event {reason}", pod.key, call, event=True)
+
+    # ------------------------------------------------------------------ cleanup's last step
+    def delete_lease(self, name: str, namespace: str, rv: str) -> None:
+        """Delete a Lease only if it is still at ``rv`` (nobody renewed it since it was read)."""
+        def call() -> None:
+            try:
+                client.CoordinationV1Api(self.core.api_client).delete_namespaced_lease(
+                    name, namespace, body=client.V1DeleteOptions(
+                        preconditions=client.V1Preconditions(resource_version=rv)),
+                    _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status == 409:
+                    raise Conflict(f"lease {namespace}/{name} renewed meanwhile") from e
+                if e.status != 404:
+                    raise
+        self._write("delete-lease", f"{namespace}/{name}", call)

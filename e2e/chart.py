@@ -9,15 +9,28 @@ ServiceAccounts with real tokens (TokenRequest).
     with restricted_namespace(c) as ns: ... labelled pod-security enforce=restricted
     sa_token(c, ns, sa, pod=None)           -> a token; bound to `pod` (a V1Pod) when given
     token_client(c, token) / token_kubeconfig(c, token, path)
+    controller_command(deployment, kubeconfig, config_file, port)
+                                            -> argv: the Deployment's controller, run here
+    run_helm(c, home, *args)                -> `helm ARGS` against the test cluster
+    http_status(url)                        -> the HTTP status of a GET (0: no answer)
+    start_replica(c, ns, deployment, tmp, tag) -> Replica: a controller pod of the live
+                                               Deployment, as a process here, once ready
+    roll(c, ns, deployment, tmp, tag, old)  -> the new Replica, as a rolling update makes it
+    writes(replicas, verb, target)          -> how many such writes their logs show
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,11 +39,15 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from e2e import kube
+from e2e.localcluster import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy/helm/ckpt-preempt"
 HELM_SRC = REPO / "e2e/testbin/helm"
 HELM_RECIPE = "1"  # must match RECIPE in testbin/helm/build.sh
+# Quicker leader election and retries than the defaults; still the chart's keys and rules.
+FAST = {"retrySeconds": 1, "leaseDurationSeconds": 6, "renewDeadlineSeconds": 4,
+        "requestTimeoutSeconds": 2}
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
               "pod-security.kubernetes.io/enforce-version": "latest"}
 
@@ -95,10 +112,10 @@ def installed(c: kube.Cluster, docs: list[dict]) -> Iterator[None]:
                 if e.status != 404:
                     raise
         if any(d["kind"] == "ValidatingAdmissionPolicyBinding" for _, d in made):
-            _wait_policies_unloaded(c)
+            wait_policies_unloaded(c)
 
 
-def _wait_policies_unloaded(c: kube.Cluster) -> None:
+def wait_policies_unloaded(c: kube.Cluster) -> None:
     """A deleted admission policy is still enforced for a moment; the chart's bind every
     namespace but kube-system, so wait until a pod they refuse (one bound with spec.nodeName)
     is admitted again, lest the next test's pods be refused."""
@@ -155,3 +172,105 @@ def pod_from_template(workload: dict, name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": tpl["metadata"]["labels"]},
             "spec": {**tpl["spec"], "nodeName": node}}
+
+
+def controller_command(deployment: dict, kubeconfig, config_file, port: int) -> list[str]:
+    """The Deployment's command and args, run here: `ckpt-preempt` is this checkout's module,
+    --in-cluster (the pod's token file) becomes a kubeconfig holding the same token, the
+    config is the ConfigMap's file, and the listen port a free one. `deployment` is a rendered
+    manifest or a live object (as a dict in the API's field names)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["ckpt-preempt"]
+    args = list(container["args"])
+    assert args[:4] == ["run", "--in-cluster", "--config", "/etc/ckpt-preempt/config.yaml"]
+    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["config"]
+    assert args[3] == f"{mount}/config.yaml"
+    args[1:2] = ["--kubeconfig", str(kubeconfig)]
+    args[args.index("--config") + 1] = str(config_file)
+    i = args.index("--listen") + 1
+    assert args[i] == f"0.0.0.0:{container['ports'][0]['containerPort']}"
+    args[i] = f"127.0.0.1:{port}"
+    return [sys.executable, "-m", "ckpt_preempt.controller.cli", *args]
+
+
+def run_helm(c: kube.Cluster, home: Path, *args: str,
+             timeout: float = 120) -> subprocess.CompletedProcess:
+    """`helm ARGS` with the admin's kubeconfig; helm's cache, config and data under `home`."""
+    env = {**os.environ, "KUBECONFIG": str(c.kubeconfig), "HELM_CACHE_HOME": str(home / "cache"),
+           "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
+    return subprocess.run([str(helm()), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+@dataclass
+class Replica:
+    """One controller pod of the chart's Deployment, as a process here."""
+
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    def holds(self, c: kube.Cluster, ns: str, lease: str) -> bool | kube.NotYet:
+        """Whether it holds the Lease (the default identity is host-pid-random)."""
+        holder = c.coordination.read_namespaced_lease(lease, ns).spec.holder_identity or ""
+        return f"-{self.proc.pid}-" in holder or kube.NotYet(f"holder {holder!r}")
+
+
+def start_replica(c: kube.Cluster, ns: str, deployment: str, tmp: Path, tag: str) -> Replica:
+    """Start what the live Deployment's pod template says, with the live ConfigMap it mounts
+    and a token of its ServiceAccount, as the kubelet would; return once /readyz answers."""
+    live = c.api.sanitize_for_serialization(c.apps.read_namespaced_deployment(deployment, ns))
+    pod = live["spec"]["template"]["spec"]
+    volume = {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"]
+    config_file = tmp / f"config-{tag}.yaml"
+    config_file.write_text(c.core.read_namespaced_config_map(volume, ns).data["config.yaml"])
+    kubeconfig = token_kubeconfig(
+        c, sa_token(c, ns, pod["serviceAccountName"]), tmp / f"sa-{tag}.kubeconfig")
+    port = free_port()
+    log = tmp / f"controller-{tag}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(controller_command(live, kubeconfig, config_file, port),
+                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+
+    def ready() -> bool | kube.NotYet:
+        if proc.poll() is not None:
+            raise AssertionError(f"controller {tag} exited: {log.read_text()[-2000:]}")
+        return http_status(f"http://127.0.0.1:{port}/readyz") == 200 or kube.NotYet("no")
+    kube.wait_for(f"controller {tag} to be ready (its watch cache synced)", ready, timeout=60)
+    return Replica(proc=proc, port=port, log=log)
+
+
+def roll(c: kube.Cluster, ns: str, deployment: str, tmp: Path, tag: str, old: Replica, *,
+         lease: str) -> Replica:
+    """A rolling update (maxSurge 1, maxUnavailable 0): the new pod up and ready first, then
+    the old one stopped (SIGTERM), and the new one leading."""
+    new = start_replica(c, ns, deployment, tmp, tag)
+    kube.stop_process(old.proc)
+    kube.wait_for(f"controller {tag} to take the Lease", lambda: new.holds(c, ns, lease),
+                  timeout=30)
+    return new
+
+
+def writes(replicas: list[Replica], verb: str, target: str) -> int:
+    """How many writes of `verb` on `target` the replicas sent: every write passes the one
+    choke point (controller/actions.py), which logs an audit line before sending it."""
+    n = 0
+    for r in replicas:
+        for line in r.log.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            n += rec.get("audit") == verb and rec.get("target") == target
+    return n

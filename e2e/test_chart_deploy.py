@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -40,9 +38,7 @@ from e2e.test_trust_support import extra_namespace, status_of
 pytestmark = pytest.mark.e2e
 
 GPU_PRESENT = {"nvidia.com/gpu.present": "true"}  # what the DaemonSet selects by default
-# Quicker leader election and retries than the defaults; still the chart's keys and rules.
-FAST = {"retrySeconds": 1, "leaseDurationSeconds": 6, "renewDeadlineSeconds": 4,
-        "requestTimeoutSeconds": 2}
+FAST = chart.FAST
 
 
 def _release() -> str:
@@ -80,25 +76,6 @@ def test_chart_installs_under_pod_security_restricted(cluster, gpu_nodes, tmp_pa
                 ns, loose, dry_run="All")) == 403
 
 
-def _controller_command(docs: list[dict], kubeconfig, config_file, port: int) -> list[str]:
-    """The Deployment's command and args, run here: `ckpt-preempt` is this checkout's module,
-    --in-cluster (the pod's token file) becomes a kubeconfig holding the same token, the
-    config is the ConfigMap's file, and the listen port a free one."""
-    deployment = chart.find(docs, "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["ckpt-preempt"]
-    args = list(container["args"])
-    assert args[:4] == ["run", "--in-cluster", "--config", "/etc/ckpt-preempt/config.yaml"]
-    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["config"]
-    assert args[3] == f"{mount}/config.yaml"
-    args[1:2] = ["--kubeconfig", str(kubeconfig)]
-    args[args.index("--config") + 1] = str(config_file)
-    i = args.index("--listen") + 1
-    assert args[i] == f"0.0.0.0:{container['ports'][0]['containerPort']}"
-    args[i] = f"127.0.0.1:{port}"
-    return [sys.executable, "-m", "ckpt_preempt.controller.cli", *args]
-
-
 def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
         cluster, namespace, pool, gpu_nodes, tmp_path):
     priority_classes(cluster)
@@ -120,7 +97,7 @@ def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
             token = chart.sa_token(cluster, ns, sa)
             config_file = tmp_path / "config.yaml"
             config_file.write_text(chart.find(docs, "ConfigMap")["data"]["config.yaml"])
-            cmd = _controller_command(docs, chart.token_kubeconfig(
+            cmd = chart.controller_command(chart.find(docs, "Deployment"), chart.token_kubeconfig(
                 cluster, token, tmp_path / "sa.kubeconfig"), config_file, free_port())
             with open(tmp_path / "controller.log", "wb") as log:
                 proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
@@ -224,16 +201,6 @@ def _hwprobe_command(daemonset: dict, node: str, port: int) -> list[str]:
     return [sys.executable, "-m", "ckpt_preempt.hwprobe.cli", *args]
 
 
-def _http_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return 0
-
-
 @pytest.mark.mocknvml
 def test_chart_hwprobe_daemonset_command_serves_and_publishes(cluster, gpu_nodes, nvml,
                                                                 tmp_path):
@@ -254,9 +221,9 @@ def test_chart_hwprobe_daemonset_command_serves_and_publishes(cluster, gpu_nodes
                 proc = subprocess.Popen(_hwprobe_command(daemonset, node, port), cwd=REPO,
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
-                kube.wait_for("hwprobe serve to be ready", lambda: _http_status(
+                kube.wait_for("hwprobe serve to be ready", lambda: chart.http_status(
                     f"http://127.0.0.1:{port}/readyz") == 200, timeout=60)
-                assert _http_status(f"http://127.0.0.1:{port}/healthz") == 200
+                assert chart.http_status(f"http://127.0.0.1:{port}/healthz") == 200
                 value = cluster.core.read_node(node).metadata.annotations[ANNOTATION]
                 assert '"gpu_count":8' in value.replace(" ", "")
             finally:

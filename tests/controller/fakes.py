@@ -462,6 +462,10 @@ class RecordingActions:
         self._write(Call(verb="emit", target=pod.key, reason=reason, message=message,
                          warning=warning, args={"uid": pod.uid}))
 
+    def delete_lease(self, name: str, namespace: str, rv: str) -> None:
+        """(``ckpt-preempt cleanup`` only; the reconciler never deletes its Lease.)"""
+        self._write(Call(verb="delete_lease", target=f"{namespace}/{name}", args={"rv": rv}))
+
 
 # ------------------------------------------------------------------------------- a test rig
 
