@@ -10,9 +10,12 @@ kubernetes/kubernetes@v1.37.2:
   assumed on their nodes (``assumeAndReserveWithRevert``), in the queue's member order
   (``pkg/scheduler/framework/types.go`` ``PodGroupMemberPodsOrderingFunc``: priority, then
   attempts, then the time it was queued);
-- each member's node is the ordinary scheduling algorithm's: Filter (here: resources fit),
-  Score, then ``selectHost`` (``pkg/scheduler/schedule_one.go``), a random pick among the
-  nodes with the top score;
+- each member's node is the ordinary scheduling algorithm's (``schedule_one.go``
+  ``schedulePod``): Filter (here: resources fit) over the node list walked from
+  ``nextStartNodeIndex``, Score, then the top of a heap of the scores
+  (``framework/sorted_nodes.go``), where equal scores are told apart by a ``Randomizer`` that
+  is set only when a scheduler extender scores (``prioritizeNodes``), so without one by the
+  heap's layout of the walk order: usually the first node of top score in the walk;
 - of the default plugins (``pkg/scheduler/apis/config/v1/default_plugins.go``) only two score
   nodes apart on a cluster of plain bare pods: ``NodeResourcesFit`` (weight 1, strategy
   LeastAllocated over cpu and memory, weights 1: ``apis/config/v1/defaults.go``
@@ -35,7 +38,6 @@ scores 0. Memory ratios are the same in MiB as in bytes, so MiB are used.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from ckpt_preempt.policies.model import Placement, Pod, Resources, Snapshot
@@ -84,6 +86,7 @@ class ClusterLoad:
         self.allocatable = {n.name: n.allocatable for n in snapshot.nodes}
         self.requested = {n.name: Resources() for n in snapshot.nodes}
         self.non_zero = {n.name: (0, 0) for n in snapshot.nodes}
+        self.closed = {n.name for n in snapshot.nodes if n.closed is not None}
         for p in snapshot.pods:
             if p.node in self.allocatable:
                 self.add(p.requests, p.node)
@@ -114,29 +117,52 @@ class ClusterLoad:
         used = self.requested[node]
         return least + balanced_allocation(r, (used.cpu_milli, used.memory_mib), allocatable)
 
-    def select_host(self, pod: Pod, nodes: Sequence[str], rng: random.Random | None) -> str | None:
-        """The node kube-scheduler would bind ``pod`` to among ``nodes`` (None: none fits).
-        Equal top scores: ``rng`` picks, as ``selectHost`` does; without one, the first."""
-        fits = [n for n in nodes if self.fits(pod.requests, n)]
+    def select_host(self, pod: Pod, nodes: Sequence[str], offset: int = 0) -> str | None:
+        """The node kube-scheduler would bind ``pod`` to among ``nodes`` (None: none fits; a
+        node closed to the preemptor never does).
+
+        ``nodes`` in the scheduler's list order, which it walks from ``offset`` on
+        (``nextStartNodeIndex``); of the nodes of top score, the one at the root of Go's
+        ``container/heap`` after ``heap.Init`` over the scores in walk order
+        (``framework/sorted_nodes.go``: without extenders every ``Randomizer`` is 0, so equal
+        scores are never reordered among themselves)."""
+        walk = [*nodes[offset:], *nodes[:offset]] if nodes else []
+        fits = [n for n in walk if n not in self.closed and self.fits(pod.requests, n)]
         if not fits:
             return None
-        scores = {n: self.score(pod.requests, n) for n in fits}
-        top = max(scores.values())
-        best = [n for n in fits if scores[n] == top]
-        return rng.choice(best) if rng is not None and len(best) > 1 else best[0]
+        return fits[heap_root([self.score(pod.requests, n) for n in fits])]
 
     def schedule(self, members: Sequence[Pod], nodes: Sequence[str],
-                 rng: random.Random | None) -> list[Placement] | None:
+                 offset: int = 0) -> list[Placement] | None:
         """Each member in turn, the earlier ones assumed (left assumed here); None when one
-        fits nowhere."""
+        fits nowhere. Every member's cycle walks all nodes, so ``nextStartNodeIndex`` ends
+        where it began: one ``offset`` for all of them."""
         out = []
         for pod in members:
-            node = self.select_host(pod, nodes, rng)
+            node = self.select_host(pod, nodes, offset)
             if node is None:
                 return None
             self.add(pod.requests, node)
             out.append(Placement(pod_uid=pod.uid, node=node))
         return out
+
+
+def heap_root(scores: Sequence[int]) -> int:
+    """Index of the element Go's ``heap.Pop`` returns first after ``heap.Init`` on a max-heap of
+    ``scores`` (``Less(i, j)``: score i > score j; ties are left where they are)."""
+    h = list(range(len(scores)))
+    n = len(h)
+    for top in range(n // 2 - 1, -1, -1):
+        i = top
+        while (left := 2 * i + 1) < n:
+            j = left
+            if left + 1 < n and scores[h[left + 1]] > scores[h[left]]:
+                j = left + 1
+            if not scores[h[j]] > scores[h[i]]:
+                break
+            h[i], h[j] = h[j], h[i]
+            i = j
+    return h[0]
 
 
 def member_order(members: Sequence[Pod]) -> list[Pod]:

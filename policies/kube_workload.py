@@ -44,18 +44,20 @@ count for scoring, not for making room (``plugins/defaultpreemption/default_pree
 
 What our model cannot see, and so does not follow: (a) Filter is resource fit only, as
 everywhere in the simulator (no taints, affinity, ports, volumes, DRA); Score is the two
-resource plugins only (``policies.kube_placement``); (b) equal top scores are broken by the
-seeded random source (upstream: ``selectHost``'s random pick); equally important victims
-keep the snapshot's order (upstream: its cache's node and pod order, which ``sort.Slice``
-keeps for up to 12 units); (c) members are ordered by priority then name (upstream: the
-time each was queued); (d) a group with fewer members than ``minCount`` scheduled is not
-modelled: all pending members are placed (upstream's GangScheduling plugin accepts a
-placement of ``minCount`` members); (e) a pod in a ``disruptionMode: Single`` group counts
-as a group when ordering victims upstream (``NewPodVictim``), as a single pod here (our pod
-does not carry its group once it is no unit); (f) a unit with a terminating or held pod is
-no potential victim here (upstream it is, but evicting it again frees nothing sooner); (g)
-a group's priority is its pods' highest (upstream: the PodGroup's own, which the beta API
-makes its pods' too); (h) composite PodGroups (alpha) are not modelled.
+resource plugins only (``policies.kube_placement``); (b) among nodes of equal top score
+upstream takes the root of a heap built over its node list walked from ``nextStartNodeIndex``,
+a counter our model does not see: the walk's start is drawn from the seeded random source, and
+upstream's parallel Filter may also reorder the walk; equally important victims keep the
+snapshot's order (upstream: its cache's node and pod order, which ``sort.Slice`` keeps for up
+to 12 units); (c) members are ordered by priority then name (upstream: the time each was
+queued); (d) a group with fewer members than ``minCount`` scheduled is not modelled: all
+pending members are placed (upstream's GangScheduling plugin accepts a placement of
+``minCount`` members); (e) a pod in a ``disruptionMode: Single`` group counts as a group when
+ordering victims upstream (``NewPodVictim``), as a single pod here (our pod does not carry its
+group once it is no unit); (f) a unit with a terminating or held pod is no potential victim
+here (upstream it is, but evicting it again frees nothing sooner); (g) a group's priority is
+its pods' highest (upstream: the PodGroup's own, which the beta API makes its pods' too); (h)
+composite PodGroups (alpha) are not modelled.
 """
 
 from __future__ import annotations
@@ -189,9 +191,11 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
     rejections = [NodeRejection(node=n.name, reason=n.closed)
                   for n in snapshot.nodes if n.closed is not None]
     open_nodes = [n.name for n in snapshot.nodes if n.closed is None]
-    rng = random.Random(config.seed)
+    # nextStartNodeIndex, which our model does not see: drawn from the seed
+    offset = random.Random(config.seed).randrange(len(snapshot.nodes)) if snapshot.nodes else 0
+    all_nodes = [n.name for n in snapshot.nodes]
     load = ClusterLoad(snapshot)
-    fits = load.schedule(members, open_nodes, rng)
+    fits = load.schedule(members, all_nodes, offset)
     if fits is not None:
         return Plan(policy=POLICY, preemptor=uids, feasible=True,
                     reason="fits without preemption", placements=tuple(fits),
@@ -208,7 +212,7 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
     for pods in potential:
         for p in pods:
             load.remove(p.requests, p.node)
-    placements = load.schedule(members, open_nodes, rng)
+    placements = load.schedule(members, all_nodes, offset)
     if placements is None:
         return Plan(
             policy=POLICY, preemptor=uids, feasible=False,

@@ -64,6 +64,19 @@ def test_at_one_priority_the_larger_group_is_reprieved_first():
     assert {v.name for v in plan.victims} == {p.name for p in small}
 
 
+def test_equal_scores_go_to_the_go_heap_root_not_always_the_first():
+    assert kube_placement.heap_root([5, 5, 5]) == 0
+    assert kube_placement.heap_root([1, 5, 5]) == 1  # the first of the top scores here
+    assert kube_placement.heap_root([5, 1, 9, 9]) == 3  # but the heap's layout decides
+
+
+def test_the_walk_starts_at_the_offset_among_equal_nodes():
+    nodes = [gpu_node(n, 1) for n in ("a", "b", "c")]
+    load = kube_placement.ClusterLoad(snapshot(nodes, []))
+    pod = make_pod("p", gpus=1)
+    assert [load.select_host(pod, ["a", "b", "c"], k) for k in range(3)] == ["a", "b", "c"]
+
+
 def test_members_are_placed_in_queue_order_by_name():
     members = gang("new", [None, None, None], priority=100)
     shuffled = [members[2], members[0], members[1]]
