@@ -12,10 +12,12 @@ kubernetes/kubernetes@v1.37.2:
   attempts, then the time it was queued);
 - each member's node is the ordinary scheduling algorithm's (``schedule_one.go``
   ``schedulePod``): Filter (here: resources fit) over the node list walked from
-  ``nextStartNodeIndex``, Score, then the top of a heap of the scores
-  (``framework/sorted_nodes.go``), where equal scores are told apart by a ``Randomizer`` that
-  is set only when a scheduler extender scores (``prioritizeNodes``), so without one by the
-  heap's layout of the walk order: usually the first node of top score in the walk;
+  ``nextStartNodeIndex`` until ``numFeasibleNodesToFind`` nodes fit (all of them below 100
+  nodes), Score, then the top of a heap of the scores (``framework/sorted_nodes.go``), where
+  equal scores are told apart by a ``Randomizer`` that is set only when a scheduler extender
+  scores (``prioritizeNodes``), so without one by the heap's layout of the walk order
+  (usually the first node of top score in the walk); ``nextStartNodeIndex`` then moves on by
+  the nodes walked, so below 100 nodes it never moves;
 - of the default plugins (``pkg/scheduler/apis/config/v1/default_plugins.go``) only two score
   nodes apart on a cluster of plain bare pods: ``NodeResourcesFit`` (weight 1, strategy
   LeastAllocated over cpu and memory, weights 1: ``apis/config/v1/defaults.go``
@@ -45,6 +47,8 @@ from ckpt_preempt.policies.model import Placement, Pod, Resources, Snapshot
 MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
 DEFAULT_MILLI_CPU_REQUEST = 100  # pkg/scheduler/util DefaultMilliCPURequest
 DEFAULT_MEMORY_REQUEST_MIB = 200  # pkg/scheduler/util DefaultMemoryRequest (200 MiB)
+MIN_FEASIBLE_NODES_TO_FIND = 100  # schedule_one.go minFeasibleNodesToFind
+MIN_FEASIBLE_NODES_PERCENTAGE = 5  # schedule_one.go minFeasibleNodesPercentageToFind
 
 
 def non_zero(r: Resources) -> tuple[int, int]:
@@ -117,34 +121,51 @@ class ClusterLoad:
         used = self.requested[node]
         return least + balanced_allocation(r, (used.cpu_milli, used.memory_mib), allocatable)
 
-    def select_host(self, pod: Pod, nodes: Sequence[str], offset: int = 0) -> str | None:
-        """The node kube-scheduler would bind ``pod`` to among ``nodes`` (None: none fits; a
-        node closed to the preemptor never does).
+    def select_host(self, pod: Pod, nodes: Sequence[str],
+                    offset: int = 0) -> tuple[str | None, int]:
+        """(the node kube-scheduler would bind ``pod`` to, or None; how many nodes it walked).
 
-        ``nodes`` in the scheduler's list order, which it walks from ``offset`` on
-        (``nextStartNodeIndex``); of the nodes of top score, the one at the root of Go's
-        ``container/heap`` after ``heap.Init`` over the scores in walk order
-        (``framework/sorted_nodes.go``: without extenders every ``Randomizer`` is 0, so equal
-        scores are never reordered among themselves)."""
-        walk = [*nodes[offset:], *nodes[:offset]] if nodes else []
-        fits = [n for n in walk if n not in self.closed and self.fits(pod.requests, n)]
+        ``nodes``: every node, in the scheduler's list order, walked from ``offset``
+        (``nextStartNodeIndex``) until ``feasible_nodes_to_find`` fit (a closed node never
+        fits); of those, the root of Go's ``container/heap`` after ``heap.Init`` over their
+        scores in walk order (``framework/sorted_nodes.go``: without extenders every
+        ``Randomizer`` is 0, so equal scores are never reordered among themselves)."""
+        want = feasible_nodes_to_find(len(nodes))
+        fits, walked = [], 0
+        for i in range(len(nodes)):
+            n = nodes[(offset + i) % len(nodes)]
+            walked += 1
+            if n not in self.closed and self.fits(pod.requests, n):
+                fits.append(n)
+                if len(fits) == want:
+                    break
         if not fits:
-            return None
-        return fits[heap_root([self.score(pod.requests, n) for n in fits])]
+            return None, walked
+        return fits[heap_root([self.score(pod.requests, n) for n in fits])], walked
 
     def schedule(self, members: Sequence[Pod], nodes: Sequence[str],
                  offset: int = 0) -> list[Placement] | None:
-        """Each member in turn, the earlier ones assumed (left assumed here); None when one
-        fits nowhere. Every member's cycle walks all nodes, so ``nextStartNodeIndex`` ends
-        where it began: one ``offset`` for all of them."""
+        """Each member in turn, the earlier ones assumed (left assumed here), the walk going on
+        where the last one stopped; None when one fits nowhere."""
         out = []
         for pod in members:
-            node = self.select_host(pod, nodes, offset)
+            node, walked = self.select_host(pod, nodes, offset)
+            offset = (offset + walked) % len(nodes) if nodes else 0
             if node is None:
                 return None
             self.add(pod.requests, node)
             out.append(Placement(pod_uid=pod.uid, node=node))
         return out
+
+
+def feasible_nodes_to_find(nodes: int) -> int:
+    """``numFeasibleNodesToFind`` with the default ``percentageOfNodesToScore`` (0: adaptive):
+    every node below 100, else ``50 - nodes / 125`` percent of them (at least 5 %), at least
+    100."""
+    if nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return nodes
+    percentage = max(50 - nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE)
+    return max(nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
 
 
 def heap_root(scores: Sequence[int]) -> int:

@@ -45,19 +45,20 @@ count for scoring, not for making room (``plugins/defaultpreemption/default_pree
 What our model cannot see, and so does not follow: (a) Filter is resource fit only, as
 everywhere in the simulator (no taints, affinity, ports, volumes, DRA); Score is the two
 resource plugins only (``policies.kube_placement``); (b) among nodes of equal top score
-upstream takes the root of a heap built over its node list walked from ``nextStartNodeIndex``,
-a counter our model does not see: the walk's start is drawn from the seeded random source, and
-upstream's parallel Filter may also reorder the walk; equally important victims keep the
-snapshot's order (upstream: its cache's node and pod order, which ``sort.Slice`` keeps for up
-to 12 units); (c) members are ordered by priority then name (upstream: the time each was
-queued); (d) a group with fewer members than ``minCount`` scheduled is not modelled: all
-pending members are placed (upstream's GangScheduling plugin accepts a placement of
-``minCount`` members); (e) a pod in a ``disruptionMode: Single`` group counts as a group when
-ordering victims upstream (``NewPodVictim``), as a single pod here (our pod does not carry its
-group once it is no unit); (f) a unit with a terminating or held pod is no potential victim
-here (upstream it is, but evicting it again frees nothing sooner); (g) a group's priority is
-its pods' highest (upstream: the PodGroup's own, which the beta API makes its pods' too); (h)
-composite PodGroups (alpha) are not modelled.
+upstream takes the root of a heap built over its node list walked from ``nextStartNodeIndex``;
+below 100 nodes that counter never moves from 0 (every cycle walks every node; the differential
+confirms it), above it our model cannot know it and draws it from the seed, and upstream's
+parallel Filter may reorder the walk; equally important victims keep the snapshot's order
+(upstream: its cache's node and pod order, which ``sort.Slice`` keeps for up to 12 units); (c)
+members are ordered by priority then name (upstream: the time each was queued); (d) a group
+with fewer members than ``minCount`` scheduled is not modelled: all pending members are placed
+(upstream's GangScheduling plugin accepts a placement of ``minCount`` members); (e) a pod in a
+``disruptionMode: Single`` group counts as a group when ordering victims upstream
+(``NewPodVictim``), as a single pod here (our pod does not carry its group once it is no unit);
+(f) a unit with a terminating or held pod is no potential victim here (upstream it is, but
+evicting it again frees nothing sooner); (g) a group's priority is its pods' highest (upstream:
+the PodGroup's own, which the beta API makes its pods' too); (h) composite PodGroups (alpha)
+are not modelled.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ from functools import partial
 
 from ckpt_preempt.policies import bound, kube_default
 from ckpt_preempt.policies.kube_default import KubeDefaultConfig
-from ckpt_preempt.policies.kube_placement import ClusterLoad, member_order
+from ckpt_preempt.policies.kube_placement import (
+    MIN_FEASIBLE_NODES_TO_FIND,
+    ClusterLoad,
+    member_order,
+)
 from ckpt_preempt.policies.model import (
     NodeRejection,
     Plan,
@@ -191,11 +196,10 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
     rejections = [NodeRejection(node=n.name, reason=n.closed)
                   for n in snapshot.nodes if n.closed is not None]
     open_nodes = [n.name for n in snapshot.nodes if n.closed is None]
-    # nextStartNodeIndex, which our model does not see: drawn from the seed
-    offset = random.Random(config.seed).randrange(len(snapshot.nodes)) if snapshot.nodes else 0
     all_nodes = [n.name for n in snapshot.nodes]
+    offset = _walk_start(len(all_nodes), config.seed)
     load = ClusterLoad(snapshot)
-    fits = load.schedule(members, all_nodes, offset)
+    fits = load.schedule(members, all_nodes, offset) if all_nodes else None
     if fits is not None:
         return Plan(policy=POLICY, preemptor=uids, feasible=True,
                     reason="fits without preemption", placements=tuple(fits),
@@ -245,6 +249,15 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
         drain_deadline=now + config.grace_period_seconds if victims else None,
         rejections=tuple(rejections),
     )
+
+
+def _walk_start(nodes: int, seed: int) -> int:
+    """kube-scheduler's ``nextStartNodeIndex``: below 100 nodes every cycle walks every node,
+    so it stays where it started (0); above, the model cannot know it, so it is drawn from
+    the seed."""
+    if nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return 0
+    return random.Random(seed).randrange(nodes)
 
 
 def _fits_back(pods: Sequence[Pod], load: ClusterLoad) -> bool:

@@ -74,7 +74,23 @@ def test_the_walk_starts_at_the_offset_among_equal_nodes():
     nodes = [gpu_node(n, 1) for n in ("a", "b", "c")]
     load = kube_placement.ClusterLoad(snapshot(nodes, []))
     pod = make_pod("p", gpus=1)
-    assert [load.select_host(pod, ["a", "b", "c"], k) for k in range(3)] == ["a", "b", "c"]
+    assert [load.select_host(pod, ["a", "b", "c"], k) for k in range(3)] == [
+        ("a", 3), ("b", 3), ("c", 3)]  # below 100 nodes every node is walked
+
+
+def test_a_large_cluster_walks_only_until_enough_nodes_fit():
+    """Above 100 nodes kube-scheduler stops at numFeasibleNodesToFind fitting nodes: 200 equal
+    nodes, 100 to find (50 - 200/125 = 49 % is 98, below the floor of 100), so the best node
+    past the first 100 is never seen."""
+    assert [kube_placement.feasible_nodes_to_find(n) for n in (99, 100, 200, 1000, 6000)] == [
+        99, 100, 100, 420, 300]
+    names = [f"n{i:03d}" for i in range(200)]
+    nodes = [gpu_node(n, 1, cpu=4000) for n in names[:150]] + [gpu_node(n, 1, cpu=64_000)
+                                                               for n in names[150:]]
+    load = kube_placement.ClusterLoad(snapshot(nodes, []))
+    pod = make_pod("p", gpus=1, cpu=2000)
+    assert load.select_host(pod, names, 0) == ("n000", 100)
+    assert load.select_host(pod, names, 120)[0] in names[150:]  # the roomier ones are walked
 
 
 def test_members_are_placed_in_queue_order_by_name():
