@@ -6,9 +6,10 @@ PodGroups (e2e/differential_workload.py says what a case is and how it is observ
 
 - agree: the same victim set (by name); both empty when neither preempts;
 - tie (documented tie-break): kube_workload itself reaches kube-scheduler's choice when only an
-  order that upstream leaves to chance changes: the random pick among nodes of equal top
-  score where a member is placed (its seed, TIE_SEEDS of them), or the order of equally
-  important victims (the scheduler cache's order; pod orders shuffled), or the PDB lister's;
+  order that upstream leaves to chance changes (TIE_WHY): where the node walk starts (its
+  seed, TIE_SEEDS of them; it matters from 100 nodes on), the order parallel Filter lists
+  fitting nodes in (node orders shuffled), the order of equally important victims (the
+  scheduler cache's; pod orders shuffled), or the PDB lister's;
 - real: anything else, with the whole state;
 - anomaly: the run gave no clean answer (no outcome in time, some members bound and not all).
 
@@ -47,8 +48,10 @@ from e2e import kube
 TIE_SEEDS = 32  # random picks among equal top-scoring nodes tried
 ORDER_SHUFFLES = 16  # pod orders tried for equally important victims
 TIE_WHY = {  # in the order they are tried
-    "node": "a member's nodes of equal top score: kube-scheduler's selectHost picks one at "
-            "random, kube_workload by its seed",
+    "node": "where the node walk starts (nextStartNodeIndex; from the seed above 100 nodes)",
+    "filter-order": "Filter runs on parallel goroutines and lists the fitting nodes in the "
+                    "order they finish, which decides among equal top scores (the heap keeps "
+                    "that order); kube_workload walks the node list in order",
     "victim-order": "units equal under MoreImportantVictim are reprieved in the scheduler "
                     "cache's node and pod order",
     "pdb-order": "FilterVictimsWithPDBViolation charges a pod to its PDBs in the PDB lister's "
@@ -83,6 +86,13 @@ def _variants(snap: Snapshot, tie: str) -> list[Snapshot]:
     if tie == "pdb-order":
         return [replace(snap, pdbs=tuple(o)) for o in itertools.permutations(snap.pdbs)]
     rng = random.Random(0)
+    if tie == "filter-order":
+        out = [replace(snap, nodes=snap.nodes[::-1])]
+        for _ in range(ORDER_SHUFFLES):
+            nodes = list(snap.nodes)
+            rng.shuffle(nodes)
+            out.append(replace(snap, nodes=tuple(nodes)))
+        return out
     out = [snap, replace(snap, pods=snap.pods[::-1])]
     for _ in range(ORDER_SHUFFLES):
         pods = list(snap.pods)
