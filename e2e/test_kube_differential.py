@@ -180,6 +180,9 @@ def test_kube_workload_picks_the_victims_workload_aware_preemption_picks(native_
     shown = "\n".join(json.dumps(v.as_json()) for v in verdicts if v.kind != "agree")
     kinds = [v.kind for v in verdicts]
     assert "anomaly" not in kinds and "real" not in kinds, shown
+    # below 100 nodes only the order parallel Filter finishes in is left to chance (1 of 200
+    # cases in bench/differential.py --workload): all but one case agree outright
+    assert kinds.count("agree") >= WORKLOAD_CASES - 1, shown
     assert not any(v.events_differ for v in verdicts), shown
     assert sum(bool(v.kube["victims"]) for v in verdicts) >= WORKLOAD_CASES // 2, shown
     # a PodGroup with disruptionMode All went whole or not at all, on both sides
