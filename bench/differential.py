@@ -356,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
                         "PodGroups (bench/differential_workload.py); default --out "
                         f"{WORKLOAD_OUT.relative_to(REPO)}")
     args = p.parse_args(argv)
+    if args.workload:
+        return differential_workload.main(args, WORKLOAD_OUT if args.out == DEFAULT_OUT
+                                          else args.out)
     if args.replay:
-        return (differential_workload.replay if args.workload else replay)(args.replay)
+        return replay(args.replay)
     if args.cases < 1:
         print("differential: --cases must be at least 1", file=sys.stderr)
         return 2
@@ -370,22 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diff-"))
-        lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster",
-                                              native_workload=args.workload))
+        lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster"))
         api = config.new_client_from_config(config_file=str(lc.kubeconfig))
         c = kube.Cluster("local", lc.kubeconfig, api, local=lc)
-        if args.workload:
-            verdicts = differential_workload.run(c, args.cases, args.seed)
-        else:
-            verdicts = run(c, args.cases, args.seed, pdb_edges=not args.no_pdb_edges)
+        verdicts = run(c, args.cases, args.seed, pdb_edges=not args.no_pdb_edges)
         version = versions(bins).get("KUBERNETES_VERSION", "")
-    if args.workload:
-        figures = {**differential_workload.summary(verdicts, time.monotonic() - t0),
-                   "seed": args.seed, "kubernetes": version}
-        out = WORKLOAD_OUT if args.out == DEFAULT_OUT else args.out
-        differential_workload.write(out, figures, verdicts)
-        print(json.dumps(figures))
-        return 0 if figures["real_disagreements"] == 0 else 1
     figures = {**summary(verdicts, time.monotonic() - t0), "seed": args.seed,
                "pdb_edges": not args.no_pdb_edges, "kubernetes": version}
     args.out.parent.mkdir(parents=True, exist_ok=True)

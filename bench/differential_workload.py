@@ -19,16 +19,22 @@ another kube_workload (as the README's figure for the model before this mode was
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import itertools
 import json
 import random
 import sys
+import tempfile
 import time
 import uuid
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import urllib3
+from kubernetes import config
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.policies import kube_workload
@@ -44,6 +50,7 @@ from ckpt_preempt.policies.model import (
 )
 from e2e import differential_workload as dw
 from e2e import kube
+from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions
 
 TIE_SEEDS = 32  # random picks among equal top-scoring nodes tried
 ORDER_SHUFFLES = 16  # pod orders tried for equally important victims
@@ -221,3 +228,32 @@ def replay(path: Path) -> int:
         return 2
     print(json.dumps({"replayed": len(again), **summary(again, 0.0)}))
     return 0 if all(v.kind != "real" for v in again) else 1
+
+
+def main(args: argparse.Namespace, out: Path) -> int:
+    """bench/differential.py --workload: `args` as it parsed them (--cases, --seed, --workdir,
+    --replay); results to `out`. Exit status as there."""
+    if args.replay:
+        return replay(args.replay)
+    if args.cases < 1:
+        print("differential: --cases must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        bins = find_testbin()
+    except TestbinMissing as e:
+        print(f"differential: {e}", file=sys.stderr)
+        return 2
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diff-"))
+        lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster", native_workload=True))
+        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
+        verdicts = run(kube.Cluster("local", lc.kubeconfig, api, local=lc), args.cases,
+                       args.seed)
+        version = versions(bins).get("KUBERNETES_VERSION", "")
+    figures = {**summary(verdicts, time.monotonic() - t0), "seed": args.seed,
+               "kubernetes": version}
+    write(out, figures, verdicts)
+    print(json.dumps(figures))
+    return 0 if figures["real_disagreements"] == 0 else 1
