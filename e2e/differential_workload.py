@@ -4,8 +4,9 @@ preemption (KEP-5710; the ``GenericWorkload`` gate, native PodGroups).
 One case is a small random cluster (seeded): 2-8 fake nodes of 1-8 GPUs and varied CPU and
 memory, running single pods and PodGroups (``disruptionMode: All``, 2-4 members, minCount =
 members, some across nodes) of a few lower priorities (some at the preemptor's own, which
-cannot be preempted), a few PDBs over team labels; then one pending PodGroup of 2-4 equal
-members at high priority that does not fit as the cluster is. kube-scheduler (default profile,
+cannot be preempted), a few PDBs over team labels; then one pending PodGroup of 2-4 members
+(equal GPUs and CPU; memory drawn per member, so their order matters) at high priority that
+does not fit as the cluster is. kube-scheduler (default profile,
 GenericWorkload on, no ckpt-preempt controller) preempts; what it did is read back as in
 e2e/differential.py: the case's pods gone or being deleted, the ``Preempted`` events, and the
 nodes the members were bound to. The same state, listed right before the preemptor's pods were
@@ -170,8 +171,9 @@ def generate(seed: int, index: int) -> WorkloadCase:
 
 def _preemptor(nodes: tuple[NodeSpec, ...], free: Mapping[str, int],
                rng: random.Random) -> tuple[PodSpec, ...]:
-    """2-4 equal members that do not all fit as the cluster is (fewer member-sized holes than
-    members); sometimes more GPUs than any node has, so no preemption helps."""
+    """2-4 members of equal GPUs and CPU (memory drawn for each) that do not all fit as the
+    cluster is (fewer member-sized holes than members); sometimes more GPUs than any node has,
+    so no preemption helps."""
     max_gpus = max(n.gpus for n in nodes)
     for _ in range(50):
         size, gpus = rng.randint(2, 4), rng.randint(1, max_gpus)
