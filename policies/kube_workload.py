@@ -46,19 +46,19 @@ What our model cannot see, and so does not follow: (a) Filter is resource fit on
 everywhere in the simulator (no taints, affinity, ports, volumes, DRA); Score is the two
 resource plugins only (``policies.kube_placement``); (b) among nodes of equal top score
 upstream takes the root of a heap built over its node list walked from ``nextStartNodeIndex``;
-below 100 nodes that counter never moves from 0 (every cycle walks every node; the differential
-confirms it), above it our model cannot know it and draws it from the seed, and upstream's
-parallel Filter may reorder the walk; equally important victims keep the snapshot's order
-(upstream: its cache's node and pod order, which ``sort.Slice`` keeps for up to 12 units); (c)
-members are ordered by priority then name (upstream: the time each was queued); (d) a group
-with fewer members than ``minCount`` scheduled is not modelled: all pending members are placed
-(upstream's GangScheduling plugin accepts a placement of ``minCount`` members); (e) a pod in a
-``disruptionMode: Single`` group counts as a group when ordering victims upstream
-(``NewPodVictim``), as a single pod here (our pod does not carry its group once it is no unit);
-(f) a unit with a terminating or held pod is no potential victim here (upstream it is, but
-evicting it again frees nothing sooner); (g) a group's priority is its pods' highest (upstream:
-the PodGroup's own, which the beta API makes its pods' too); (h) composite PodGroups (alpha)
-are not modelled.
+below 100 nodes every cycle walks every node, so that counter stays where it was, 0 from the
+scheduler's start unless the cluster once had 100 nodes (the differential agrees with 0), above
+it our model cannot know it and draws it from the seed, and upstream's parallel Filter may
+reorder the walk; equally important victims keep the snapshot's order (upstream: its cache's
+node and pod order, which ``sort.Slice`` keeps for up to 12 units); (c) members are ordered by
+priority then name (upstream: the time each was queued); (d) all pending members are placed
+(upstream's PlacementFeasible plugins may accept a placement once ``minCount`` of them are
+scheduled, which is not modelled); (e) a pod in a ``disruptionMode: Single`` group counts as a
+group when ordering victims upstream (``NewPodVictim``), as a single pod here (our pod does not
+carry its group once it is no unit); (f) a unit with a terminating or held pod is no potential
+victim here (upstream it is, but evicting it again frees nothing sooner); (g) a group's
+priority is its pods' highest (upstream: the PodGroup's own, which the beta API makes its pods'
+too); (h) composite PodGroups (alpha) are not modelled.
 """
 
 from __future__ import annotations
