@@ -179,8 +179,8 @@ def _preemptor(nodes: tuple[NodeSpec, ...], free: Mapping[str, int],
         size, gpus = rng.randint(2, 4), rng.randint(1, max_gpus)
         if sum(f // gpus for f in free.values()) < size:
             break
-    else:
-        size, gpus = len(nodes) * max_gpus + 1, 1  # never reached for 2-8 nodes of <= 8 GPUs
+    else:  # so much room free that 2-4 members always fit: no node can take one
+        size, gpus = 2, max_gpus + 1
     if rng.random() < 0.05:
         gpus = max_gpus + 1
     cpu = rng.choice((100, 100, 500, 1000))
