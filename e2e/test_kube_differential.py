@@ -148,7 +148,7 @@ def test_classify_tells_a_node_tie_from_a_real_difference():
     other = ("b",) if ours == ("a",) else ("a",)
     assert classify(_seen(twins, ours, node)).kind == "agree"
     tie = classify(_seen(twins, other, "n1" if other == ("b",) else "n0"))
-    assert tie.kind == "tie" and tie.detail["tie"] == "filter-order", tie
+    assert tie.kind == "tie" and tie.detail["tie"] == "node", tie
     # "b" started later, so every criterion prefers evicting it: taking "a" is no tie
     apart = [_low("a", "n0", 4000.0), _low("b", "n1", 5000.0)]
     real = classify(_seen(apart, ("a",), "n0"))
