@@ -90,6 +90,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/health_refresh.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/differential.py --cases 220 --out bench/results/differential.json
+	$(BIN)/python bench/differential.py --workload --cases 200 --seed 2
 	$(BIN)/python bench/scale_pass.py
 	$(BIN)/python bench/scale_kwok.py
 	$(BIN)/python bench/nvlink_cliques.py

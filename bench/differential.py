@@ -1,6 +1,7 @@
 """Differential run: policies.kube_default against the real kube-scheduler on random clusters.
 
     .venv/bin/python bench/differential.py [--cases 200] [--seed 1] [--out PATH]
+    .venv/bin/python bench/differential.py --workload [...]   # kube_workload, native PodGroups
 
 Starts its own local control plane (etcd, kube-apiserver, kube-scheduler with its default
 profile, kube-controller-manager, kwok) and runs `--cases` random clusters on it, one after
@@ -50,6 +51,7 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from bench import differential_workload  # noqa: E402
 from ckpt_preempt.policies import kube_default  # noqa: E402
 from ckpt_preempt.policies.model import (  # noqa: E402
     LabelRequirement,
@@ -66,6 +68,7 @@ from e2e.differential import Observation  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "differential.json"
+WORKLOAD_OUT = REPO / "bench" / "results" / "differential_workload.json"
 TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach
 ORDER_SHUFFLES = 16  # pod orders tried when looking for a tie between equal victims
 
@@ -348,7 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay", type=Path, metavar="RESULTS",
                    help="no cluster: classify again the ties and real disagreements stored in "
                         "RESULTS (an --out file) with the current kube_default")
+    p.add_argument("--workload", action="store_true",
+                   help="kube_workload against workload-aware preemption on clusters with native "
+                        "PodGroups (bench/differential_workload.py); default --out "
+                        f"{WORKLOAD_OUT.relative_to(REPO)}")
     args = p.parse_args(argv)
+    if args.workload:
+        return differential_workload.main(args, WORKLOAD_OUT if args.out == DEFAULT_OUT
+                                          else args.out)
     if args.replay:
         return replay(args.replay)
     if args.cases < 1:

@@ -1,37 +1,64 @@
 """kube-scheduler with workload-aware preemption (KEP-5710), reimplemented on our model.
 
 The strongest upstream baseline for gangs: DefaultPreemption (``policies.kube_default``) made
-gang-aware as kubernetes/enhancements ``keps/sig-scheduling/5710-workload-aware-preemption/
-README.md`` specifies it (status implementable, beta in v1.37 under the ``GenericWorkload``
-gate). Sections followed:
+gang-aware, as kubernetes/kubernetes@v1.37.2 does it with the ``GenericWorkload`` gate on
+(beta, off by default; design in kubernetes/enhancements ``keps/sig-scheduling/
+5710-workload-aware-preemption/README.md``). Paths below are in kubernetes@v1.37.2
+``pkg/scheduler/``; checked against it by the differential run (bench/differential.py
+``--workload``, e2e/differential_workload.py).
 
-- "Preemption unit": a PodGroup with ``disruptionMode: All`` is disrupted as a whole (its
-  running pods are all victims or none is); a pod outside any group is its own unit. Every gang
-  here (``Pod.gang``) is such a PodGroup.
-- "Pod Group priorities": one priority per group, the same for all its pods (beta refuses to
-  schedule a group whose pods disagree). A unit is a potential victim only when all its running
-  pods are of lower priority than the preemptor; a pending gang preempts with its members'
-  lowest priority.
-- "Preemption algorithm": a single pod preempts per node (the domains are the nodes; the
-  candidate walk, the reprieve and ``pickOneNodeForPreemption`` are kube-default's), where a
-  group with a pod on the node is a potential victim as a whole: its pods elsewhere count for
-  scoring, not for making room on this node. A pending gang preempts as a whole, with the whole
-  cluster as its one domain: (1) remove every potential victim, (2) schedule the gang, (3) sort
-  the potential victims most important first (priority, then at one priority groups before
-  single pods), (4) reprieve first those whose eviction breaks a PodDisruptionBudget, then the
-  rest, each only if it fits back exactly where it runs next to the gang and the victims already
-  reprieved; a group is reprieved whole or not at all ("In place victim reprieval"). There is
-  one decision, so nothing is scored. If the gang fits without preemption nothing is preempted.
+Preemption units (``framework/preemption/types.go`` ``getCrossNodesVictims``): the pods of a
+PodGroup with ``disruptionMode: All`` are one unit, every scheduled pod of the group wherever
+it runs; any other pod is its own unit. A unit's priority is its PodGroup's (``util.go``
+``GetPodPriority``); it is a potential victim when that is below the preemptor's
+(``isPreemptionAllowed``). Every gang of ours (``Pod.gang``) is such a group.
 
-Deliberate differences: (a) "fits back" is resource fit only, as everywhere in the simulator;
-(b) the gang's placement with every potential victim removed is the best fit kube-default uses
-when no preemption is needed (fewest GPUs left over), ties broken by the seeded random source
-(upstream's ``selectHost`` picks among equal scores at random); kube-scheduler's scoring plugins
-are not modelled; (c) within one priority and kind, the unit that started earlier is the more
-important (upstream's ``MoreImportantPod``, with a group's earliest start; the KEP leaves it
-open); (d) a group with a terminating, held or higher-priority pod is no potential victim, and
-a group's PDB violations count its pods whose eviction breaks a budget; (e) a pending pod
-outside any gang preempts exactly as kube-default does, with the same seed.
+A pending PodGroup (``framework/preemption/podgrouppreemption.go`` ``selectVictimsOnDomain``;
+``schedule_one_podgroup.go`` ``podGroupCycle``): when the group cannot be scheduled as the
+cluster is, the whole cluster is its one domain, so there is exactly one candidate and
+nothing is scored or sampled (no ``pickOneNodeForPreemption``, no random offset):
+
+1. remove every potential victim, on every node;
+2. schedule the group on what is left with the ordinary algorithm
+   (``podGroupSchedulingDefaultAlgorithm``): members one after the other in queue order,
+   each on the node of top score among those it fits, earlier members assumed
+   (``policies.kube_placement`` says which plugins score and how); if a member fits
+   nowhere, nothing is preempted;
+3. sort the potential victims most important first (``util.go`` ``MoreImportantVictim``:
+   higher priority; then a PodGroup before a single pod; then the larger group; then the
+   earlier start of its earliest pod);
+4. split them with ``FilterVictimsWithPDBViolation``: a unit is violating when any of its
+   pods' evictions breaks a budget (pods charged in that order, a pod's charging stops at
+   the first budget it breaks, as in ``policies.kube_default.scheduler_breaks_budget``);
+5. reprieve the violating units first, then the others, most important first: a unit's
+   pods are all added back where they run, and it stays when every member still passes
+   the Filter plugins on its assigned node (here: fits next to the members and the units
+   already reprieved); otherwise it is a victim whole.
+
+The victims are deleted and the members nominated to their nodes; when they are bound later,
+kube-scheduler schedules them again, so the nodes they end on may differ from the nominated
+ones. A single pending pod (no group) preempts per node as kube-default does, with the units
+above: a unit with a pod on the node is a potential victim as a whole, its pods elsewhere
+count for scoring, not for making room (``plugins/defaultpreemption/default_preemption.go``
+``SelectVictimsOnNode``).
+
+What our model cannot see, and so does not follow: (a) Filter is resource fit only, as
+everywhere in the simulator (no taints, affinity, ports, volumes, DRA); Score is the two
+resource plugins only (``policies.kube_placement``); (b) among nodes of equal top score
+upstream takes the root of a heap built over its node list walked from ``nextStartNodeIndex``;
+below 100 nodes every cycle walks every node, so that counter stays where it was, 0 from the
+scheduler's start unless the cluster once had 100 nodes (the differential agrees with 0), above
+it our model cannot know it and draws it from the seed, and upstream's parallel Filter may
+reorder the walk; equally important victims keep the snapshot's order (upstream: its cache's
+node and pod order, which ``sort.Slice`` keeps for up to 12 units); (c) members are ordered by
+priority then name (upstream: the time each was queued); (d) all pending members are placed
+(upstream's PlacementFeasible plugins may accept a placement once ``minCount`` of them are
+scheduled, which is not modelled); (e) a pod in a ``disruptionMode: Single`` group counts as a
+group when ordering victims upstream (``NewPodVictim``), as a single pod here (our pod does not
+carry its group once it is no unit); (f) a unit with a terminating or held pod is no potential
+victim here (upstream it is, but evicting it again frees nothing sooner); (g) a group's
+priority is its pods' highest (upstream: the PodGroup's own, which the beta API makes its pods'
+too); (h) composite PodGroups (alpha) are not modelled.
 """
 
 from __future__ import annotations
@@ -42,9 +69,13 @@ from functools import partial
 
 from ckpt_preempt.policies import bound, kube_default
 from ckpt_preempt.policies.kube_default import KubeDefaultConfig
+from ckpt_preempt.policies.kube_placement import (
+    MIN_FEASIBLE_NODES_TO_FIND,
+    ClusterLoad,
+    member_order,
+)
 from ckpt_preempt.policies.model import (
     NodeRejection,
-    Placement,
     Plan,
     Pod,
     PodDisruptionBudget,
@@ -70,12 +101,13 @@ def potential_victim(pods: Sequence[Pod], priority: int) -> bool:
     return all(p.priority < priority and not p.terminating and p.held is None for p in pods)
 
 
-def importance_key(pods: Sequence[Pod], now: float) -> tuple[int, int, float]:
-    """Most important first: higher priority, then groups before single pods, then the one
-    that started earlier."""
+def importance_key(pods: Sequence[Pod], now: float) -> tuple[int, int, int, float]:
+    """Most important first (upstream ``MoreImportantVictim``): higher priority, then groups
+    before single pods, then the larger group, then the one that started earlier."""
     return (
         -max(p.priority for p in pods),
         0 if pods[0].gang is not None else 1,
+        -len(pods),
         min(kube_default.started(p, now) for p in pods),
     )
 
@@ -157,24 +189,6 @@ def unit_groups(snapshot: Snapshot, victims: Sequence[Pod]) -> tuple[VictimGroup
     return tuple(out)
 
 
-def _schedule(
-    members: Sequence[Pod], free: dict[str, Resources], nodes: Sequence[str],
-    rng: random.Random | None,
-) -> list[Placement] | None:
-    """Place each member best-fit on ``free`` (changed in place); ties by ``rng``, else name.
-    None when one fits nowhere."""
-    out = []
-    for pod in members:
-        fits = [n for n in nodes if pod.requests.fits_in(free[n])]
-        if not fits:
-            return None
-        best = min(fits, key=lambda n: (free[n].gpus - pod.gpus,
-                                        rng.random() if rng else 0.0, n))
-        free[best] = free[best] - pod.requests
-        out.append(Placement(pod_uid=pod.uid, node=best))
-    return out
-
-
 def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultConfig) -> Plan:
     """A pending gang preempts as one unit, with the whole cluster as its domain."""
     now = snapshot.now
@@ -182,8 +196,10 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
     rejections = [NodeRejection(node=n.name, reason=n.closed)
                   for n in snapshot.nodes if n.closed is not None]
     open_nodes = [n.name for n in snapshot.nodes if n.closed is None]
-    free = {n.name: snapshot.free(n.name) for n in snapshot.nodes}
-    fits = _schedule(members, dict(free), open_nodes, None)
+    all_nodes = [n.name for n in snapshot.nodes]
+    offset = _walk_start(len(all_nodes), config.seed)
+    load = ClusterLoad(snapshot)
+    fits = load.schedule(members, all_nodes, offset) if all_nodes else None
     if fits is not None:
         return Plan(policy=POLICY, preemptor=uids, feasible=True,
                     reason="fits without preemption", placements=tuple(fits),
@@ -196,10 +212,11 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
             pods = unit_pods(snapshot, p)
             units[key] = pods if potential_victim(pods, priority) else None
     potential = [u for u in units.values() if u is not None]
+    load = ClusterLoad(snapshot)
     for pods in potential:
         for p in pods:
-            free[p.node] = free[p.node] + p.requests
-    placements = _schedule(members, free, open_nodes, random.Random(config.seed))
+            load.remove(p.requests, p.node)
+    placements = load.schedule(members, all_nodes, offset)
     if placements is None:
         return Plan(
             policy=POLICY, preemptor=uids, feasible=False,
@@ -217,9 +234,9 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
         for u, b in zip(ordered, broken, strict=True):
             if (b > 0) != violating:
                 continue
-            if _fits_back(u, free):
+            if _fits_back(u, load):
                 for p in u:
-                    free[p.node] = free[p.node] - p.requests  # reprieved, back where it ran
+                    load.add(p.requests, p.node)  # reprieved, back where it ran
             else:
                 victims.extend(u)
                 violations += b
@@ -234,21 +251,30 @@ def _plan_gang(snapshot: Snapshot, members: Sequence[Pod], config: KubeDefaultCo
     )
 
 
-def _fits_back(pods: Sequence[Pod], free: dict[str, Resources]) -> bool:
-    """Do all of ``pods`` fit back on their nodes together?"""
+def _walk_start(nodes: int, seed: int) -> int:
+    """kube-scheduler's ``nextStartNodeIndex``: below 100 nodes every cycle walks every node,
+    so it stays where it started (0); above, the model cannot know it, so it is drawn from
+    the seed."""
+    if nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return 0
+    return random.Random(seed).randrange(nodes)
+
+
+def _fits_back(pods: Sequence[Pod], load: ClusterLoad) -> bool:
+    """Do all of ``pods`` fit back on their nodes together, next to the gang?"""
     need: dict[str, Resources] = {}
     for p in pods:
         need[p.node] = need.get(p.node, Resources()) + p.requests
-    return all(r.fits_in(free[n]) for n, r in need.items())
+    return all(load.fits(r, n) for n, r in need.items())
 
 
 def plan(
     snapshot: Snapshot, preemptor: Sequence[Pod], config: KubeDefaultConfig = KubeDefaultConfig()
 ) -> Plan:
     """What kube-scheduler with workload-aware preemption would do for one pending pod or gang."""
+    if any(p.gang is not None for p in preemptor):
+        return _plan_gang(snapshot, member_order(preemptor), config)
     members = sorted(preemptor, key=lambda p: (-p.gpus, p.uid))
-    if any(p.gang is not None for p in members):
-        return _plan_gang(snapshot, members, config)
     return kube_default.plan_each_member(
         snapshot, members, config, policy=POLICY, select=partial(select_units_on_node, snapshot),
         groups=unit_groups,
