@@ -22,9 +22,16 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _commands() -> list[ModuleType]:
-    from ckpt_preempt.controller import cmd_agent, cmd_explain, cmd_extender, cmd_run, cmd_simulate
+    from ckpt_preempt.controller import (
+        cmd_agent,
+        cmd_explain,
+        cmd_extender,
+        cmd_gate,
+        cmd_run,
+        cmd_simulate,
+    )
 
-    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent, cmd_extender]
+    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent, cmd_extender, cmd_gate]
 
 
 def version() -> str:

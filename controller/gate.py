@@ -1,0 +1,213 @@
+"""The eviction gate: answers the API server's AdmissionReviews for ``pods/eviction``.
+
+For each Eviction it reads the pod (one GET: the gate keeps no watch cache, so a fresh replica
+answers at once and no answer rests on a stale view), asks ``policies.eviction_gate.decide``
+and answers:
+
+- allowed, or
+- **429 TooManyRequests** with a message saying why and until when; on the first refusal the
+  pod gets a drain request (``ckpt-preempt.io/drain``, plan ``disruption/<id>``) through
+  ``Actions.request_checkpoint(only_if_unchanged=True)``: written only if the pod is still at the
+  resourceVersion the decision was made at. Two replicas that race compute the same request
+  from the same view and only one write lands; a replica whose write lost refuses all the same
+  (the pod now carries a request, or changed: the client retries and the next answer is made
+  on the new state).
+
+It fails open: a pod it cannot read, a write that fails for another reason, or any error of
+its own is an allowed eviction, as when the gate is down (``failurePolicy: Ignore``). The
+first time this replica refused each pod is kept in memory (``FirstRefusals``), so no pod
+re-writing its own annotations holds an eviction past the cap (``policies.eviction_gate``). A
+dry-run Eviction (``dryRun``) gets the answer the real one would, and nothing is written.
+
+The HTTP and TLS side is ``controller/gate_server.py``; the command, ``cmd_gate.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ckpt_preempt.controller.actions import Actions, WriteGuard
+from ckpt_preempt.controller.records import pod_info
+from ckpt_preempt.policies import eviction_gate as eg
+
+log = logging.getLogger("ckpt_preempt.gate")
+REVIEW_VERSION = "admission.k8s.io/v1"
+TOO_MANY_REQUESTS = 429
+RETRY_AFTER_SECONDS = 5  # what kubectl drain waits between retries anyway
+EVENT_QUEUE = 1024  # Events waiting to be sent; beyond it they are dropped (best effort)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateSettings:
+    limits: eg.GateLimits
+    exempt_users: frozenset[str] = frozenset()
+    request_timeout: float = 2.0  # per API call: the webhook's own timeout is short
+
+
+class FirstRefusals:
+    """When this replica first refused an eviction of each pod (by uid), forgotten once it no
+    longer matters (the cap plus ``eg.STALE_REQUEST_SECONDS`` later)."""
+
+    def __init__(self, keep_seconds: float) -> None:
+        self.keep = keep_seconds
+        self._at: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def get(self, uid: str, now: float) -> float | None:
+        with self._lock:
+            t = self._at.get(uid)
+            if t is not None and now - t > self.keep:
+                del self._at[uid]
+                return None
+            return t
+
+    def note(self, uid: str, now: float) -> None:
+        with self._lock:
+            self._at.setdefault(uid, now)
+            if len(self._at) % 1024 == 0:  # now and then, drop what is forgotten
+                self._at = {u: t for u, t in self._at.items() if now - t <= self.keep}
+
+
+def _review_request(review: object) -> Mapping:
+    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
+        raise ValueError("not an AdmissionReview with a request")
+    req = review["request"]
+    if not isinstance(req.get("uid"), str):
+        raise ValueError("request.uid missing")
+    return req
+
+
+def response(uid: str, *, allowed: bool, message: str = "", retry_after: int = 0) -> dict:
+    out: dict = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        out["status"] = {"status": "Failure", "code": TOO_MANY_REQUESTS,
+                         "reason": "TooManyRequests", "message": message,
+                         "details": {"retryAfterSeconds": retry_after}}
+    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": out}
+
+
+def gated_pod(d: Mapping) -> eg.GatedPod:
+    meta, spec = d.get("metadata") or {}, d.get("spec") or {}
+    return eg.GatedPod(
+        uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        annotations=dict(meta.get("annotations") or {}), labels=dict(meta.get("labels") or {}),
+        priority_class=spec.get("priorityClassName") or "",
+        terminating=meta.get("deletionTimestamp") is not None)
+
+
+class Gate:
+    def __init__(self, api: client.ApiClient, settings: GateSettings, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.core = client.CoreV1Api(api)
+        self.settings = settings
+        # no leader: every replica answers; the resourceVersion precondition keeps one writer
+        self.actions = Actions(api, plan_namespace="",
+                               guard=WriteGuard(request_timeout=settings.request_timeout))
+        self.actions.instance = "ckpt-preempt-gate"
+        self.clock = clock
+        self.first_refusals = FirstRefusals(settings.limits.max_checkpoint_seconds
+                                            + eg.STALE_REQUEST_SECONDS)
+        self.handled_seconds: list[float] = []  # per review, in order (bench/eviction_gate.py)
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._events: queue.Queue = queue.Queue(EVENT_QUEUE)
+        threading.Thread(target=self._send_events, name="gate-events", daemon=True).start()
+
+    # ---------------------------------------------------------------------------- reviews
+    def review(self, body: object) -> dict:
+        """The AdmissionReview answer to ``body`` (already parsed JSON); ValueError when it is
+        not an AdmissionReview (the server answers 400)."""
+        started = time.perf_counter()
+        req = _review_request(body)
+        uid = req["uid"]
+        try:
+            out, what = self._answer(req)
+        except Exception as e:  # fail open, as a dead gate would
+            log.exception("eviction gate error; allowing: %s", e)
+            out, what = response(uid, allowed=True), "error"
+        with self._lock:
+            self.handled_seconds.append(time.perf_counter() - started)
+            self.counts[what] = self.counts.get(what, 0) + 1
+        return out
+
+    def _answer(self, req: Mapping) -> tuple[dict, str]:
+        uid = req["uid"]
+        name, namespace = req.get("name"), req.get("namespace")
+        user = ((req.get("userInfo") or {}).get("username")) or ""
+        if not isinstance(name, str) or not isinstance(namespace, str):
+            return response(uid, allowed=True), "allow"
+        dry_run = req.get("dryRun") is True
+        exempt = user in self.settings.exempt_users
+        raw = None
+        if not exempt:
+            raw = self._read(namespace, name)
+            if raw is None:  # gone or unreadable: nothing to protect
+                return response(uid, allowed=True), "allow"
+        now = self.clock()
+        pod = gated_pod(raw) if raw is not None else eg.GatedPod(
+            uid="", namespace=namespace, name=name, resource_version="", annotations={},
+            labels={})
+        decision = eg.decide(pod, now=now, limits=self.settings.limits,
+                             first_refused=self.first_refusals.get(pod.uid, now),
+                             exempt_requester=exempt, dry_run=dry_run)
+        if decision.allowed:
+            log.info("eviction of %s/%s allowed: %s", namespace, name, decision.reason,
+                     extra={"user": user})
+            return response(uid, allowed=True), "allow"
+        if decision.request is not None:
+            info = pod_info(raw)
+            try:
+                wrote = self.actions.request_checkpoint(info, decision.request,
+                                                        only_if_unchanged=True)
+            except ApiException as e:
+                log.warning("drain request for %s/%s not written (%s); allowing", namespace,
+                            name, e.reason)
+                return response(uid, allowed=True), "error"
+            if wrote:
+                self._event(info, decision)
+        if not dry_run:
+            self.first_refusals.note(pod.uid, now)
+        until = decision.until if decision.until is not None else now
+        retry = max(1, min(RETRY_AFTER_SECONDS, math.ceil(until - now)))
+        message = f"ckpt-preempt eviction gate: {decision.reason}"
+        log.info("eviction of %s/%s refused: %s", namespace, name, decision.reason,
+                 extra={"user": user, "dry_run": dry_run})
+        return (response(uid, allowed=False, message=message, retry_after=retry),
+                "request" if decision.request is not None else "refuse")
+
+    def _read(self, namespace: str, name: str) -> dict | None:
+        try:
+            r = self.core.read_namespaced_pod(name, namespace, _preload_content=False,
+                                              _request_timeout=self.settings.request_timeout)
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("cannot read pod %s/%s (%s); allowing its eviction", namespace,
+                            name, e.reason)
+            return None
+        return json.loads(r.data)
+
+    # ----------------------------------------------------------------------------- events
+    def _event(self, info, decision: eg.Decision) -> None:
+        try:
+            self._events.put_nowait((info, decision.reason))
+        except queue.Full:
+            log.warning("event queue full; EvictionDelayed for %s not recorded", info.key)
+
+    def _send_events(self) -> None:
+        while True:
+            info, reason = self._events.get()
+            try:
+                self.actions.emit(info, "EvictionDelayed", reason)
+            except Exception as e:  # an Event is best effort
+                log.warning("EvictionDelayed for %s not recorded: %s", info.key, e)
