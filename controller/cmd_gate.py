@@ -25,8 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
     where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    p.add_argument("--config", help="controller config file (YAML or JSON): maxCheckpointSeconds "
-                                    "and the evictionGate* keys")
+    p.add_argument("--config", help="controller config file (YAML or JSON): its "
+                                    "maxCheckpointSeconds caps every hold")
+    p.add_argument("--exempt-user", action="append", default=[], metavar="USERNAME",
+                   help="Evictions by this user pass straight through (the controller's "
+                        "ServiceAccount, system:serviceaccount:NS:NAME, after its own drain); "
+                        "repeatable")
+    p.add_argument("--exclude-namespace", action="append", default=[], metavar="NAMESPACE",
+                   help="never delay evictions here ('*': anywhere); repeatable")
+    p.add_argument("--exclude-priority-class", action="append", default=[], metavar="NAME",
+                   help="never delay evictions of pods of this priority class; repeatable")
     p.add_argument("--tls-cert", required=True, metavar="FILE",
                    help="serving certificate (PEM), chain first")
     p.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (PEM)")
@@ -37,18 +45,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     logs.add_level_flag(p)
 
 
-def settings(cfg):
-    """The gate's settings from the controller's Config."""
-    from ckpt_preempt.controller.gate import GateSettings
+def settings(cfg, args: argparse.Namespace):
+    """The gate's settings: the cap from the controller's Config, the rest from the flags."""
+    from ckpt_preempt.controller.gate import API_TIMEOUT_SECONDS, GateSettings
     from ckpt_preempt.policies.eviction_gate import GateLimits
 
     return GateSettings(
         limits=GateLimits(
             max_checkpoint_seconds=cfg.max_checkpoint_seconds,
-            excluded_namespaces=frozenset(cfg.eviction_gate_excluded_namespaces),
-            excluded_priority_classes=frozenset(cfg.eviction_gate_excluded_priority_classes)),
-        exempt_users=frozenset(cfg.eviction_gate_exempt_users),
-        request_timeout=min(cfg.request_timeout_seconds, 2.0))
+            excluded_namespaces=frozenset(args.exclude_namespace),
+            excluded_priority_classes=frozenset(args.exclude_priority_class)),
+        exempt_users=frozenset(args.exempt_user),
+        request_timeout=min(cfg.request_timeout_seconds, API_TIMEOUT_SECONDS))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     host, port = args.listen
     host = host or DEFAULT_LISTEN_HOST
     try:
-        server = gate_server.serve(Gate(api, settings(cfg)), host, port, ctx)
+        server = gate_server.serve(Gate(api, settings(cfg, args)), host, port, ctx)
     except OSError as e:
         print(f"{PROG}: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
         return 2

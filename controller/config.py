@@ -50,10 +50,6 @@
     gpuResources: [nvidia.com/gpu]   # whole-GPU extended resources (amd.com/gpu, ...)
     gpuDraDrivers: [gpu.nvidia.com]  # DRA drivers whose allocated devices are GPUs ([]: off)
     gpuDeviceClasses: [gpu.nvidia.com]   # DeviceClasses a pending claim's GPUs are asked from
-    # the eviction gate (`ckpt-preempt gate`, controller/gate.py); its cap: maxCheckpointSeconds
-    evictionGateExemptUsers: [system:serviceaccount:ckpt-preempt:ckpt-preempt-controller]
-    evictionGateExcludedNamespaces: [kube-system]    # never delayed ("*": every namespace)
-    evictionGateExcludedPriorityClasses: []          # likewise, by priority class
 """
 
 from __future__ import annotations
@@ -155,12 +151,6 @@ class Config:
     # the starvation bound (policies.bound; the defaults are assumptions, cited there)
     max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW
     preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
-    # the eviction gate (controller/gate.py; its cap is maxCheckpointSeconds): the usernames
-    # whose Evictions pass straight through (our controller's, after its own drain), and the
-    # namespaces and priority classes it never delays ("*": all)
-    eviction_gate_exempt_users: tuple[str, ...] = ()
-    eviction_gate_excluded_namespaces: tuple[str, ...] = ()
-    eviction_gate_excluded_priority_classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_health()

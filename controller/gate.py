@@ -17,7 +17,8 @@ It fails open: a pod it cannot read, a write that fails for another reason, or a
 its own is an allowed eviction, as when the gate is down (``failurePolicy: Ignore``). The
 first time this replica refused each pod is kept in memory (``FirstRefusals``), so no pod
 re-writing its own annotations holds an eviction past the cap (``policies.eviction_gate``). A
-dry-run Eviction (``dryRun``) gets the answer the real one would, and nothing is written.
+dry-run Eviction (``dryRun``, or ``deleteOptions.dryRun`` as ``kubectl drain --dry-run=server``
+sends it) writes nothing and is allowed, with a warning saying what the real one would meet.
 
 The HTTP and TLS side is ``controller/gate_server.py``; the command, ``cmd_gate.py``.
 """
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.actions import Actions, WriteGuard
+from ckpt_preempt.controller.actions import Actions, WriteGuard, client_with_pool
 from ckpt_preempt.controller.records import pod_info
 from ckpt_preempt.policies import eviction_gate as eg
 
@@ -44,6 +45,10 @@ log = logging.getLogger("ckpt_preempt.gate")
 REVIEW_VERSION = "admission.k8s.io/v1"
 TOO_MANY_REQUESTS = 429
 RETRY_AFTER_SECONDS = 5  # what kubectl drain waits between retries anyway
+# per API call: the webhook's own timeout (timeoutSeconds, chart default 5 s) must outlast a read
+# and a write
+API_TIMEOUT_SECONDS = 2.0
+GATE_CONNECTIONS = 32  # API connections kept for reviews answered at once (a burst of drains)
 EVENT_QUEUE = 1024  # Events waiting to be sent; beyond it they are dropped (best effort)
 
 
@@ -51,7 +56,7 @@ EVENT_QUEUE = 1024  # Events waiting to be sent; beyond it they are dropped (bes
 class GateSettings:
     limits: eg.GateLimits
     exempt_users: frozenset[str] = frozenset()
-    request_timeout: float = 2.0  # per API call: the webhook's own timeout is short
+    request_timeout: float = API_TIMEOUT_SECONDS
 
 
 class FirstRefusals:
@@ -87,8 +92,21 @@ def _review_request(review: object) -> Mapping:
     return req
 
 
-def response(uid: str, *, allowed: bool, message: str = "", retry_after: int = 0) -> dict:
+def _dry_run_delete(eviction: object) -> bool:
+    """An Eviction whose deleteOptions ask for a dry run (what ``kubectl drain --dry-run=server``
+    sends: the request itself is no dry run, the deletion it asks for is)."""
+    if not isinstance(eviction, dict):
+        return False
+    options = eviction.get("deleteOptions")
+    dry = options.get("dryRun") if isinstance(options, dict) else None
+    return isinstance(dry, list) and len(dry) > 0
+
+
+def response(uid: str, *, allowed: bool, message: str = "", retry_after: int = 0,
+             warning: str = "") -> dict:
     out: dict = {"uid": uid, "allowed": allowed}
+    if warning:
+        out["warnings"] = [warning]
     if not allowed:
         out["status"] = {"status": "Failure", "code": TOO_MANY_REQUESTS,
                          "reason": "TooManyRequests", "message": message,
@@ -109,6 +127,7 @@ def gated_pod(d: Mapping) -> eg.GatedPod:
 class Gate:
     def __init__(self, api: client.ApiClient, settings: GateSettings, *,
                  clock: Callable[[], float] = time.time) -> None:
+        api = client_with_pool(api, GATE_CONNECTIONS)
         self.core = client.CoreV1Api(api)
         self.settings = settings
         # no leader: every replica answers; the resourceVersion precondition keeps one writer
@@ -119,6 +138,7 @@ class Gate:
         self.first_refusals = FirstRefusals(settings.limits.max_checkpoint_seconds
                                             + eg.STALE_REQUEST_SECONDS)
         self.handled_seconds: list[float] = []  # per review, in order (bench/eviction_gate.py)
+        # answers by kind (allow, refuse, request, dry-run, error) and drain requests "written"
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._events: queue.Queue = queue.Queue(EVENT_QUEUE)
@@ -138,8 +158,12 @@ class Gate:
             out, what = response(uid, allowed=True), "error"
         with self._lock:
             self.handled_seconds.append(time.perf_counter() - started)
-            self.counts[what] = self.counts.get(what, 0) + 1
+        self._count(what)
         return out
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] = self.counts.get(what, 0) + 1
 
     def _answer(self, req: Mapping) -> tuple[dict, str]:
         uid = req["uid"]
@@ -147,7 +171,7 @@ class Gate:
         user = ((req.get("userInfo") or {}).get("username")) or ""
         if not isinstance(name, str) or not isinstance(namespace, str):
             return response(uid, allowed=True), "allow"
-        dry_run = req.get("dryRun") is True
+        dry_run = req.get("dryRun") is True or _dry_run_delete(req.get("object"))
         exempt = user in self.settings.exempt_users
         raw = None
         if not exempt:
@@ -175,9 +199,14 @@ class Gate:
                             name, e.reason)
                 return response(uid, allowed=True), "error"
             if wrote:
+                self._count("written")
                 self._event(info, decision)
-        if not dry_run:
-            self.first_refusals.note(pod.uid, now)
+        if dry_run:  # allowed, saying what the real one would meet: a refused dry run would
+            # only make `kubectl drain --dry-run=server` retry for ever (its --timeout does not
+            # bound the retries of a dry run)
+            return (response(uid, allowed=True, warning="ckpt-preempt eviction gate: a real "
+                             f"eviction would be refused: {decision.reason}"), "dry-run")
+        self.first_refusals.note(pod.uid, now)
         until = decision.until if decision.until is not None else now
         retry = max(1, min(RETRY_AFTER_SECONDS, math.ceil(until - now)))
         message = f"ckpt-preempt eviction gate: {decision.reason}"
