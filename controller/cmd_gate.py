@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=DEFAULT_LISTEN,
                    help="where to serve POST /validate and GET /healthz; port 0: any free one, "
                         "printed on stderr (default %(default)s)")
+    p.add_argument("--no-watch-cache", action="store_true",
+                   help="read each pod with a GET instead of from a watch of all pods (less "
+                        "memory and RBAC: no list/watch of pods; slower answers)")
     logs.add_level_flag(p)
 
 
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from ckpt_preempt.controller import gate_server
     from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, connect, load_config
     from ckpt_preempt.controller.gate import Gate
+    from ckpt_preempt.controller.gate_cache import PodCache
 
     logs.setup(args.log_level)
     cfg = load_config(args, PROG)
@@ -81,13 +85,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     host, port = args.listen
     host = host or DEFAULT_LISTEN_HOST
+    cache = None if args.no_watch_cache else PodCache(api)
     try:
-        server = gate_server.serve(Gate(api, settings(cfg, args)), host, port, ctx)
+        server = gate_server.serve(Gate(api, settings(cfg, args), cache=cache), host, port, ctx)
     except OSError as e:
         print(f"{PROG}: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
         return 2
     bound = server.server_address
     print(f"{PROG}: listening on {bound[0]}:{bound[1]}", file=sys.stderr, flush=True)
+    if cache is not None:
+        cache.start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -95,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         stop.wait()
     finally:
         server.shutdown()
+        if cache is not None:
+            cache.stop()
     return 0
 
 

@@ -1,7 +1,7 @@
 """The eviction gate: answers the API server's AdmissionReviews for ``pods/eviction``.
 
-For each Eviction it reads the pod (one GET: the gate keeps no watch cache, so a fresh replica
-answers at once and no answer rests on a stale view), asks ``policies.eviction_gate.decide``
+For each Eviction it reads the pod (from its watch cache, ``controller/gate_cache.py``, or
+with one GET when the cache does not hold it or is off), asks ``policies.eviction_gate.decide``
 and answers:
 
 - allowed, or
@@ -38,6 +38,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.actions import Actions, WriteGuard, client_with_pool
+from ckpt_preempt.controller.gate_cache import PodCache
 from ckpt_preempt.controller.records import pod_info
 from ckpt_preempt.policies import eviction_gate as eg
 
@@ -126,7 +127,9 @@ def gated_pod(d: Mapping) -> eg.GatedPod:
 
 class Gate:
     def __init__(self, api: client.ApiClient, settings: GateSettings, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, cache: PodCache | None = None) -> None:
+        """``cache``: read pods from it (a GET when it does not hold the pod); None: a GET
+        for every review."""
         api = client_with_pool(api, GATE_CONNECTIONS)
         self.core = client.CoreV1Api(api)
         self.settings = settings
@@ -135,9 +138,11 @@ class Gate:
                                guard=WriteGuard(request_timeout=settings.request_timeout))
         self.actions.instance = "ckpt-preempt-gate"
         self.clock = clock
+        self.cache = cache
         self.first_refusals = FirstRefusals(settings.limits.max_checkpoint_seconds
                                             + eg.STALE_REQUEST_SECONDS)
-        self.handled_seconds: list[float] = []  # per review, in order (bench/eviction_gate.py)
+        # (answer kind, seconds) per review, in order (bench/eviction_gate.py)
+        self.handled: list[tuple[str, float]] = []
         # answers by kind (allow, refuse, request, dry-run, error) and drain requests "written"
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -157,7 +162,7 @@ class Gate:
             log.exception("eviction gate error; allowing: %s", e)
             out, what = response(uid, allowed=True), "error"
         with self._lock:
-            self.handled_seconds.append(time.perf_counter() - started)
+            self.handled.append((what, time.perf_counter() - started))
         self._count(what)
         return out
 
@@ -216,6 +221,9 @@ class Gate:
                 "request" if decision.request is not None else "refuse")
 
     def _read(self, namespace: str, name: str) -> dict | None:
+        cached = self.cache.get(namespace, name) if self.cache is not None else None
+        if cached is not None:
+            return cached
         try:
             r = self.core.read_namespaced_pod(name, namespace, _preload_content=False,
                                               _request_timeout=self.settings.request_timeout)

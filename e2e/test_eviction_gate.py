@@ -48,6 +48,8 @@ def test_drain_waits_for_the_checkpoint_then_completes(cluster, namespace, gpu_n
         assert request.plan.startswith("disruption/")
         assert request.deadline - request.requested == pytest.approx(30, abs=0.01)
         asked = time.monotonic() - start
+        event = kube.wait_event(cluster, namespace, "EvictionDelayed", name="train", timeout=10)
+        assert request.plan in event.note
         time.sleep(KUBECTL_RETRY_SECONDS + 2)  # at least one retry meets the standing request
         assert proc.poll() is None, proc.communicate()
         assert cluster.core.read_namespaced_pod("train", namespace).metadata.deletion_timestamp \

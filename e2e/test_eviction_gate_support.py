@@ -33,7 +33,8 @@ GATE_USER = "ckpt-preempt-controller"  # a token user of the local cluster (no g
 SCOPE_LABEL = "e2e.ckpt-preempt.io/gate"
 RBAC = "rbac.authorization.k8s.io"
 # What the chart grants the gate (deploy/helm/ckpt-preempt/templates/eviction-gate.yaml)
-GATE_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+GATE_RULES = [{"apiGroups": [""], "resources": ["pods"],
+               "verbs": ["get", "list", "watch", "patch"]},
               {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]
 
 
