@@ -9,16 +9,17 @@ and answers:
   pod gets a drain request (``ckpt-preempt.io/drain``, plan ``disruption/<id>``) through
   ``Actions.request_checkpoint(only_if_unchanged=True)``: written only if the pod is still at the
   resourceVersion the decision was made at. Two replicas that race compute the same request
-  from the same view and only one write lands; a replica whose write lost refuses all the same
-  (the pod now carries a request, or changed: the client retries and the next answer is made
-  on the new state).
+  from the same view and only one write lands. The write is made on writer threads after the
+  answer (``WRITERS``), so an answer never waits for the API server: a write that does not land
+  leaves the pod without a request, and the client's retry (kubectl: 5 s later) decides again.
 
-It fails open: a pod it cannot read, a write that fails for another reason, or any error of
-its own is an allowed eviction, as when the gate is down (``failurePolicy: Ignore``). The
-first time this replica refused each pod is kept in memory (``FirstRefusals``), so no pod
-re-writing its own annotations holds an eviction past the cap (``policies.eviction_gate``). A
-dry-run Eviction (``dryRun``, or ``deleteOptions.dryRun`` as ``kubectl drain --dry-run=server``
-sends it) writes nothing and is allowed, with a warning saying what the real one would meet.
+It fails open: a pod it cannot read, or any error of its own, is an allowed eviction, as when
+the gate is down (``failurePolicy: Ignore``); so is every later eviction of a pod whose request
+the API server refused to write for us (403, 404, 422). The first time this replica refused each
+pod is kept in memory (``FirstRefusals``), so no pod re-writing its own annotations, and no write
+that keeps failing, holds an eviction past the cap (``policies.eviction_gate``). A dry-run
+Eviction (``dryRun``, or ``deleteOptions.dryRun`` as ``kubectl drain --dry-run=server`` sends
+it) writes nothing and is allowed, with a warning saying what the real one would meet.
 
 The HTTP and TLS side is ``controller/gate_server.py``; the command, ``cmd_gate.py``.
 """
@@ -49,6 +50,7 @@ RETRY_AFTER_SECONDS = 5  # what kubectl drain waits between retries anyway
 # per API call: the webhook's own timeout (timeoutSeconds, chart default 5 s) must outlast a read
 # and a write
 API_TIMEOUT_SECONDS = 2.0
+WRITERS = 8  # drain requests written at once, after the answer
 GATE_CONNECTIONS = 32  # API connections kept for reviews answered at once (a burst of drains)
 EVENT_QUEUE = 1024  # Events waiting to be sent; beyond it they are dropped (best effort)
 
@@ -146,6 +148,12 @@ class Gate:
         # answers by kind (allow, refuse, request, dry-run, error) and drain requests "written"
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.write_seconds: list[float] = []  # per drain request written (or tried)
+        self._writes: queue.Queue = queue.Queue()
+        self._in_flight: set[str] = set()  # disruption ids queued or being written
+        for i in range(WRITERS):
+            threading.Thread(target=self._writer, name=f"gate-write-{i}", daemon=True).start()
+        self._unwritable: set[str] = set()  # pod uids we may not write (403/404/422)
         self._events: queue.Queue = queue.Queue(EVENT_QUEUE)
         threading.Thread(target=self._send_events, name="gate-events", daemon=True).start()
 
@@ -195,17 +203,9 @@ class Gate:
                      extra={"user": user})
             return response(uid, allowed=True), "allow"
         if decision.request is not None:
-            info = pod_info(raw)
-            try:
-                wrote = self.actions.request_checkpoint(info, decision.request,
-                                                        only_if_unchanged=True)
-            except ApiException as e:
-                log.warning("drain request for %s/%s not written (%s); allowing", namespace,
-                            name, e.reason)
-                return response(uid, allowed=True), "error"
-            if wrote:
-                self._count("written")
-                self._event(info, decision)
+            if pod.uid in self._unwritable:  # refused to us before: we cannot ask this pod
+                return response(uid, allowed=True), "allow"
+            self._write_later(pod_info(raw), decision)
         if dry_run:  # allowed, saying what the real one would meet: a refused dry run would
             # only make `kubectl drain --dry-run=server` retry for ever (its --timeout does not
             # bound the retries of a dry run)
@@ -219,6 +219,51 @@ class Gate:
                  extra={"user": user, "dry_run": dry_run})
         return (response(uid, allowed=False, message=message, retry_after=retry),
                 "request" if decision.request is not None else "refuse")
+
+    # ----------------------------------------------------------------------------- writes
+    def _write_later(self, info, decision: eg.Decision) -> None:
+        """Queue the drain request for the writer threads; the answer (429) does not wait for
+        it. If the write does not land, the pod carries no request and the client's retry
+        decides again (the same id from the same view); the hold stays bounded by the first
+        refusal."""
+        plan = decision.request.plan
+        with self._lock:
+            if plan in self._in_flight:  # the same request, already queued or being written
+                return
+            self._in_flight.add(plan)
+        self._writes.put((info, decision))
+
+    def _writer(self) -> None:
+        while True:
+            info, decision = self._writes.get()
+            try:
+                self._write(info, decision)
+            finally:
+                self._writes.task_done()
+
+    def _write(self, info, decision: eg.Decision) -> None:
+        started = time.perf_counter()
+        try:
+            if self.actions.request_checkpoint(info, decision.request, only_if_unchanged=True):
+                self._count("written")
+                self._event(info, decision)
+        except ApiException as e:
+            if e.status in (403, 404, 422):  # may not, gone, or refused: never ask it again
+                with self._lock:
+                    self._unwritable.add(info.uid)
+            log.warning("drain request for %s not written: %s", info.key, e.reason)
+            self._count("write-failed")
+        except Exception as e:  # a timeout, a broken connection: the next retry asks again
+            log.warning("drain request for %s not written: %s", info.key, e)
+            self._count("write-failed")
+        finally:
+            with self._lock:
+                self._in_flight.discard(decision.request.plan)
+                self.write_seconds.append(time.perf_counter() - started)
+
+    def flush(self) -> None:
+        """Wait until every queued drain request is written or failed (tests, the benchmark)."""
+        self._writes.join()
 
     def _read(self, namespace: str, name: str) -> dict | None:
         cached = self.cache.get(namespace, name) if self.cache is not None else None

@@ -56,6 +56,8 @@ def test_two_replicas_racing_write_one_request_per_pod_and_answer_alike(cluster,
         t.start()
     for t in threads:
         t.join()
+    for r in replicas:
+        r.flush()
     assert sum(r.counts.get("written", 0) for r in replicas) == PODS
     for n in names:
         request = drain_request(cluster, namespace, n)
@@ -104,9 +106,12 @@ def test_the_server_answers_bad_requests_with_400(cluster, tmp_path):
 
 def test_burst_benchmark_short_seeded_run(cluster, tmp_path):
     result = burst(cluster, pods=8, evictions=24, workers=4, seed=1, workdir=tmp_path)
-    # every Eviction refused; one request written per pod, the retries refused without a write
+    # every Eviction refused; one request written per pod, whatever the retries decided while
+    # their pod's request was being written (the same id: one write lands)
     assert result["statuses"] == {"429": 24}
-    assert result["answers"] == {"refuse": 16, "request": 8, "written": 8}
+    answers = result["answers"]
+    assert answers["written"] == 8 and answers["request"] >= 8
+    assert answers["request"] + answers.get("refuse", 0) == 24
     assert result["at_webhook_ms"]["n"] == 24 and result["client_ms"]["n"] == 24
     print(json.dumps(result))
 
