@@ -7,11 +7,12 @@ and answers:
 - allowed, or
 - **429 TooManyRequests** with a message saying why and until when; on the first refusal the
   pod gets a drain request (``ckpt-preempt.io/drain``, plan ``disruption/<id>``) through
-  ``Actions.request_checkpoint(only_if_unchanged=True)``: written only if the pod is still at the
-  resourceVersion the decision was made at. Two replicas that race compute the same request
-  from the same view and only one write lands. The write is made on writer threads after the
-  answer (``WRITERS``), so an answer never waits for the API server: a write that does not land
-  leaves the pod without a request, and the client's retry (kubectl: 5 s later) decides again.
+  ``Actions.request_checkpoint(only_if_unchanged=True, decode=False)``: written only if the
+  pod is still at the resourceVersion the decision was made at. Two replicas that race compute
+  the same request from the same view and only one write lands. The write is made on writer
+  threads after the answer (``WRITERS``), so an answer never waits for the API server: a write
+  that does not land leaves the pod without a request, and the client's retry (kubectl: 5 s
+  later) decides again.
 
 It fails open: a pod it cannot read, or any error of its own, is an allowed eviction, as when
 the gate is down (``failurePolicy: Ignore``); so is every later eviction of a pod whose request
@@ -50,7 +51,7 @@ RETRY_AFTER_SECONDS = 5  # what kubectl drain waits between retries anyway
 # per API call: the webhook's own timeout (timeoutSeconds, chart default 5 s) must outlast a read
 # and a write
 API_TIMEOUT_SECONDS = 2.0
-WRITERS = 8  # drain requests written at once, after the answer
+WRITERS = 4  # drain requests written at once, after the answer
 GATE_CONNECTIONS = 32  # API connections kept for reviews answered at once (a burst of drains)
 EVENT_QUEUE = 1024  # Events waiting to be sent; beyond it they are dropped (best effort)
 
@@ -244,7 +245,8 @@ class Gate:
     def _write(self, info, decision: eg.Decision) -> None:
         started = time.perf_counter()
         try:
-            if self.actions.request_checkpoint(info, decision.request, only_if_unchanged=True):
+            if self.actions.request_checkpoint(info, decision.request, only_if_unchanged=True,
+                                               decode=False):
                 self._count("written")
                 self._event(info, decision)
         except ApiException as e:
