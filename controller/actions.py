@@ -213,7 +213,8 @@ class Actions:
                 sent = self.core.patch_namespaced_pod(pod.name, pod.namespace, body,
                                                       _content_type=MERGE, **raw,
                                                       _request_timeout=self.timeout)
-                if not decode:
+                if not decode:  # read to the end, or the pooled connection is left mid-body
+                    sent.drain_conn()
                     sent.release_conn()
             except ApiException as e:
                 if only_if_unchanged and e.status == 409:  # changed since read: not written

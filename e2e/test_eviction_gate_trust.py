@@ -102,11 +102,13 @@ def test_a_forged_ack_for_another_disruption_does_not_release(cluster, namespace
         "train", checkpoint="on-request", checkpoint_seconds=60))
     with running_gate(cluster, namespace, tmp_path / "gate", gate_config(60)):
         assert _evict(cluster, namespace, "train") == 429
-        request = drain_request(cluster, namespace, "train")
-        assert request is not None and request.plan.startswith("disruption/")
+        request = kube.wait_for("the gate's drain request",  # written after the answer
+                                lambda: drain_request(cluster, namespace, "train"), timeout=10)
+        assert request.plan.startswith("disruption/")
         for other in ("disruption/0123456789abcdef0123", request.plan.removeprefix(
                 "disruption/"), request.plan + "0"):
             ack(cluster, namespace, "train", other, api=tenant.api_client)
+            time.sleep(1)  # the gate's watch cache has it by now
             assert _evict(cluster, namespace, "train") == 429, other
         assert drain_request(cluster, namespace, "train") == request  # no second request
         ack(cluster, namespace, "train", request.plan, api=tenant.api_client)
