@@ -52,6 +52,11 @@ RETRY_AFTER_SECONDS = 5  # what kubectl drain waits between retries anyway
 # and a write
 API_TIMEOUT_SECONDS = 2.0
 WRITERS = 4  # drain requests written at once, after the answer
+# A first refusal is remembered this long after the cap ran out, so every retry of the held
+# eviction meets the bound (kubectl retries every 5 s, autoscalers within a minute); a pod
+# evicted again later starts over. An assumption, generous for the retries.
+REMEMBER_AFTER_CAP_SECONDS = 300.0
+UNWRITABLE_KEPT = 10_000  # pods remembered as not writable for us; beyond it, forgotten
 GATE_CONNECTIONS = 32  # API connections kept for reviews answered at once (a burst of drains)
 EVENT_QUEUE = 1024  # Events waiting to be sent; beyond it they are dropped (best effort)
 
@@ -64,8 +69,8 @@ class GateSettings:
 
 
 class FirstRefusals:
-    """When this replica first refused an eviction of each pod (by uid), forgotten once it no
-    longer matters (the cap plus ``eg.STALE_REQUEST_SECONDS`` later)."""
+    """When this replica first refused an eviction of each pod (by uid), forgotten
+    ``keep_seconds`` later (the cap plus ``REMEMBER_AFTER_CAP_SECONDS``)."""
 
     def __init__(self, keep_seconds: float) -> None:
         self.keep = keep_seconds
@@ -143,7 +148,7 @@ class Gate:
         self.clock = clock
         self.cache = cache
         self.first_refusals = FirstRefusals(settings.limits.max_checkpoint_seconds
-                                            + eg.STALE_REQUEST_SECONDS)
+                                            + REMEMBER_AFTER_CAP_SECONDS)
         # (answer kind, seconds) per review, in order (bench/eviction_gate.py)
         self.handled: list[tuple[str, float]] = []
         # answers by kind (allow, refuse, request, dry-run, error) and drain requests "written"
@@ -252,6 +257,8 @@ class Gate:
         except ApiException as e:
             if e.status in (403, 404, 422):  # may not, gone, or refused: never ask it again
                 with self._lock:
+                    if len(self._unwritable) >= UNWRITABLE_KEPT:
+                        self._unwritable.clear()
                     self._unwritable.add(info.uid)
             log.warning("drain request for %s not written: %s", info.key, e.reason)
             self._count("write-failed")
