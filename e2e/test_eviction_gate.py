@@ -25,6 +25,7 @@ from e2e.test_eviction_gate_support import (
 
 pytestmark = pytest.mark.e2e
 KUBECTL_RETRY_SECONDS = 5  # kubectl drain waits this long after a 429 (k8s.io/kubectl drain)
+HOLD = "e2e.ckpt-preempt.io/hold"  # a finalizer: the pod stays Terminating until it is removed
 
 
 def _report(**fields) -> None:
@@ -124,3 +125,28 @@ def test_a_server_side_dry_run_drain_writes_nothing(cluster, namespace, gpu_node
     assert pod.metadata.resource_version == before
     assert drain_request(cluster, namespace, "train") is None
     assert not cluster.core.read_node(node).spec.unschedulable  # not even cordoned
+
+
+def test_a_terminating_pod_is_not_asked_again(cluster, namespace, gpu_nodes, tmp_path):
+    """With a real kubelet's grace period (a finalizer here: kwok deletes at once), the acked pod
+    stays Terminating while the drain waits; later Evictions of it pass and ask nothing."""
+    (node,) = gpu_nodes(1)
+    _training_pod(cluster, namespace, node)
+    cluster.core.patch_namespaced_pod("train", namespace, {"metadata": {"finalizers": [HOLD]}})
+    with running_gate(cluster, namespace, tmp_path / "gate", gate_config()):
+        proc = start_drain(cluster, node, timeout=60)
+        try:
+            request = kube.wait_for("the gate's drain request",
+                                    lambda: drain_request(cluster, namespace, "train"),
+                                    timeout=20)
+            ack(cluster, namespace, "train", request.plan)
+            kube.wait_for("the pod to be terminating", lambda: cluster.core.read_namespaced_pod(
+                "train", namespace).metadata.deletion_timestamp, timeout=20)
+            assert proc.poll() is None  # kubectl waits for the pod to be gone
+            kube.evict(cluster, namespace, "train")  # allowed: terminating, nothing to ask
+            assert drain_request(cluster, namespace, "train") == request
+        finally:
+            cluster.core.patch_namespaced_pod("train", namespace,
+                                              {"metadata": {"finalizers": None}})
+        _, err = proc.communicate(timeout=40)
+    assert proc.returncode == 0, err
