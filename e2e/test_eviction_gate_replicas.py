@@ -71,11 +71,13 @@ def test_two_replicas_racing_write_one_request_per_pod_and_answer_alike(cluster,
 
 def test_a_dry_run_review_writes_nothing_and_warns(cluster, namespace):
     kube.create_pod(cluster, namespace, "train", checkpoint="on-request")
-    before = cluster.core.read_namespaced_pod("train", namespace).metadata.resource_version
-    out = _gate(cluster).review(_review(namespace, "train", dry_run=True))["response"]
+    before = cluster.core.read_namespaced_pod("train", namespace).metadata.annotations
+    gate = _gate(cluster)
+    out = gate.review(_review(namespace, "train", dry_run=True))["response"]
+    gate.flush()  # nothing was queued; a write, had one been, has landed by now
     assert out["allowed"] is True and "a real eviction would be refused" in out["warnings"][0]
-    assert cluster.core.read_namespaced_pod("train", namespace).metadata.resource_version == \
-        before
+    assert cluster.core.read_namespaced_pod("train", namespace).metadata.annotations == before
+    assert "written" not in gate.counts and drain_request(cluster, namespace, "train") is None
 
 
 def test_the_server_answers_bad_requests_with_400(cluster, tmp_path):
