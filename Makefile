@@ -87,6 +87,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/plan_latency.py
 	$(BIN)/python bench/plan_latency.py --size frontier
 	$(BIN)/python bench/extender_latency.py
+	$(BIN)/python bench/eviction_gate.py
 	$(BIN)/python bench/health_refresh.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/differential.py --cases 220 --out bench/results/differential.json

@@ -27,11 +27,12 @@ def _commands() -> list[ModuleType]:
         cmd_cleanup,
         cmd_explain,
         cmd_extender,
+        cmd_gate,
         cmd_run,
         cmd_simulate,
     )
 
-    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent, cmd_extender, cmd_cleanup]
+    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent, cmd_extender, cmd_cleanup, cmd_gate]
 
 
 def version() -> str:

@@ -198,6 +198,13 @@ ROWS = [
       id="cleanup log level"),
     c("cleanup", "-n", "x", "--retry-seconds", "-1", says="argument --retry-seconds",
       id="cleanup retry seconds"),
+    # gate
+    c("gate", says="the following arguments are required: --tls-cert, --tls-key",
+      id="gate without certificate"),
+    c("gate", "--tls-cert", f"{MISSING}/tls.crt", "--tls-key", f"{MISSING}/tls.key",
+      says="cannot load the TLS certificate and key", id="gate missing certificate"),
+    c("gate", "--listen", "8443", "--tls-cert", "c", "--tls-key", "k", says="expected HOST:PORT",
+      id="gate listen no port"),
     # agent
     c("agent", "--pod", "p", "--namespace", "n", "--log-level", "chatty",
       says="unknown log level 'chatty'", id="agent log level"),

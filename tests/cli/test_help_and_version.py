@@ -51,7 +51,7 @@ def test_every_flag_and_subcommand_has_help(prog):
 
 def test_both_command_lines_have_their_subcommands():
     assert subcommands(controller_parser()) == ["simulate", "explain", "run", "agent",
-                                                "extender", "cleanup"]
+                                                "extender", "cleanup", "gate"]
     assert subcommands(hwprobe_parser()) == ["show", "report", "verify", "gpu-use", "publish",
                                              "serve", "bench"]
 

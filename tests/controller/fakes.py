@@ -353,7 +353,7 @@ class RecordingActions:
 
     # -------------------------------------------------------------------------- the victims
     def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest, *,
-                           only_if_unchanged: bool = False) -> bool:
+                           only_if_unchanged: bool = False, decode: bool = True) -> bool:
         if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
             return False
         raw = lifecycle.drain_to_annotation(request)
