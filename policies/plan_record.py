@@ -28,6 +28,10 @@ DONE_ANNOTATION = "ckpt-preempt.io/checkpoint-done"
 SCHEMA = 2  # 2: plans live in ConfigMaps; bindBy and victims' workload keys
 MAX_WORKLOAD_KEY = 1024  # a victim's workload and gang keys are any string up to this long
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# A drain request's plan is a plan id, or a disruption id: ``disruption/<id>``, written for a
+# disruption from outside (the eviction gate, policies/eviction_gate.py; the early warning).
+DISRUPTION_PREFIX = "disruption/"
+_DRAIN_PLAN = re.compile(r"^(?:disruption/)?[a-z0-9][a-z0-9-]{0,62}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -302,7 +306,7 @@ def drain_from_annotation(raw: str) -> DrainRequest:
                       or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in leaving)
                       or len(set(leaving)) != len(leaving)):
         raise E(f"leaving: expected 1 to {MAX_LEAVING} distinct pod names")
-    return DrainRequest(plan=_str(d, "plan", _ID, E), requested=req, deadline=deadline,
+    return DrainRequest(plan=_str(d, "plan", _DRAIN_PLAN, E), requested=req, deadline=deadline,
                         leaving=tuple(leaving))
 
 
