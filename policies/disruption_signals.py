@@ -163,6 +163,7 @@ class Limits:
 @dataclass(frozen=True, kw_only=True)
 class Round:
     id: str
+    node: str
     started: float
     signals: tuple[str, ...]
 
@@ -188,7 +189,7 @@ class Ask:
 class Outcome:
     memory: Memory
     asks: tuple[Ask, ...]
-    started: tuple[Round, ...]  # rounds that began in this pass (node, for a log line each)
+    started: tuple[Round, ...]  # rounds that began in this pass
     suppressed: tuple[str, ...]  # nodes showing a signal within the window of their last round
 
 
@@ -253,7 +254,7 @@ def step(memory: Memory, nodes: Iterable[NodeView], pods: Iterable[PodView], now
         if node.name in memory.current and last is not None:
             current.add(node.name)  # the same showing: its round goes on
         elif last is None or now - last.started >= limits.window_seconds:
-            rnd = Round(id=round_id(node.name, now), started=now, signals=shown)
+            rnd = Round(id=round_id(node.name, now), node=node.name, started=now, signals=shown)
             rounds[node.name] = rnd
             current.add(node.name)
             started.append(rnd)
