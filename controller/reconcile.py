@@ -54,6 +54,7 @@ from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.disruption import EarlyWarning
+from ckpt_preempt.controller.disruption_api import EvictionRequestApi
 from ckpt_preempt.controller.health import ProactiveCheckpoint, PrometheusHealth, states
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import (
@@ -121,6 +122,7 @@ class Reconciler:
                                    self.scope, self._note_once)
         self.proactive = ProactiveCheckpoint(actions, cfg, self.scope, self.limits, metrics)
         self.early_warning = EarlyWarning(actions, cfg, self.scope, self.limits)
+        self.eviction_requests = EvictionRequestApi(actions.core.api_client, cfg)
         self.plan_cache: PlanCache | None = None  # the last cycle's, carried into the next
         self._warmed_at = float("-inf")
 
@@ -160,6 +162,7 @@ class Reconciler:
                               view.by_uid.values(), now, held)
         self._run_guarded("early warning", self.early_warning.step, view.nodes.values(),
                           view.by_uid.values(), now, held)
+        self._run_guarded("eviction requests", self.eviction_requests.report_once)
         self._plan_new(view, world, [s.record for s in stored], now, states(report))
         if now - self._pruned > PRUNE_SECONDS:
             self._prune(world.by_uid, stored, now)
