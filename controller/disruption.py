@@ -29,6 +29,7 @@ from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import NodeInfo, PodInfo
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import disruption_signals as ds
+from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.model import CheckpointMode
 
 log = logging.getLogger("ckpt_preempt.disruption")
@@ -57,16 +58,14 @@ class EarlyWarning:
         if not self.cfg.early_warning:
             return []
         nodes = list(nodes)
-        views = [ds.NodeView(name=n.name, unschedulable=n.unschedulable, taints=n.taints)
-                 for n in nodes]
-        shown = {v.name for v in views if ds.signals_on(v, self.signals)}
-        by_uid = {}
-        candidates = []
-        for p in pods:  # convert only the pods of nodes that show a signal
-            if p.node in shown and self.scope.covers(p):
-                by_uid[p.uid] = p
-                candidates.append(self._view(p, now, held))
-        out = ds.step(self.memory, views, candidates, now, self.signals, self.limits)
+        out = ds.rounds(self.memory, nodes, now, self.signals, self.limits)
+        live = ds.current_rounds(out.memory)
+        # convert only the pods of nodes with a round that do not carry its request yet
+        by_uid = {p.uid: p for p in pods if p.node in live and self.scope.covers(p)
+                  and not lifecycle.drain_requested(p.annotations, live[p.node].id)
+                  } if live else {}
+        out = ds.ask(out, [self._view(p, now, held) for p in by_uid.values()], now,
+                     self.limits)
         self.memory = ds.forget(out.memory, now, self.limits.window_seconds,
                                 (n.name for n in nodes))
         for rnd in out.started:

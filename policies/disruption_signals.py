@@ -56,6 +56,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from ckpt_preempt.policies.annotations import ANY
 from ckpt_preempt.policies.plan_record import (
@@ -107,6 +108,14 @@ def parse_signal(text: str) -> Signal:
     return Signal(key=key, effect=effect)
 
 
+class NodeLike(Protocol):
+    """What is read of a node (the controller's watch-cache record has these fields)."""
+
+    name: str
+    unschedulable: bool
+    taints: tuple[Mapping, ...]
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodeView:
     name: str
@@ -114,19 +123,33 @@ class NodeView:
     taints: tuple[Mapping, ...]  # as the API server has them: key, value, effect
 
 
-def signals_on(node: NodeView, signals: Iterable[Signal]) -> tuple[str, ...]:
+def signals_on(node: NodeLike, signals: Iterable[Signal]) -> tuple[str, ...]:
     """The configured signals this node shows, by name, sorted."""
-    found = set()
+    return _showing(node, _by_key(signals))
+
+
+def _by_key(signals: Iterable[Signal]) -> Mapping[str, tuple[Signal, ...]]:
+    by_key: dict[str, tuple[Signal, ...]] = {}
     for s in signals:
-        if s.key == CORDON_TAINT and s.effect in ("", "NoSchedule") and node.unschedulable:
-            found.add(str(s))
+        by_key[s.key] = (*by_key.get(s.key, ()), s)
+    return by_key
+
+
+def _showing(node: NodeLike, by_key: Mapping[str, tuple[Signal, ...]]) -> tuple[str, ...]:
+    """One look per taint, so a pass over every node of a large cluster stays cheap."""
+    if not node.taints and not node.unschedulable:
+        return ()
+    found = set()
+    if node.unschedulable:
+        found.update(str(s) for s in by_key.get(CORDON_TAINT, ())
+                     if s.effect in ("", "NoSchedule"))
+    for t in node.taints:
+        if not isinstance(t, dict):  # raw JSON; anything else is no taint
             continue
-        for t in node.taints:
-            if isinstance(t, Mapping) and t.get("key") == s.key and (
-                    not s.effect or t.get("effect") == s.effect):
+        for s in by_key.get(t.get("key"), ()):
+            if not s.effect or t.get("effect") == s.effect:
                 found.add(str(s))
-                break
-    return tuple(sorted(found))
+    return tuple(sorted(found)) if found else ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,37 +263,53 @@ def _seconds(p: PodView, limits: Limits) -> float:
     return min(s, cap)
 
 
-def step(memory: Memory, nodes: Iterable[NodeView], pods: Iterable[PodView], now: float,
-         signals: Iterable[Signal], limits: Limits) -> Outcome:
-    """One pass: the rounds that start or go on, and the pods asked in them."""
-    signals = tuple(signals)
-    rounds = dict(memory.rounds)
+def rounds(memory: Memory, nodes: Iterable[NodeLike], now: float, signals: Iterable[Signal],
+           limits: Limits) -> Outcome:
+    """The nodes' part of a pass: which rounds start, go on, or are held back by the window.
+    Its ``asks`` are empty; ``ask`` fills them for the pods of ``current_rounds``."""
+    by_key = _by_key(signals)
+    known = dict(memory.rounds)
     current, started, suppressed = set(), [], []
     for node in nodes:
-        shown = signals_on(node, signals)
+        shown = _showing(node, by_key)
         if not shown:
             continue
-        last = rounds.get(node.name)
+        last = known.get(node.name)
         if node.name in memory.current and last is not None:
             current.add(node.name)  # the same showing: its round goes on
         elif last is None or now - last.started >= limits.window_seconds:
             rnd = Round(id=round_id(node.name, now), node=node.name, started=now, signals=shown)
-            rounds[node.name] = rnd
+            known[node.name] = rnd
             current.add(node.name)
             started.append(rnd)
         else:
             suppressed.append(node.name)
+    return Outcome(memory=replace(memory, rounds=known, current=frozenset(current)), asks=(),
+                   started=tuple(started), suppressed=tuple(sorted(suppressed)))
+
+
+def current_rounds(memory: Memory) -> Mapping[str, Round]:
+    """Node -> its round, for the nodes that show a signal now (after ``rounds``)."""
+    return {n: memory.rounds[n] for n in memory.current}
+
+
+def ask(outcome: Outcome, pods: Iterable[PodView], now: float, limits: Limits) -> Outcome:
+    """The pods' part of a pass: who on a node with a current round is asked, and with what."""
+    live = current_rounds(outcome.memory)
     asks = []
     for p in pods:
-        if p.node is None or p.node not in current:
-            continue
-        rnd = rounds[p.node]
-        if why_not(p, rnd, now, limits) is None:
+        rnd = live.get(p.node) if p.node is not None else None
+        if rnd is not None and why_not(p, rnd, now, limits) is None:
             request = DrainRequest(plan=rnd.id, requested=now, deadline=now + _seconds(p, limits))
-            asks.append(Ask(pod=p, node=p.node, round=rnd, request=request))
+            asks.append(Ask(pod=p, node=rnd.node, round=rnd, request=request))
     asks.sort(key=lambda a: (a.node, a.pod.namespace, a.pod.name))
-    return Outcome(memory=replace(memory, rounds=rounds, current=frozenset(current)),
-                   asks=tuple(asks), started=tuple(started), suppressed=tuple(sorted(suppressed)))
+    return replace(outcome, asks=tuple(asks))
+
+
+def step(memory: Memory, nodes: Iterable[NodeLike], pods: Iterable[PodView], now: float,
+         signals: Iterable[Signal], limits: Limits) -> Outcome:
+    """One pass: the rounds that start or go on, and the pods asked in them."""
+    return ask(rounds(memory, nodes, now, signals, limits), pods, now, limits)
 
 
 def forget(memory: Memory, now: float, window_seconds: float,
