@@ -78,8 +78,8 @@ DEFAULT_SIGNALS = (
     "aws-node-termination-handler/scheduled-maintenance:NoSchedule",
     "aws-node-termination-handler/asg-lifecycle-termination:NoSchedule",
 )
-# At most one round per node this often. An assumption: longer than the 5-minute cycles of the
-# autoscalers' scale-down loops and kubectl drain's retries, short enough that a node drained
+# At most one round per node this often. An assumption, not measured: long enough that a taint
+# a retrying tool removes and adds again asks nobody twice, short enough that a node disrupted
 # again later the same hour warns again.
 WINDOW_SECONDS = 600.0
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
