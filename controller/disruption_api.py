@@ -22,6 +22,7 @@ import logging
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller.actions import Actions
 from ckpt_preempt.controller.config import Config
 
 log = logging.getLogger("ckpt_preempt.eviction_requests")
@@ -62,15 +63,16 @@ def probe(api: client.ApiClient) -> tuple[Support, str]:
 class EvictionRequestApi:
     """Says once, on the leader's first pass, what the cluster serves."""
 
-    def __init__(self, api: client.ApiClient, cfg: Config) -> None:
-        self.api, self.cfg = api, cfg
+    def __init__(self, actions: Actions, cfg: Config) -> None:
+        """Reads through ``actions``' API client, only when ``evictionRequestResponder`` is set."""
+        self.actions, self.cfg = actions, cfg
         self.support: Support | None = None  # None: not asked (opt-in off) or not yet answered
 
     def report_once(self) -> None:
         if not self.cfg.eviction_request_responder or self.support not in (None,
                                                                              Support.UNKNOWN):
             return
-        support, line = probe(self.api)
+        support, line = probe(self.actions.core.api_client)
         if support is Support.UNKNOWN:
             log.debug("%s; will ask again", line)
         else:

@@ -122,7 +122,7 @@ class Reconciler:
                                    self.scope, self._note_once)
         self.proactive = ProactiveCheckpoint(actions, cfg, self.scope, self.limits, metrics)
         self.early_warning = EarlyWarning(actions, cfg, self.scope, self.limits)
-        self.eviction_requests = EvictionRequestApi(actions.core.api_client, cfg)
+        self.eviction_requests = EvictionRequestApi(actions, cfg)
         self.plan_cache: PlanCache | None = None  # the last cycle's, carried into the next
         self._warmed_at = float("-inf")
 
