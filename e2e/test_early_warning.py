@@ -9,7 +9,8 @@ shows a disruption signal gets its checkpointing pods asked to checkpoint before
 - the taint flapping within the window asks nobody again; after the window it does;
 - a cordon (``spec.unschedulable``) asks too;
 - a replica that does not hold the Lease writes nothing, and asks once it takes over;
-- a tenant can neither taint nor cordon a node, nor annotate another namespace's pod.
+- a tenant can neither taint nor cordon a node, nor annotate another namespace's pod; a forged
+  standing request on its own pod keeps only that pod from being asked, and delays nothing.
 """
 
 from __future__ import annotations
@@ -147,21 +148,41 @@ def test_a_cordon_asks_and_a_follower_writes_nothing_until_it_leads(
 
 def test_a_tenant_can_neither_signal_a_node_nor_reach_another_namespaces_pod(
         cluster, namespace, pool, gpu_nodes):
+    """The tenant may create, get and list pods in its own namespace, nothing else. A forged
+    standing drain request on its own pod changes only that pod (it is not asked again), never
+    another namespace's, and delays no eviction."""
     (node,) = gpu_nodes(1)
-    kube.create_pod(cluster, namespace, "victim", gpus=8, pool=pool, node_name=node,
+    kube.create_pod(cluster, namespace, "victim", gpus=4, pool=pool, node_name=node,
                     checkpoint="on-request", checkpoint_seconds=30)
+    forged = lifecycle.drain_to_annotation(lifecycle.DrainRequest(
+        plan="disruption/forged", requested=time.time(), deadline=time.time() + 86400))
     with extra_namespace(cluster) as own, tenant(cluster, own) as api:
         core = client.CoreV1Api(api)
         attempts = {
             "taint": lambda: core.patch_node(node, {"spec": {"taints": [KARPENTER]}}),
             "cordon": lambda: core.patch_node(node, {"spec": {"unschedulable": True}}),
             "annotate": lambda: core.patch_namespaced_pod("victim", namespace, {"metadata": {
-                "annotations": {lifecycle.DRAIN_ANNOTATION: "{}"}}}),
+                "annotations": {lifecycle.DRAIN_ANNOTATION: forged}}}),
         }
         for what, call in attempts.items():
             with pytest.raises(ApiException) as e:
                 call()
             assert e.value.status == 403, what
-    live = cluster.core.read_node(node)
-    assert not live.spec.unschedulable
-    assert KARPENTER["key"] not in {t.key for t in live.spec.taints or []}
+        live = cluster.core.read_node(node)
+        assert not live.spec.unschedulable
+        assert KARPENTER["key"] not in {t.key for t in live.spec.taints or []}
+        core.create_namespaced_pod(own, kube.pod_body(
+            "mine", gpus=4, pool=pool, node_name=node, checkpoint="on-request",
+            checkpoint_seconds=30, annotations={lifecycle.DRAIN_ANNOTATION: forged}))
+        kube.wait_pod_running(cluster, namespace, "victim")
+        kube.wait_pod_running(cluster, own, "mine")
+        with running_controller(cluster, config_for(namespace, namespaces=(namespace, own))):
+            time.sleep(2)
+            taint(cluster, node, KARPENTER)  # the operator's taint
+            asked = wait_request(cluster, namespace, "victim")
+            assert asked.plan.startswith("disruption/") and asked.plan != "disruption/forged"
+            time.sleep(2)
+            assert request_of(cluster, own, "mine").plan == "disruption/forged"
+            assert CHECKPOINT_EVENT not in reasons(cluster, own)
+        kube.evict(cluster, own, "mine")  # its forged request holds nothing up
+        kube.evict(cluster, namespace, "victim")
