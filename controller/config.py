@@ -50,6 +50,13 @@
     gpuResources: [nvidia.com/gpu]   # whole-GPU extended resources (amd.com/gpu, ...)
     gpuDraDrivers: [gpu.nvidia.com]  # DRA drivers whose allocated devices are GPUs ([]: off)
     gpuDeviceClasses: [gpu.nvidia.com]   # DeviceClasses a pending claim's GPUs are asked from
+    # early warning: ask checkpointing pods of a node showing a disruption signal
+    earlyWarning: true
+    earlyWarningSignals: [karpenter.sh/disrupted:NoSchedule, ...]  # taint key[:Effect]
+    earlyWarningWindowSeconds: 600   # at most one round per node this often
+    earlyWarningExcludedNamespaces: []       # never asked ("*": nowhere)
+    earlyWarningExcludedPriorityClasses: []
+    evictionRequestResponder: ""     # KEP-4563 responder name (opt-in; docs/eviction-request.md)
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ import yaml
 
 from ckpt_preempt.controller import gpu_resources as gpu_names
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import bound, preemption, shrink
+from ckpt_preempt.policies import bound, disruption_signals, preemption, shrink
 
 # What kube-scheduler calls itself, and what the API server writes into a pod that names no
 # scheduler (kubernetes v1.37.2 staging/src/k8s.io/api/core/v1/types.go DefaultSchedulerName;
@@ -151,6 +158,17 @@ class Config:
     # the starvation bound (policies.bound; the defaults are assumptions, cited there)
     max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW
     preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
+    # early warning (policies/disruption_signals.py, controller/disruption.py): checkpointing
+    # pods of a node that shows one of these taints (or a cordon) are asked to checkpoint at
+    # once, at most one round per node per window (an assumption, see WINDOW_SECONDS)
+    early_warning: bool = True
+    early_warning_signals: tuple[str, ...] = disruption_signals.DEFAULT_SIGNALS
+    early_warning_window_seconds: float = disruption_signals.WINDOW_SECONDS
+    early_warning_excluded_namespaces: tuple[str, ...] = ()
+    early_warning_excluded_priority_classes: tuple[str, ...] = ()
+    # KEP-4563's EvictionRequest API (docs/eviction-request.md): our responder name, opt-in
+    # ("": off); with it set the controller only reports whether the API can be used
+    eviction_request_responder: str = ""
 
     def __post_init__(self) -> None:
         self._check_health()
@@ -193,6 +211,7 @@ class Config:
                 or not 1 <= self.write_concurrency <= MAX_WRITE_CONCURRENCY:
             raise ConfigError(f"config: writeConcurrency must be a whole number from 1 to "
                               f"{MAX_WRITE_CONCURRENCY}, not {self.write_concurrency!r}")
+        self._check_early_warning()
 
 
     def _check_health(self) -> None:
@@ -210,6 +229,17 @@ class Config:
             host, sep, node = entry.partition("=")
             if not sep or not host or not node:
                 raise ConfigError(f"config: healthNodeNames: {entry!r} is not host=node")
+
+    def _check_early_warning(self) -> None:
+        for text in self.early_warning_signals:
+            try:
+                disruption_signals.parse_signal(text)
+            except ValueError as e:
+                raise ConfigError(f"config: earlyWarningSignals: {e}") from None
+        name = self.eviction_request_responder
+        if name and ("/" not in name or name.startswith("/") or name.endswith("/")):
+            raise ConfigError("config: evictionRequestResponder must be a domain-prefixed "
+                              f"name such as ckpt-preempt.io/checkpoint, not {name!r}")
 
     @property
     def health_node_map(self) -> dict[str, str]:

@@ -20,6 +20,9 @@ controller rebuilds everything from the stored plans:
 3. **GPU health** (``controller.health``, when ``prometheusUrl`` is set): the latest cached
    report gives every node's state to the planner (failing nodes are closed) and asks
    checkpointing pods on nodes that turned degraded or failing to checkpoint, without eviction.
+4. **Early warning** (``controller.disruption``): checkpointing pods of nodes that show a
+   disruption signal (a cordon, an autoscaler's or a termination handler's taint) are asked to
+   checkpoint before anyone evicts them; nothing is evicted for it.
 
 Anything unexpected in one plan or one preemptor is logged, counted and skipped: the loop never
 dies of bad input, and evicts only victims of a stored plan that passes ``lifecycle.check``.
@@ -50,6 +53,8 @@ from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
+from ckpt_preempt.controller.disruption import EarlyWarning
+from ckpt_preempt.controller.disruption_api import EvictionRequestApi
 from ckpt_preempt.controller.health import ProactiveCheckpoint, PrometheusHealth, states
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import (
@@ -116,6 +121,8 @@ class Reconciler:
         self.stepper = PlanStepper(actions, cfg, metrics, self.book, self.mem, self.limits,
                                    self.scope, self._note_once)
         self.proactive = ProactiveCheckpoint(actions, cfg, self.scope, self.limits, metrics)
+        self.early_warning = EarlyWarning(actions, cfg, self.scope, self.limits)
+        self.eviction_requests = EvictionRequestApi(actions, cfg)
         self.plan_cache: PlanCache | None = None  # the last cycle's, carried into the next
         self._warmed_at = float("-inf")
 
@@ -149,10 +156,13 @@ class Reconciler:
                                  self._step_stored, s, world)
         stored = self.book.with_own_writes(stored)  # with this pass's writes
         report = self.health.report() if self.health is not None else None
+        held = {v.uid for s in stored if not s.record.state.terminal for v in s.record.victims}
         if report is not None:
-            held = {v.uid for s in stored if not s.record.state.terminal for v in s.record.victims}
             self._run_guarded("health checkpoints", self.proactive.step, report,
                               view.by_uid.values(), now, held)
+        self._run_guarded("early warning", self.early_warning.step, view.nodes.values(),
+                          view.by_uid.values(), now, held)
+        self._run_guarded("eviction requests", self.eviction_requests.report_once)
         self._plan_new(view, world, [s.record for s in stored], now, states(report))
         if now - self._pruned > PRUNE_SECONDS:
             self._prune(world.by_uid, stored, now)

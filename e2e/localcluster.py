@@ -10,6 +10,7 @@ kube-controller-manager and kwok, from the binaries `e2e/testbin/build.sh` cache
     LocalCluster(bins, workdir, audit=True)         # + an audit log of every write (below)
     LocalCluster(bins, workdir, watch_cache=False)  # kube-apiserver serves watches from etcd
     LocalCluster(bins, workdir, native_workload=True)  # + native PodGroups (NATIVE_WORKLOAD_*)
+    LocalCluster(bins, workdir, eviction_request=True)  # + KEP-4563 (EVICTION_REQUEST_*)
         read_audit(lc.audit_log)        # -> [AuditEvent], oldest first
         lc.compact_etcd()               # compact etcd's history up to its current revision
 
@@ -84,6 +85,11 @@ AUDIT_POLICY = {
 # are not served by default, so the group version is switched on with --runtime-config.
 NATIVE_WORKLOAD_GATES = "GenericWorkload=true"
 NATIVE_WORKLOAD_API = "scheduling.k8s.io/v1beta1=true"
+# KEP-4563 EvictionRequest (alpha in 1.37, off by default): the EvictionRequestAPI gate (listed by
+# the v1.37.2 kube-apiserver's and kube-controller-manager's --help) and the alpha group version,
+# lifecycle.k8s.io/v1alpha1 (evictionrequests, evictions). docs/eviction-request.md
+EVICTION_REQUEST_GATES = "EvictionRequestAPI=true"
+EVICTION_REQUEST_API = "lifecycle.k8s.io/v1alpha1=true"
 HOW_TO_GET = ("build it with `make testbin` (needs Go >= 1.26), or run against kind with Docker "
               "and E2E_CLUSTER=kind, or against your own cluster with E2E_CLUSTER=existing")
 
@@ -156,12 +162,14 @@ class LocalCluster:
 
     def __init__(self, bins: Path, workdir: Path, *, scheduler_config: dict | None = None,
                  kwok_only_for: Path | None = None, audit: bool = False,
-                 watch_cache: bool = True, native_workload: bool = False):
+                 watch_cache: bool = True, native_workload: bool = False,
+                 eviction_request: bool = False):
         """`kwok_only_for`: an existing cluster's kubeconfig; start only kwok against it.
         `audit`: kube-apiserver writes `audit_log` (AUDIT_POLICY). `watch_cache=False`: watches
         and lists are served from etcd, so a compacted resourceVersion answers 410 Gone.
         `native_workload`: GenericWorkload on in apiserver, scheduler and controller-manager,
-        and scheduling.k8s.io/v1beta1 (PodGroup, Workload) served."""
+        and scheduling.k8s.io/v1beta1 (PodGroup, Workload) served. `eviction_request`: the
+        EvictionRequestAPI gate on everywhere, and lifecycle.k8s.io/v1alpha1 served."""
         self.bins, self.dir = bins, Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen] = {}
@@ -174,12 +182,15 @@ class LocalCluster:
         self.scheduler_config = scheduler_config
         self.audit_log = self.dir / "audit.jsonl" if audit else None
         self.watch_cache = watch_cache
-        self.gates = ([f"--feature-gates={NATIVE_WORKLOAD_GATES}"] if native_workload else [])
+        wanted = ((native_workload, NATIVE_WORKLOAD_GATES, NATIVE_WORKLOAD_API),
+                  (eviction_request, EVICTION_REQUEST_GATES, EVICTION_REQUEST_API))
+        gates = [g for on, g, _ in wanted if on]
+        apis = [a for on, _, a in wanted if on]
+        self.gates = [f"--feature-gates={','.join(gates)}"] if gates else []
         # PodGroups carry a deletion finalizer that this controller removes.
         self.controllers = CONTROLLERS + (",podgroup-protection-controller"
                                           if native_workload else "")
-        self.runtime_config = ([f"--runtime-config={NATIVE_WORKLOAD_API}"]
-                               if native_workload else [])
+        self.runtime_config = [f"--runtime-config={','.join(apis)}"] if apis else []
         self.etcd_url = f"http://127.0.0.1:{self.port['etcd']}"
 
     def __enter__(self) -> LocalCluster:
