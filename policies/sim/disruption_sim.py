@@ -56,6 +56,18 @@ class KindResult:
     restart_gpu_hours: float = 0.0
     delay_gpu_hours: float = 0.0
     drain_extra_seconds: tuple[float, ...] = ()  # per measured drain: end - first Eviction
+    # paired: every world's charge for the same pods in the same state at each disruption of
+    # this run (the run itself follows its own world): lost work and delay per world, GPU-h,
+    # restarts (the same in every world) and each world's drain extra seconds per drain
+    paired_lost_work: dict[str, float] = field(default_factory=dict)
+    paired_delay: dict[str, float] = field(default_factory=dict)
+    paired_restart: float = 0.0
+    paired_drain_extra: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def paired_lost(self, world: str) -> float:
+        """GPU-hours ``world`` would be charged for this run's disruptions of this kind."""
+        return (self.paired_lost_work.get(world, 0.0) + self.paired_restart
+                + self.paired_delay.get(world, 0.0))
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -79,7 +91,7 @@ class DisruptionResult:
 class DisruptedSimulation(Simulation):
     def __init__(self, workload: Workload, nodes: list[TraceNode], policy: str,
                  config: SimConfig = SimConfig(), *, world: str,
-                 params: dis.DisruptionParams = dis.DisruptionParams(),
+                 params: dis.DisruptionParams = dis.DEFAULT_PARAMS,
                  fixed: tuple[dis.Disruption, ...] | None = None) -> None:
         super().__init__(workload, nodes, policy, config)
         if world not in dis.WORLDS:
@@ -96,6 +108,10 @@ class DisruptedSimulation(Simulation):
         self.counted = dict.fromkeys(dis.KINDS, 0)
         self.evicted = dict.fromkeys(dis.KINDS, 0)
         self.extra: dict[str, list[float]] = {k: [] for k in dis.KINDS}
+        # per kind: world -> [lost work, delay] GPU-s, "restart" GPU-s, world -> drain extras
+        self.paired = {k: dict(work=dict.fromkeys(dis.WORLDS, 0.0),
+                               delay=dict.fromkeys(dis.WORLDS, 0.0), restart=0.0,
+                               extra={w: [] for w in dis.WORLDS}) for k in dis.KINDS}
         self.log: list[Eviction] = []
         self.outages: list[tuple[int, int, float, float]] = []
         self.pending: dict[int, dict] = {}  # disruption index -> its drain's state
@@ -139,7 +155,11 @@ class DisruptedSimulation(Simulation):
         kinds = {k: KindResult(
             disruptions=self.counted[k], evictions=self.evicted[k],
             lost_work_gpu_hours=led.lost_work / 3600, restart_gpu_hours=led.restart / 3600,
-            delay_gpu_hours=led.delay / 3600, drain_extra_seconds=tuple(self.extra[k]))
+            delay_gpu_hours=led.delay / 3600, drain_extra_seconds=tuple(self.extra[k]),
+            paired_lost_work={w: v / 3600 for w, v in self.paired[k]["work"].items()},
+            paired_delay={w: v / 3600 for w, v in self.paired[k]["delay"].items()},
+            paired_restart=self.paired[k]["restart"] / 3600,
+            paired_drain_extra={w: tuple(v) for w, v in self.paired[k]["extra"].items()})
             for k, led in self.ledgers.items()}
         return DisruptionResult(world=self.world, policy=result, kinds=kinds,
                                 evictions=tuple(self.log), outages=tuple(self.outages))
@@ -166,10 +186,16 @@ class DisruptedSimulation(Simulation):
         self._reblock()
         measured = self.ledgers[d.kind].measured(d.signal)
         self.counted[d.kind] += measured
-        state = dict(d=d, left=0, end=min(d.eviction, d.hard_end), busy=0.0)
+        first = min(d.eviction, d.hard_end)
+        state = dict(d=d, left=0, end=first, busy=0.0)
         self.pending[d.index] = state
+        ends, busy = dict.fromkeys(dis.WORLDS, first), dict.fromkeys(dis.WORLDS, 0.0)
+        paired = self.paired[d.kind]
         for js in self._on_node(d.node):
             job = js.job
+            share = sum(job.members[int(p.uid.split("-")[1])].gpu_share for p, _ in js.pods)
+            on_node = sum(job.members[int(p.uid.split("-")[1])].gpu_share
+                          for p, n in js.pods if n == d.node)
             pod = dis.Pod(can_request=(job.checkpoint is CheckpointMode.ON_REQUEST
                                        and job.reports),
                           estimate=job.checkpoint_seconds or 0.0,
@@ -183,6 +209,23 @@ class DisruptedSimulation(Simulation):
             s = dis.stop(self.world, d, pod, self.gate, out)
             state["left"] += 1
             self._push(s.at, "disrupt-stop", (d, js, js.token, s))
+            if not measured:
+                continue
+            for w in dis.WORLDS:
+                sw = s if w == self.world else dis.stop(w, d, pod, self.gate, out)
+                saved = max(js.origin, min(sw.saved, sw.at))
+                paired["work"][w] += share * split_at(saved, sw.at, self.w.warmup)[0]
+                ends[w] = max(ends[w], sw.at)
+                busy[w] += on_node * max(0.0, sw.at - first)
+            paired["restart"] += restart_gpu_seconds(
+                gpu_share=share, per_gpu_seconds=job.restore_seconds
+                if job.restore_seconds is not None else self.cfg.restore_seconds,
+                per_job_gpu_seconds=self.cfg.restore_job_gpu_seconds)
+        if measured and not math.isfinite(d.hard_end):
+            gpus = self.nodes[d.node].allocatable.gpus
+            for w in dis.WORLDS:
+                paired["extra"][w].append(ends[w] - first)
+                paired["delay"][w] += max(0.0, gpus * (ends[w] - first) - busy[w])
         if not state["left"]:
             self._drained(d)
 

@@ -46,7 +46,8 @@ from ckpt_preempt.policies.sim.costs import DrainOutcome
 
 DAY = 86_400.0
 WORLDS = ("no-gate", "gate", "gate+warning")
-MAINTENANCE, SPOT_SHORT, SPOT_LONG, AUTOSCALER = "maintenance", "spot-30s", "spot-120s", "autoscaler"
+MAINTENANCE, AUTOSCALER = "maintenance", "autoscaler"
+SPOT_SHORT, SPOT_LONG = "spot-30s", "spot-120s"
 KINDS = (MAINTENANCE, SPOT_SHORT, SPOT_LONG, AUTOSCALER)
 # GCP: "30 seconds for Spot VMs" between ACPI G2 Soft Off and G3 Mechanical Off (Compute Engine
 # API, Scheduling.skipGuestOsShutdown,
@@ -86,6 +87,9 @@ class DisruptionParams:
     def out_seconds(self, kind: str) -> float:
         return {MAINTENANCE: self.maintenance_out_seconds, AUTOSCALER: self.autoscaler_out_seconds
                 }.get(kind, self.spot_out_seconds)
+
+
+DEFAULT_PARAMS = DisruptionParams()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,8 +189,8 @@ def _held(d: Disruption, pod: Pod, gate: Gate, request: float, out: DrainOutcome
     deadline, never before ``not_before`` (the Eviction) and never after the node is gone."""
     deadline = request + min(pod.estimate, gate.cap_seconds)
     done = request + out.seconds
-    if out.saved and done <= d.hard_end:
-        at = max(not_before, min(done + gate.ack_lag_seconds, max(done, deadline)))
+    if out.saved and done <= min(deadline, d.hard_end):  # a checkpoint past either is lost
+        at = max(not_before, min(done + gate.ack_lag_seconds, deadline))
         return Stop(at=min(at, d.hard_end), saved=request, requests=1)
     return _plain(pod, min(max(not_before, deadline), d.hard_end))
 
