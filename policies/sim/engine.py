@@ -398,6 +398,11 @@ class Simulation(PlannerView, ElasticJobs):
         self._push(release, "requeue", vs)
 
     # -- main loop -----------------------------------------------------------------------
+    def _on_event(self, kind: str, payload) -> None:
+        """An event of a kind the engine does not know: a subclass's (the disruption
+        protocol's, policies/sim/disruptions.py); the engine itself pushes none."""
+        raise ValueError(f"unknown event kind {kind!r}")
+
     def _schedule(self) -> None:
         self.high.sort(key=lambda s: (-s.job.priority, s.queued_at, s.job.id))
         for js in list(self.high):
@@ -445,6 +450,8 @@ class Simulation(PlannerView, ElasticJobs):
                     self.completions.append(t - js.job.arrival)
             elif kind == "requeue":
                 self._enqueue(payload, t)
+            else:
+                self._on_event(kind, payload)
             self._schedule()
         end = min(self.t, self.w.window)
         for js in list(self.running.values()):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,7 @@ from ckpt_preempt.policies import bound
 from ckpt_preempt.policies.model import ZERO, Node, Plan, Pod, Resources, Snapshot
 from ckpt_preempt.policies.sim.costs import report_error
 from ckpt_preempt.policies.sim.devices import Capacity, requests
-from ckpt_preempt.policies.sim.workload import Job
+from ckpt_preempt.policies.sim.workload import Job, Member
 
 if TYPE_CHECKING:
     from ckpt_preempt.policies.model import UnknownCheckpoint
@@ -172,10 +172,15 @@ class PlannerView:
             held = self._held_pod(i, priority)
             if held is not None:
                 pods.append(held)
-        return Snapshot(now=t, nodes=self.cap.exclusions(job.members),
+        return Snapshot(now=t, nodes=self._planner_nodes(job.members),
                         pods=tuple(pods) + tuple(pre),
                         recent_preemptions=recent, unknown_checkpoint=self.unknown,
                         preemption_history=history)
+
+    def _planner_nodes(self, members: Iterable[Member]) -> tuple[Node, ...]:
+        """The nodes as the planner sees them for a preemptor with these members (a subclass
+        closes cordoned ones: policies/sim/disruptions.py)."""
+        return self.cap.exclusions(members)
 
     def _preempt(self, js: _JobState) -> bool:
         pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
