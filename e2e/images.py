@@ -2,13 +2,22 @@
 exactly as a kubelet would run one of the chart's pods, from the rendered pod template.
 
     image()                                 the built image (skips, or fails in CI, when missing)
-    pod = KubeletView(token=..., ca=..., api=(host, port), fields={...}, configmaps={...})
+    with chart_pod(c, "controller", values) as (template, pod, ns): ...   # installed, as below
     with running(image, template, pod, workdir, extra=[...]) as ctr: ...   # ctr.pid, ctr.logs()
+    seconds = wait_ready(ctr, port, started)  # from `podman run` to /readyz 200
     status(pid)                             -> /proc/<pid>/status as a dict (Uid, CapEff, ...)
+
+`chart_pod` renders a release into a namespace enforcing Pod Security "restricted", installs
+what the component's pod needs (the whole chart for the controller; the ServiceAccount, RBAC
+and ConfigMap for the extender; hwprobe's objects and a pod bound to `node` for hwprobe, whose
+token is then bound to that pod), and yields the pod template and a `KubeletView`: the
+ServiceAccount's token, the rendered ConfigMaps, the downward API fields, and the API server
+as a pod sees it, with kube-apiserver's self-signed serving certificate as ca.crt.
 
 `podman_args` maps the template's container onto podman flags: command and args (with
 `$(VAR)` expanded from the container's env, as the kubelet does), env (values and the downward
-API fields given), the merged pod and container securityContext, and the volumes: a ConfigMap as
+API fields given), the merged pod and container securityContext, the memory and CPU limits, and
+the volumes: a ConfigMap as
 a read-only folder of its files, an emptyDir as a tmpfs of its sizeLimit, and the ServiceAccount
 token projected where the kubelet projects it, with KUBERNETES_SERVICE_HOST/PORT set. A field it
 does not know fails the test, so the chart cannot gain a setting these tests silently ignore.
@@ -23,12 +32,18 @@ import platform
 import re
 import shutil
 import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from e2e import chart, kube
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "e2e" / "testbin" / "images" / "build.sh"
@@ -146,6 +161,16 @@ def _volume_flags(spec: dict, container: dict, pod: KubeletView, workdir: Path) 
     return flags
 
 
+def _bytes(quantity: str) -> str:
+    """A Kubernetes memory quantity (binary suffixes) in bytes, for podman."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return str(int(quantity.removesuffix(suffix)) * factor)
+    assert quantity.isdigit(), f"memory limit the image tests do not parse: {quantity}"
+    return quantity
+
+
 def podman_args(template: dict, pod: KubeletView, workdir: Path, image_user: str) -> list[str]:
     """`podman run` flags and the command line for the template's one container."""
     spec = template["spec"]
@@ -155,6 +180,12 @@ def podman_args(template: dict, pod: KubeletView, workdir: Path, image_user: str
         env[e["name"]] = (e["value"] if "value" in e
                           else pod.fields[e["valueFrom"]["fieldRef"]["fieldPath"]])
     flags = _security_flags(_security(spec, container), image_user)
+    limits = container.get("resources", {}).get("limits", {})
+    if "memory" in limits:  # the kubelet's cgroup limit (requests only place the pod)
+        flags += ["--memory", _bytes(limits["memory"])]
+    if "cpu" in limits:
+        cpu = limits["cpu"]
+        flags += ["--cpus", str(int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu))]
     flags += _volume_flags(spec, container, pod, workdir)
     for name, value in env.items():
         flags += ["--env", f"{name}={value}"]
@@ -198,3 +229,67 @@ def status(pid: int) -> dict[str, str]:
     """/proc/<pid>/status of a process, as {field: value}."""
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body); status 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return 0, ""
+
+
+def wait_ready(ctr: Container, port: int, started: float, timeout: float = 90) -> float:
+    """Seconds from `started` (time.monotonic() before `podman run`) to /readyz answering 200."""
+    def ready():
+        running = podman("inspect", "--format", "{{.State.Running}}", ctr.name).stdout.strip()
+        assert running == "true", ctr.logs()[-3000:]
+        return http_get(f"http://127.0.0.1:{port}/readyz")[0] == 200 or kube.NotYet("not ready")
+    kube.wait_for(f"{ctr.name} to be ready", ready, timeout=timeout, interval=0.05)
+    return time.monotonic() - started
+
+
+COMPONENTS = ("controller", "extender", "hwprobe")
+
+
+@contextmanager
+def chart_pod(c: kube.Cluster, component: str, values: dict, *,
+              node: str | None = None) -> Iterator[tuple[dict, KubeletView, str]]:
+    """(pod template, KubeletView, namespace) of `component` in a fresh release (above)."""
+    assert component in COMPONENTS, component
+    release = f"e2e-{uuid.uuid4().hex[:6]}"
+    with chart.restricted_namespace(c) as ns:
+        docs = chart.render(release, ns, values)
+        names = {"extender": f"{release}-ckpt-preempt-extender",
+                 "hwprobe": f"{release}-ckpt-preempt-hwprobe"}
+        if component == "controller":
+            workload, setup = chart.find(docs, "Deployment"), docs
+        else:
+            kind = "DaemonSet" if component == "hwprobe" else "Deployment"
+            workload = chart.find(docs, kind, names[component])
+            # its ServiceAccount, RBAC, policy and (extender) the ConfigMap it mounts; the
+            # container runs here instead of the workload's own pods
+            setup = [d for d in docs if d["kind"] not in ("Deployment", "DaemonSet", "Service")
+                     and (d["metadata"]["name"].startswith(names[component])
+                          or (component == "extender" and d["kind"] == "ConfigMap"))]
+        template = workload["spec"]["template"]
+        sa = template["spec"]["serviceAccountName"]
+        with chart.installed(c, setup):
+            fields = {"metadata.namespace": ns, "metadata.name": f"{release}-0"}
+            bound = None
+            if component == "hwprobe":
+                assert node is not None, "hwprobe runs on a node"
+                bound = c.core.create_namespaced_pod(
+                    ns, chart.pod_from_template(workload, fields["metadata.name"], node))
+                fields["spec.nodeName"] = node
+            cert = Path(c.local.dir) / "apiserver-certs" / "apiserver.crt"
+            addr, port = c.api.configuration.host.removeprefix("https://").rsplit(":", 1)
+            view = KubeletView(
+                token=chart.sa_token(c, ns, sa, pod=bound), ca=cert, api=(addr, int(port)),
+                fields=fields,
+                configmaps={d["metadata"]["name"]: d["data"] for d in docs
+                            if d["kind"] == "ConfigMap"})
+            yield template, view, ns

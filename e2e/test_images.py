@@ -12,16 +12,14 @@ Skipped without podman or the image, unless CKPT_REQUIRE_TESTBIN=1 (CI), where t
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
-import uuid
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.topology import ANNOTATION
-from e2e import chart, images, kube
+from e2e import images, kube
 from e2e.test_chart_deploy import FAST, GPU_PRESENT
 from e2e.test_controller_support import (
     HIGH_KUBE,
@@ -51,29 +49,9 @@ def local(cluster):
     return cluster
 
 
-def _http(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, ""
-    except OSError:
-        return 0, ""
-
-
-def _wait_ready(ctr: images.Container, port: int, started: float) -> float:
-    """Seconds from `podman run` to /readyz answering 200."""
-    def ready():
-        assert images.podman("inspect", "--format", "{{.State.Running}}", ctr.name)\
-            .stdout.strip() == "true", ctr.logs()[-3000:]
-        return _http(f"http://127.0.0.1:{port}/readyz")[0] == 200 or kube.NotYet("not ready")
-    kube.wait_for(f"{ctr.name} to be ready", ready, timeout=90, interval=0.05)
-    return time.monotonic() - started
-
-
-def _assert_confined(ctr: images.Container) -> dict:
+def _assert_confined(ctr: images.Container) -> None:
     """What the chart's securityContext promises, seen from outside the container, and that
-    its root filesystem refuses a write. Returns what was measured (RSS at idle)."""
+    its root filesystem refuses a write."""
     st = images.status(ctr.pid)
     assert all(int(u) != 0 for u in st["Uid"].split()), st["Uid"]
     assert all(int(g) != 0 for g in st["Gid"].split()), st["Gid"]
@@ -82,23 +60,17 @@ def _assert_confined(ctr: images.Container) -> dict:
     assert st["NoNewPrivs"] == "1", st
     denied = images.podman("exec", ctr.name, "python3", "-c", "open('/opt/x', 'w')", check=False)
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr, denied
-    return {"rss_mib": round(int(st["VmRSS"].split()[0]) / 1024, 1)}
 
 
-def _view(c: kube.Cluster, token: str, docs: list[dict], **fields: str) -> images.KubeletView:
-    """The pod's token and downward API `fields`, the rendered ConfigMaps, and the API server
-    as a pod would see it, with its serving certificate (kube-apiserver's self-signed CA and
-    certificate, for 127.0.0.1) as the projected ca.crt."""
-    cert = Path(c.local.dir) / "apiserver-certs" / "apiserver.crt"
-    addr, port = c.api.configuration.host.removeprefix("https://").rsplit(":", 1)
-    configmaps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
-    return images.KubeletView(token=token, ca=cert, api=(addr, int(port)), fields=fields,
-                              configmaps=configmaps)
-
-
-def _report(capsys, what: str, measured: dict) -> None:
-    with capsys.disabled():
-        print(f"\nimage {what}:", measured)
+@contextmanager
+def _started(image: str, template: dict, view: images.KubeletView, port: int, tmp_path,
+             **kw) -> Iterator[images.Container]:
+    """The container, running, ready and confined."""
+    started = time.monotonic()
+    with images.running(image, template, view, tmp_path, **kw) as ctr:
+        images.wait_ready(ctr, port, started)
+        _assert_confined(ctr)
+        yield ctr
 
 
 def test_image_has_no_shell_and_a_numeric_non_root_user(image):
@@ -114,34 +86,23 @@ def test_image_has_no_shell_and_a_numeric_non_root_user(image):
 
 
 def test_controller_container_preempts_with_the_charts_pod_spec(
-        local, image, namespace, pool, gpu_nodes, tmp_path, capsys):
+        local, image, namespace, pool, gpu_nodes, tmp_path):
     priority_classes(local)
     (node,) = gpu_nodes(1)
     kube.create_pod(local, namespace, "victim", gpus=8, pool=pool, priority_class=LOW,
                     node_name=node, checkpoint="on-request", checkpoint_seconds=2)
     kube.wait_pod_running(local, namespace, "victim")
-    release, port = f"e2e-{uuid.uuid4().hex[:6]}", free_port()
-    with chart.restricted_namespace(local) as ns:
-        docs = chart.render(release, ns, {"config": {"namespaces": [namespace], **FAST},
-                                          "controller": {"metricsPort": port},
-                                          "hwprobe": {"enabled": False}})
-        with chart.installed(local, docs):
-            deployment = chart.find(docs, "Deployment")
-            template = deployment["spec"]["template"]
-            sa = template["spec"]["serviceAccountName"]
-            view = _view(local, chart.sa_token(local, ns, sa), docs, **{
-                "metadata.name": f"{release}-0", "metadata.namespace": ns})
-            started = time.monotonic()
-            with images.running(image, template, view, tmp_path) as ctr:
-                measured = {"start_to_readyz_s": round(_wait_ready(ctr, port, started), 2)}
-                measured.update(_assert_confined(ctr))
-                kube.create_pod(local, namespace, "big", gpus=8, pool=pool,
-                                priority_class=HIGH_NEVER)
-                pod = kube.wait_pod_running(local, namespace, "big", timeout=120)
-                kube.wait_for("the plan to be stored as Done", lambda: [
-                    r.state for r in plans(local, ns)] == [lifecycle.State.DONE], timeout=30)
-                log = ctr.logs()
-    _report(capsys, "controller", measured)
+    port = free_port()
+    values = {"config": {"namespaces": [namespace], **FAST},
+              "controller": {"metricsPort": port}, "hwprobe": {"enabled": False}}
+    with images.chart_pod(local, "controller", values) as (template, view, ns), \
+            _started(image, template, view, port, tmp_path) as ctr:
+        kube.create_pod(local, namespace, "big", gpus=8, pool=pool,
+                        priority_class=HIGH_NEVER)
+        pod = kube.wait_pod_running(local, namespace, "big", timeout=120)
+        kube.wait_for("the plan to be stored as Done", lambda: [
+            r.state for r in plans(local, ns)] == [lifecycle.State.DONE], timeout=30)
+        log = ctr.logs()
     assert pod.spec.node_name == node
     assert reasons(local, namespace, "victim") == [
         "CheckpointRequested", "CheckpointDeadlineExceeded", "Evicted"]
@@ -149,7 +110,7 @@ def test_controller_container_preempts_with_the_charts_pod_spec(
 
 
 def test_extender_container_answers_kube_scheduler(
-        local, image, namespace, pool, gpu_nodes, scheduler_config, tmp_path, capsys):
+        local, image, namespace, pool, gpu_nodes, scheduler_config, tmp_path):
     """Filter (an NVLink pod goes where a free domain is sure), prioritize (a pod that fits on
     two nodes) and preempt (a pod that keeps PreemptLowerPriority, on a pool with no 8 free)."""
     priority_classes(local)
@@ -160,73 +121,50 @@ def test_extender_container_answers_kube_scheduler(
     for node, gpus in ((split, 2), (whole, 4), (spare, 2)):
         kube.create_pod(local, namespace, f"busy-{node}", gpus=gpus, pool=pool, node_name=node,
                         priority_class=LOW)
-    release, port = f"e2e-{uuid.uuid4().hex[:6]}", free_port()
-    with chart.restricted_namespace(local) as ns:
-        docs = chart.render(release, ns, {"extender": {"enabled": True, "port": port}})
-        deployment = chart.find(docs, "Deployment", f"{release}-ckpt-preempt-extender")
-        # its ServiceAccount, RBAC and the ConfigMap it mounts; the container runs here instead
-        # of the Deployment's pods
-        setup = [d for d in docs if d["kind"] == "ConfigMap" or (
-            d["metadata"]["name"] == deployment["metadata"]["name"]
-            and d["kind"] not in ("Deployment", "Service"))]
-        with chart.installed(local, setup):
-            template = deployment["spec"]["template"]
-            view = _view(local, chart.sa_token(local, ns, template["spec"]["serviceAccountName"]),
-                         docs, **{"metadata.name": f"{release}-x", "metadata.namespace": ns})
-            started = time.monotonic()
-            with images.running(image, template, view, tmp_path) as ctr:
-                measured = {"start_to_readyz_s": round(_wait_ready(ctr, port, started), 2)}
-                measured.update(_assert_confined(ctr))
-                url = f"http://127.0.0.1:{port}/ckpt"
-                scheduler_config(extender_config(url))
-                kube.create_pod(local, namespace, "nv", gpus=4, pool=pool,
-                                annotations=NVLINK_REQUIRED, priority_class=LOW)
-                assert kube.wait_pod_running(local, namespace, "nv").spec.node_name == whole
-                kube.create_pod(local, namespace, "plain", gpus=1, pool=pool,
-                                priority_class=LOW)  # fits on split and on spare
-                kube.wait_pod_running(local, namespace, "plain")
-                kube.create_pod(local, namespace, "big", gpus=8, pool=pool,
-                                priority_class=HIGH_KUBE)
-                kube.wait_pod_running(local, namespace, "big", timeout=90)
-                served = {verb: metric(url, 'ckpt_preempt_extender_requests_total'
-                                            f'{{code="200",verb="{verb}"}}')
-                          for verb in ("filter", "prioritize", "preempt")}
-                log = ctr.logs()
-    _report(capsys, "extender", {**measured, "served": served})
+    port = free_port()
+    values = {"extender": {"enabled": True, "port": port}}
+    with images.chart_pod(local, "extender", values) as (template, view, _), \
+            _started(image, template, view, port, tmp_path) as ctr:
+        url = f"http://127.0.0.1:{port}/ckpt"
+        scheduler_config(extender_config(url))
+        kube.create_pod(local, namespace, "nv", gpus=4, pool=pool,
+                        annotations=NVLINK_REQUIRED, priority_class=LOW)
+        assert kube.wait_pod_running(local, namespace, "nv").spec.node_name == whole
+        kube.create_pod(local, namespace, "plain", gpus=1, pool=pool,
+                        priority_class=LOW)  # fits on split and on spare
+        kube.wait_pod_running(local, namespace, "plain")
+        kube.create_pod(local, namespace, "big", gpus=8, pool=pool,
+                        priority_class=HIGH_KUBE)
+        kube.wait_pod_running(local, namespace, "big", timeout=90)
+        served = {verb: metric(url, 'ckpt_preempt_extender_requests_total'
+                                    f'{{code="200",verb="{verb}"}}')
+                  for verb in ("filter", "prioritize", "preempt")}
+        log = ctr.logs()
     assert all(n >= 1 for n in served.values()), (served, log[-3000:])
     assert "Traceback" not in log and " 403" not in log, log[-3000:]
 
 
+def mock_nvml_flags(library, profile: str = "h100") -> tuple[str, ...]:
+    """The mock libnvidia-ml.so.1 mounted where the NVIDIA container runtime mounts the
+    driver's (found by the dynamic loader, no environment variable), its profile beside."""
+    path = images.REPO / "hwprobe" / "profiles" / f"{profile}.yaml"
+    return ("--volume", f"{library}:{images.NVML_PATH}:ro",
+            "--volume", f"{path}:/etc/mock-nvml/profile.yaml:ro",
+            "--env", "MOCK_NVML_CONFIG=/etc/mock-nvml/profile.yaml")
+
+
 @pytest.mark.mocknvml
 def test_hwprobe_container_publishes_with_the_mock_nvml_mounted(
-        local, image, gpu_nodes, nvml, tmp_path, capsys):
-    """The mock libnvidia-ml.so.1 is mounted where the NVIDIA container runtime mounts the
-    driver's (the image's library folder, found by the dynamic loader), its profile beside."""
+        local, image, gpu_nodes, nvml, tmp_path):
     (node,) = gpu_nodes(1, labels=GPU_PRESENT)
     port = free_port()
-    with chart.restricted_namespace(local) as ns:
-        docs = [d for d in chart.render(f"e2e-{uuid.uuid4().hex[:6]}", ns, {
-                    "hwprobe": {"interval": 1, "metricsPort": port}})
-                if d["metadata"]["name"].endswith(("-hwprobe", "-hwprobe-own-node"))]
-        with chart.installed(local, docs):
-            daemonset = chart.find(docs, "DaemonSet")
-            template = daemonset["spec"]["template"]
-            pod = local.core.create_namespaced_pod(
-                ns, chart.pod_from_template(daemonset, "hwprobe-0", node))
-            token = chart.sa_token(local, ns, template["spec"]["serviceAccountName"], pod=pod)
-            view = _view(local, token, docs, **{"spec.nodeName": node, "metadata.namespace": ns})
-            profile = images.REPO / "hwprobe" / "profiles" / "h100.yaml"
-            extra = ("--volume", f"{nvml.library}:{images.NVML_PATH}:ro",
-                     "--volume", f"{profile}:/etc/mock-nvml/profile.yaml:ro",
-                     "--env", "MOCK_NVML_CONFIG=/etc/mock-nvml/profile.yaml")
-            started = time.monotonic()
-            with images.running(image, template, view, tmp_path, extra=extra) as ctr:
-                measured = {"start_to_readyz_s": round(_wait_ready(ctr, port, started), 2)}
-                measured.update(_assert_confined(ctr))
-                value = local.core.read_node(node).metadata.annotations[ANNOTATION]
-                code, body = _http(f"http://127.0.0.1:{port}/metrics")
-                log = ctr.logs()
-    _report(capsys, "hwprobe", measured)
+    values = {"hwprobe": {"interval": 1, "metricsPort": port}}
+    with images.chart_pod(local, "hwprobe", values, node=node) as (template, view, _), \
+            _started(image, template, view, port, tmp_path,
+                     extra=mock_nvml_flags(nvml.library)) as ctr:
+            value = local.core.read_node(node).metadata.annotations[ANNOTATION]
+            code, body = images.http_get(f"http://127.0.0.1:{port}/metrics")
+            log = ctr.logs()
     assert '"gpu_count":8' in value.replace(" ", ""), value
     assert code == 200 and "hwprobe_" in body, body[:500]
     assert "Traceback" not in log, log[-3000:]
