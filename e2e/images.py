@@ -116,7 +116,8 @@ def _security_flags(sec: dict, image_user: str) -> list[str]:
     if sec.get("runAsNonRoot"):  # the kubelet refuses to start a container that would be root
         uid = user if user is not None else image_user.split(":")[0]
         assert str(uid).isdigit() and int(uid) != 0, f"runAsNonRoot, but the user is {uid!r}"
-    for gid in [sec["fsGroup"]] * ("fsGroup" in sec) + list(sec.get("supplementalGroups", [])):
+    groups = [sec["fsGroup"]] if "fsGroup" in sec else []
+    for gid in groups + list(sec.get("supplementalGroups", [])):
         flags += ["--group-add", str(gid)]
     seccomp = sec.get("seccompProfile", {}).get("type", "RuntimeDefault")
     assert seccomp == "RuntimeDefault", seccomp  # podman's default profile

@@ -168,3 +168,31 @@ def test_hwprobe_container_publishes_with_the_mock_nvml_mounted(
     assert '"gpu_count":8' in value.replace(" ", ""), value
     assert code == 200 and "hwprobe_" in body, body[:500]
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_pod_spec_mapping_refuses_what_it_cannot_apply(tmp_path):
+    """A setting the chart might gain that podman_args does not apply must fail the tests, not
+    be dropped: a container would then run looser than the chart says."""
+    view = images.KubeletView(token="t", ca=images.REPO / "README.md", api=("127.0.0.1", 1))
+    container = {"name": "c", "command": ["ckpt-preempt"], "args": ["run"],
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532}}
+
+    def args(spec_extra: dict, ctr_extra: dict) -> list[str]:
+        work = tmp_path / str(len(list(tmp_path.iterdir())))
+        work.mkdir()
+        template = {"spec": {"containers": [{**container, **ctr_extra}], **spec_extra,
+                             "automountServiceAccountToken": False}}
+        return images.podman_args(template, view, work, "65532:65532")
+
+    flags = args({}, {})
+    assert flags[flags.index("--user") + 1] == "65532:65532"
+    with pytest.raises(AssertionError, match="privileged"):
+        args({}, {"securityContext": {"privileged": True}})
+    with pytest.raises(AssertionError, match="runAsNonRoot"):
+        args({}, {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}})
+    with pytest.raises(AssertionError, match="volume kind"):
+        args({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]},
+             {"volumeMounts": [{"name": "h", "mountPath": "/host"}]})
+    limited = args({}, {"resources": {"limits": {"memory": "256Mi", "cpu": "500m"}}})
+    assert limited[limited.index("--memory") + 1] == str(256 * 2**20)
+    assert limited[limited.index("--cpus") + 1] == "0.5"
