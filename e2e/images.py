@@ -81,7 +81,7 @@ def image() -> str:
         _unavailable("podman not installed: run `make image`")
     found = subprocess.run([str(BUILD), "--find"], capture_output=True, text=True)
     if found.returncode != 0:
-        _unavailable("the image is not built: run `make image`")
+        _unavailable("the image is not built, or not from these sources: run `make image`")
     return found.stdout.strip()
 
 

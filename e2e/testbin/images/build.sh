@@ -7,7 +7,8 @@
 # cache makes a rebuild of unchanged sources quick. Used by `make image` and e2e/test_images.py.
 #
 #   build.sh            build (or reuse) the base, then the image; prints the image on its last line
-#   build.sh --find     builds nothing: prints the image if podman has it, else exits 1
+#   build.sh --find     builds nothing: prints the image if podman has it, built from the current
+#                       sources, else exits 1
 #   build.sh --podman   prints the podman command and the run flags this machine needs, one a line
 #
 # Installs podman, mmdebstrap, runc and uidmap with apt-get when missing (as root), as .ci/run
@@ -28,11 +29,21 @@ IMAGE="${CKPT_IMAGE:-localhost/ckpt-preempt:dev}"
 PODMAN=(podman --runtime runc --cgroup-manager=cgroupfs)
 RUN_FLAGS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
 
+# What the image is built from; its hash labels the image, so --find never offers one built
+# from other sources (the tests would run old code).
+sources() {
+  (cd "$repo" && find deploy/Dockerfile .dockerignore pyproject.toml README.md sdk policies \
+    controller hwprobe cli examples -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+    ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
+
 case "${1:-}" in
   --podman) printf '%s\n' "${PODMAN[@]}" "${RUN_FLAGS[@]}"; exit 0 ;;
   --find)
-    command -v podman >/dev/null && "${PODMAN[@]}" image exists "$IMAGE" && { echo "$IMAGE"; exit 0; }
-    exit 1 ;;
+    command -v podman >/dev/null && "${PODMAN[@]}" image exists "$IMAGE" || exit 1
+    built="$("${PODMAN[@]}" image inspect --format '{{index .Labels "ckpt-preempt.sources"}}' "$IMAGE")"
+    [ "$built" = "$(sources)" ] || { echo "images: $IMAGE is older than the sources" >&2; exit 1; }
+    echo "$IMAGE"; exit 0 ;;
   "") ;;
   *) echo "build.sh: unknown argument '$1' (use --find or --podman)" >&2; exit 2 ;;
 esac
@@ -83,7 +94,7 @@ for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
   if [ -f "$f" ]; then ca=(--volume "$f:/run/build-ca.crt:ro" --build-arg CA_BUNDLE=/run/build-ca.crt); break; fi
 done
 "${PODMAN[@]}" build --quiet --network=host "${RUN_FLAGS[@]}" "${ca[@]}" \
-  --ignorefile "$repo/.dockerignore" --build-arg BASE="$base" \
+  --ignorefile "$repo/.dockerignore" --build-arg BASE="$base" --label "ckpt-preempt.sources=$(sources)" \
   -t "$IMAGE" -f "$repo/deploy/Dockerfile" "$repo" >/dev/null
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 echo "images: $IMAGE built in $(( $(date +%s) - start )) s, $((size / 1000000)) MB"
