@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         s = time.monotonic()
         subprocess.run([*images.PODMAN, "run", "--rm", "--pull=never", "--read-only",
-                        *images.RUN_FLAGS, image, "--version"], check=True, capture_output=True)
+                        "--network=none", *images.RUN_FLAGS, image, "--version"],
+                       check=True, capture_output=True)
         version.append(time.monotonic() - s)
     out["podman_run_version_s"] = summary(version)
     with contextlib.ExitStack() as stack:

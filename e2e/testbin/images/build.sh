@@ -56,8 +56,7 @@ if ((${#missing[@]})); then
   fi
   echo "images: installing podman mmdebstrap runc uidmap with apt-get"
   apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    podman mmdebstrap runc uidmap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman mmdebstrap runc uidmap >/dev/null
 fi
 
 start=$(date +%s)
