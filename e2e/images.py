@@ -17,11 +17,13 @@ as a pod sees it, with kube-apiserver's self-signed serving certificate as ca.cr
 `podman_args` maps the template's container onto podman flags: command and args (with
 `$(VAR)` expanded from the container's env, as the kubelet does), env (values and the downward
 API fields given), the merged pod and container securityContext, the memory and CPU limits, and
-the volumes: a ConfigMap as
-a read-only folder of its files, an emptyDir as a tmpfs of its sizeLimit, and the ServiceAccount
-token projected where the kubelet projects it, with KUBERNETES_SERVICE_HOST/PORT set. A field it
-does not know fails the test, so the chart cannot gain a setting these tests silently ignore.
-The network is the host's: the chart's ports are rendered as free ports of this machine.
+the volumes: a ConfigMap as a read-only folder of its files, an emptyDir as a tmpfs of its
+sizeLimit, and the ServiceAccount token projected where the kubelet projects it, with
+KUBERNETES_SERVICE_HOST/PORT set. A pod or container field, securityContext field or volume
+kind it does not know fails the test, so the chart cannot gain a setting these tests silently
+ignore. Left to the cluster on purpose: placement (node selectors, affinity, tolerations,
+priority), image pulling, ports and probes. The network is the host's: the chart's ports are
+rendered as free ports of this machine.
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the kubelet pr
 # the multiarch library folder (NVIDIA/libnvidia-container@63eb489ca6cec79d8da288d6858b2a6d3e0d4edf
 # src/nvc_container.c copy_config: /etc/debian_version present -> USR_LIB_MULTIARCH_DIR).
 NVML_PATH = f"/usr/lib/{platform.machine()}-linux-gnu/libnvidia-ml.so.1"
+# Pod and container fields podman_args applies, or leaves to the cluster on purpose (placement,
+# pulling, ports, probes); any other fails the test.
+KNOWN_POD = {"serviceAccountName", "priorityClassName", "imagePullSecrets", "securityContext",
+             "nodeSelector", "tolerations", "affinity", "topologySpreadConstraints",
+             "runtimeClassName", "containers", "volumes", "automountServiceAccountToken",
+             "nodeName"}
+KNOWN_CONTAINER = {"name", "image", "imagePullPolicy", "command", "args", "env", "ports",
+                   "livenessProbe", "readinessProbe", "resources", "securityContext",
+                   "volumeMounts"}
 # securityContext fields podman_args knows how to apply (pod and container level, merged)
 KNOWN_SECURITY = {"runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup", "supplementalGroups",
                   "seccompProfile", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
@@ -176,6 +187,8 @@ def podman_args(template: dict, pod: KubeletView, workdir: Path, image_user: str
     """`podman run` flags and the command line for the template's one container."""
     spec = template["spec"]
     (container,) = spec["containers"]
+    unknown = (set(spec) - KNOWN_POD) | (set(container) - KNOWN_CONTAINER)
+    assert not unknown, f"pod or container fields the image tests do not apply: {unknown}"
     env = {}
     for e in container.get("env", []):
         env[e["name"]] = (e["value"] if "value" in e

@@ -185,6 +185,10 @@ def test_pod_spec_mapping_refuses_what_it_cannot_apply(tmp_path):
 
     flags = args({}, {})
     assert flags[flags.index("--user") + 1] == "65532:65532"
+    with pytest.raises(AssertionError, match="hostPID"):
+        args({"hostPID": True}, {})
+    with pytest.raises(AssertionError, match="lifecycle"):
+        args({}, {"lifecycle": {"preStop": {"exec": {"command": ["x"]}}}})
     with pytest.raises(AssertionError, match="privileged"):
         args({}, {"securityContext": {"privileged": True}})
     with pytest.raises(AssertionError, match="runAsNonRoot"):
