@@ -60,12 +60,11 @@ from typing import Protocol
 
 from ckpt_preempt.policies.annotations import ANY
 from ckpt_preempt.policies.plan_record import (
+    DISRUPTION_ID_HEX,
     DISRUPTION_PREFIX,
-    DRAIN_ANNOTATION,
-    DrainFormatError,
     DrainRequest,
     acked,
-    drain_from_annotation,
+    standing_request,
 )
 
 CORDON_TAINT = "node.kubernetes.io/unschedulable"  # what a cordon's spec.unschedulable becomes
@@ -83,7 +82,6 @@ DEFAULT_SIGNALS = (
 # again later the same hour warns again.
 WINDOW_SECONDS = 600.0
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_ID_HEX = 20  # hex digits of a round id's hash (80 bits), as the eviction gate's ids
 MAX_TAINT_KEY = 316  # a qualified name: 253-character prefix, "/", 63-character name
 
 
@@ -217,18 +215,8 @@ class Outcome:
 
 
 def round_id(node: str, started: float) -> str:
-    digest = hashlib.sha256(f"{node}\n{started!r}".encode()).hexdigest()[:_ID_HEX]
+    digest = hashlib.sha256(f"{node}\n{started!r}".encode()).hexdigest()[:DISRUPTION_ID_HEX]
     return f"{DISRUPTION_PREFIX}{digest}"
-
-
-def _standing(annotations: Mapping[str, str]) -> DrainRequest | None:
-    raw = annotations.get(DRAIN_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        return drain_from_annotation(raw)
-    except DrainFormatError:
-        return None
 
 
 def why_not(p: PodView, rnd: Round, now: float, limits: Limits) -> str | None:
@@ -241,7 +229,7 @@ def why_not(p: PodView, rnd: Round, now: float, limits: Limits) -> str | None:
         return "excluded namespace or priority class"
     if p.held:
         return "a running plan's victim"
-    standing = _standing(p.annotations)
+    standing = standing_request(p.annotations)
     if standing is not None:
         if standing.plan == rnd.id:
             return "already asked in this round"

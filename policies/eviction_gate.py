@@ -43,19 +43,17 @@ from datetime import UTC, datetime
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies.model import CheckpointMode
 from ckpt_preempt.policies.plan_record import (
+    DISRUPTION_ID_HEX,
     DISRUPTION_PREFIX,
-    DRAIN_ANNOTATION,
-    DrainFormatError,
     DrainRequest,
     acked,
-    drain_from_annotation,
+    standing_request,
 )
 
 # A stored request this long past its deadline belongs to an earlier disruption (a drain that
 # was cancelled, a plan long done): a new Eviction then starts a new one. An assumption, sized
 # to outlast kubectl drain's and the autoscalers' retries of one eviction by far.
 STALE_REQUEST_SECONDS = 3600.0
-_ID_HEX = 20  # hex digits of the disruption id's hash (80 bits)
 
 
 class Verdict(enum.StrEnum):
@@ -107,7 +105,7 @@ class Decision:
 
 def disruption_id(uid: str, resource_version: str) -> str:
     """``disruption/<hash>``: the same for the same pod seen at the same version."""
-    digest = hashlib.sha256(f"{uid}\n{resource_version}".encode()).hexdigest()[:_ID_HEX]
+    digest = hashlib.sha256(f"{uid}\n{resource_version}".encode()).hexdigest()[:DISRUPTION_ID_HEX]
     return f"{DISRUPTION_PREFIX}{digest}"
 
 
@@ -117,16 +115,6 @@ def _allow(reason: str) -> Decision:
 
 def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _standing(annotations: Mapping[str, str]) -> DrainRequest | None:
-    raw = annotations.get(DRAIN_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        return drain_from_annotation(raw)
-    except DrainFormatError:
-        return None  # malformed: as if absent (the agent ignores it too)
 
 
 def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: float | None,
@@ -151,7 +139,7 @@ def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: floa
     hard_until = (now if first_refused is None else min(first_refused, now)) + cap
     if now >= hard_until:
         return _allow(f"held for the maximum of {cap:.0f} s since the first refusal")
-    standing = _standing(pod.annotations)
+    standing = standing_request(pod.annotations)
     if standing is not None and now <= standing.deadline + STALE_REQUEST_SECONDS:
         if acked(pod.annotations, standing.plan):
             return _allow(f"checkpoint acknowledged for {standing.plan}")

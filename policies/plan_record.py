@@ -31,6 +31,7 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # A drain request's plan is a plan id, or a disruption id: ``disruption/<id>``, written for a
 # disruption from outside (the eviction gate, policies/eviction_gate.py; the early warning).
 DISRUPTION_PREFIX = "disruption/"
+DISRUPTION_ID_HEX = 20  # hex digits of a disruption id's hash (80 bits), after the prefix
 _DRAIN_PLAN = re.compile(r"^(?:disruption/)?[a-z0-9][a-z0-9-]{0,62}$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -333,3 +334,15 @@ def drain_requested(annotations: Mapping[str, str], plan_id: str) -> bool:
         return drain_from_annotation(raw).plan == plan_id
     except DrainFormatError:
         return False
+
+
+def standing_request(annotations) -> DrainRequest | None:
+    """The pod's drain request, or None where it has none or a malformed one (the agent ignores
+    a malformed one too, so it holds nothing)."""
+    raw = annotations.get(DRAIN_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return drain_from_annotation(raw)
+    except DrainFormatError:
+        return None
