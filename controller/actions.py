@@ -56,6 +56,7 @@ from ckpt_preempt.controller import write_bodies as bodies
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.write_bodies import COMPONENT, plan_object_name
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339_micro
 
 log = logging.getLogger("ckpt_preempt.actions")
 audit = logging.getLogger("ckpt_preempt.audit")
@@ -393,7 +394,7 @@ class Actions:
     # -------------------------------------------------------------------------------- events
     def emit(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
         """An events.k8s.io/v1 Event regarding the pod (also listed by core/v1 readers)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = rfc3339_micro(datetime.now(UTC))
         body = bodies.event_body(pod, reason, message, warning=warning, instance=self.instance,
                                  event_time=now, suffix=uuid.uuid4().hex[:12])
 

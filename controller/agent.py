@@ -45,20 +45,16 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
 
 log = logging.getLogger("ckpt_preempt.agent")
 CANCEL_HOOK_TIMEOUT_SECONDS = 30.0
 EVENT_HISTORY = 256  # events kept for the SDK's long polls
-
-
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ------------------------------------------------------------------------------------ hooks

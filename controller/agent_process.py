@@ -33,9 +33,9 @@ from kubernetes.client.rest import ApiException
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ckpt_preempt.controller import backoff
-from ckpt_preempt.controller.agent import CheckpointAgent, rfc3339
+from ckpt_preempt.controller.agent import CheckpointAgent
 from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.annotations import LAST_CHECKPOINT
+from ckpt_preempt.policies.annotations import LAST_CHECKPOINT, rfc3339
 
 log = logging.getLogger("ckpt_preempt.agent")
 MERGE = "application/merge-patch+json"

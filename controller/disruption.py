@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
-from datetime import UTC, datetime
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions
@@ -30,14 +29,11 @@ from ckpt_preempt.controller.convert import NodeInfo, PodInfo
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import disruption_signals as ds
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.model import CheckpointMode
 
 log = logging.getLogger("ckpt_preempt.disruption")
 CHECKPOINT_EVENT = "DisruptionCheckpointRequested"
-
-
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EarlyWarning:
@@ -90,7 +86,7 @@ class EarlyWarning:
 
     def _ask(self, p: PodInfo, a: ds.Ask) -> bool:
         message = (f"node {a.node} shows {', '.join(a.round.signals)}: evictions may follow; "
-                   f"asked to checkpoint by {_clock(a.request.deadline)} (request "
+                   f"asked to checkpoint by {rfc3339(a.request.deadline)} (request "
                    f"{a.round.id}; ckpt-preempt evicts nothing for it)")
         if self.cfg.dry_run:
             self.actions.emit(p, CHECKPOINT_EVENT, "(dry run) " + message)

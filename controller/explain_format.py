@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ckpt_preempt.controller.agent import rfc3339
 from ckpt_preempt.policies import gangs
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import Plan, VictimGroup
 from ckpt_preempt.policies.timing import Timing

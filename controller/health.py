@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
@@ -65,6 +64,7 @@ from ckpt_preempt.controller.health_promql import (
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.policies import health as ph
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.health import GpuKey, Health, HealthReport, NodeHealth, Rule
 from ckpt_preempt.policies.model import CheckpointMode
 
@@ -181,7 +181,7 @@ class PrometheusHealth:
                 self._since = time.time()
                 log.warning("health source down: %s", _short(e))
             report = ph.unknown(f"prometheus {self.cfg.prometheus_url} unreadable since "
-                                f"{_clock(self._since)}: {_short(e)}")
+                                f"{rfc3339(self._since)}: {_short(e)}")
         with self._lock:
             self._report = report
         if self.metrics is not None:
@@ -233,10 +233,6 @@ class PrometheusHealth:
 def _short(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     return text[:200]
-
-
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- what health changes ---------------------------------------------------------------------------
@@ -303,7 +299,7 @@ class ProactiveCheckpoint:
         why = node.reasons[0] if node.reasons else node.state.value
         more = f" (+{len(node.reasons) - 1} more)" if len(node.reasons) > 1 else ""
         message = (f"node {node.node} turned {node.state}: {why}{more}; asked to checkpoint by "
-                   f"{_clock(request.deadline)} (request {plan}; no eviction follows)")
+                   f"{rfc3339(request.deadline)} (request {plan}; no eviction follows)")
         if self.cfg.dry_run:
             self.actions.emit(p, CHECKPOINT_EVENT, "(dry run) " + message)
             return False

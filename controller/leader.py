@@ -19,18 +19,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.backoff import retrying
+from ckpt_preempt.policies.annotations import rfc3339_micro
 
 log = logging.getLogger("ckpt_preempt.leader")
-
-
-def _micro(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseElector:
@@ -75,7 +71,7 @@ class LeaseElector:
             self._on_change(leader)
 
     def _spec(self, transitions: int, acquire: str | None) -> dict:
-        now = _micro(time.time())
+        now = rfc3339_micro(time.time())
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration),
                 "acquireTime": acquire or now, "renewTime": now, "leaseTransitions": transitions}
 
@@ -108,7 +104,7 @@ class LeaseElector:
         if not (mine or expired):
             return False
         transitions = (spec.lease_transitions or 0) + (0 if mine else 1)
-        acquire = spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ") \
+        acquire = rfc3339_micro(spec.acquire_time) \
             if mine and spec.acquire_time else None
         body = {"metadata": {"name": self.name, "namespace": self.namespace,
                              "resourceVersion": rv},

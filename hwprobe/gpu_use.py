@@ -18,11 +18,12 @@ annotation), never half-published.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Topology
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.gpu_use import ANNOTATION, SCHEMA  # noqa: F401 - the planner owns them
 
 if TYPE_CHECKING:
@@ -77,5 +78,5 @@ def content(topo: Topology, answer: Answer) -> dict:
 
 def annotation(body: dict, observed: datetime) -> str:
     """The compact JSON written to the Node: ``content`` and when it was observed."""
-    when = observed.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return json.dumps({**body, "observed": when}, separators=(",", ":"), sort_keys=True)
+    return json.dumps({**body, "observed": rfc3339(observed.timestamp())},
+                      separators=(",", ":"), sort_keys=True)

@@ -33,7 +33,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from ckpt_preempt.policies import gangs
 from ckpt_preempt.policies.model import (
@@ -153,6 +153,19 @@ def parse_unknown_checkpoint(value: str) -> UnknownCheckpoint:
     if v in ("start-time", "cluster-median"):
         return UnknownCheckpoint(kind=v)
     raise ValueError("expected start-time, cluster-median or assume:<duration> (assume:30m)")
+
+
+def rfc3339(t: float) -> str:
+    """Unix seconds as an RFC 3339 timestamp in UTC, whole seconds (annotations, Event notes,
+    the agent's hook environment): ``parse_rfc3339``'s inverse to the second."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(t: float | datetime) -> str:
+    """An RFC 3339 timestamp in UTC with microseconds: Kubernetes' MicroTime (a Lease's times,
+    an events.k8s.io Event's eventTime)."""
+    when = t if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_rfc3339(value: str) -> float:

@@ -38,9 +38,9 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.model import CheckpointMode
 from ckpt_preempt.policies.plan_record import (
     DISRUPTION_ID_HEX,
@@ -113,10 +113,6 @@ def _allow(reason: str) -> Decision:
     return Decision(verdict=Verdict.ALLOW, reason=reason)
 
 
-def _stamp(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: float | None,
            exempt_requester: bool, dry_run: bool = False) -> Decision:
     """The answer to one Eviction of ``pod`` at ``now``. ``first_refused``: when this gate
@@ -148,7 +144,7 @@ def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: floa
             return _allow(f"the checkpoint deadline of {standing.plan} passed unacknowledged")
         return Decision(verdict=Verdict.REFUSE, until=until, reason=(
             f"waiting for the pod to checkpoint ({standing.plan}); retry, the eviction is "
-            f"allowed on its acknowledgement or at {_stamp(until)} at the latest"))
+            f"allowed on its acknowledgement or at {rfc3339(until)} at the latest"))
     seconds = fields.checkpoint_seconds if fields.checkpoint_seconds is not None else cap
     until = min(now + min(seconds, cap), hard_until)
     if not math.isfinite(until) or until <= now:
@@ -156,7 +152,7 @@ def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: floa
     request = DrainRequest(plan=disruption_id(pod.uid, pod.resource_version), requested=now,
                            deadline=until)
     why = (f"the pod is asked to checkpoint first ({request.plan}); retry, the eviction is "
-           f"allowed on its acknowledgement or at {_stamp(until)} at the latest")
+           f"allowed on its acknowledgement or at {rfc3339(until)} at the latest")
     if dry_run:
         return Decision(verdict=Verdict.REFUSE, until=until, reason="(dry run) " + why)
     return Decision(verdict=Verdict.REQUEST, until=until, request=request, reason=why)

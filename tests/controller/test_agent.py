@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller import agent, agent_process
 from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.annotations import LAST_CHECKPOINT
+from ckpt_preempt.policies.annotations import LAST_CHECKPOINT, rfc3339
 from ckpt_preempt_sdk import State
 
 NOW = 1_800_000_000.0
@@ -37,13 +37,13 @@ class RecordingWriter:
         if self.annotations.get(DRAIN) != drain_raw:
             self.writes.append(("refused", plan))
             return False
-        self.annotations.update({DONE: plan, LAST_CHECKPOINT: agent.rfc3339(at)})
+        self.annotations.update({DONE: plan, LAST_CHECKPOINT: rfc3339(at)})
         self.writes.append(("ack", plan))
         return True
 
     def checkpointed(self, *, at: float) -> None:
-        self.annotations[LAST_CHECKPOINT] = agent.rfc3339(at)
-        self.writes.append(("last-checkpoint", agent.rfc3339(at)))
+        self.annotations[LAST_CHECKPOINT] = rfc3339(at)
+        self.writes.append(("last-checkpoint", rfc3339(at)))
 
 
 class RecordingHook(agent.Hook):
@@ -99,7 +99,7 @@ def test_a_request_runs_the_hook_once_and_is_acknowledged():
     assert hook.calls == [("checkpoint", "p1")]
     assert pod.writer.writes == [("ack", "p1")]
     assert pod.writer.annotations[DONE] == "p1"
-    assert pod.writer.annotations[LAST_CHECKPOINT] == agent.rfc3339(NOW)
+    assert pod.writer.annotations[LAST_CHECKPOINT] == rfc3339(NOW)
     assert pod.states() == [(State.REQUESTED, "p1"), (State.ACKED, "p1")]
     status = pod.agent.status()
     assert (status.state, status.plan, status.deadline) == (State.ACKED, "p1", NOW + 60)
@@ -261,7 +261,7 @@ def test_a_malformed_drain_annotation_is_ignored(raw, standing):
 def test_periodic_checkpoints_refresh_last_checkpoint():
     pod = Pod()
     pod.agent.checkpointed()
-    assert pod.writer.writes == [("last-checkpoint", agent.rfc3339(NOW))]
+    assert pod.writer.writes == [("last-checkpoint", rfc3339(NOW))]
 
 
 def test_events_after_a_gap_or_from_another_run_start_from_the_status():
@@ -403,7 +403,7 @@ def test_http_hook_posts_requests_and_cancels_to_their_urls():
     finally:
         server.shutdown()
     assert seen == [("/save", {"action": "checkpoint", "plan": "p1",
-                               "deadline": agent.rfc3339(REQUEST.deadline)}),
+                               "deadline": rfc3339(REQUEST.deadline)}),
                     ("/cancel", {"action": "cancel", "plan": "p1"})]
 
 

@@ -5,9 +5,9 @@ gate's decision."""
 
 from __future__ import annotations
 
-from ckpt_preempt.controller import agent
 from ckpt_preempt.policies import eviction_gate as gate
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt_sdk import State
 from tests.controller.test_agent import NOW, Pod, RecordingHook
 
@@ -41,4 +41,4 @@ def test_the_agent_acks_the_gates_request_and_the_gate_then_allows():
     after = gate.decide(_gated(pod.writer.annotations), now=NOW + 2, limits=LIMITS,
                         first_refused=NOW, exempt_requester=False)
     assert after.allowed and first.request.plan in after.reason
-    assert agent.rfc3339(NOW) in pod.writer.annotations.values()
+    assert rfc3339(NOW) in pod.writer.annotations.values()
