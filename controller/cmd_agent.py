@@ -24,6 +24,7 @@ import urllib.parse
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
+from ckpt_preempt.controller.cmd_common import add_cluster_flags, api_client
 from ckpt_preempt_sdk import AGENT_HOST, AGENT_PORT
 
 NAME = "agent"
@@ -32,9 +33,7 @@ NO_SIGNAL = "none"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
-    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    add_cluster_flags(p)
     p.add_argument("--pod", default=os.environ.get("POD_NAME"),
                    help="this pod's name (default: $POD_NAME, from the downward API)")
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"),
@@ -110,7 +109,6 @@ def build_hook(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller import agent, agent_process
-    from ckpt_preempt.controller.cmd_run import api_client
 
     try:
         if not args.pod or not args.namespace:

@@ -31,7 +31,7 @@ import time
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
-from ckpt_preempt.controller.cmd_run import connect
+from ckpt_preempt.controller.cmd_common import add_cluster_flags, connect
 
 NAME = "cleanup"
 HELP = "remove the plans, reservation taints, drain requests and Lease a stopped controller left"
@@ -43,9 +43,7 @@ LEASE_POLL_SECONDS = 1.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ckpt_preempt.controller.config import Config
 
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
-    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    add_cluster_flags(p)
     p.add_argument("--namespace", "-n", required=True,
                    help="the controller's namespace (the release's: its plans and Lease)")
     p.add_argument("--lease-name", default=Config().lease_name,

@@ -113,7 +113,7 @@ def _run_live(args: argparse.Namespace) -> int:
 
     from ckpt_preempt.controller import config as config_file
     from ckpt_preempt.controller import explain_live
-    from ckpt_preempt.controller.cmd_run import api_client
+    from ckpt_preempt.controller.cmd_common import api_client
 
     namespace, _, name = args.pod.rpartition("/")
     if not name:

@@ -17,6 +17,12 @@ import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
+from ckpt_preempt.controller.cmd_common import (
+    DEFAULT_LISTEN_HOST,
+    add_cluster_flags,
+    connect,
+    load_config,
+)
 
 NAME = "extender"
 HELP = "serve a kube-scheduler extender (filter, prioritize, preempt)"
@@ -25,9 +31,7 @@ DEFAULT_BUDGET_MS = 5.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
-    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    add_cluster_flags(p)
     p.add_argument("--config", help="controller config file (YAML or JSON): its checkpoint "
                                     "limits and restart cost price the preempt verb's victims")
     p.add_argument("--listen", type=argtypes.host_port_or_any, metavar="HOST:PORT",
@@ -45,7 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller import convert, gpu_resources
-    from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, connect, load_config
     from ckpt_preempt.controller.extender import Extender
     from ckpt_preempt.controller.extender_model import CachedView
     from ckpt_preempt.controller.extender_verbs import PreemptSettings

@@ -14,6 +14,12 @@ import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
+from ckpt_preempt.controller.cmd_common import (
+    DEFAULT_LISTEN_HOST,
+    add_cluster_flags,
+    connect,
+    load_config,
+)
 
 NAME = "gate"
 HELP = "serve the eviction gate (admission webhook on pods/eviction, HTTPS)"
@@ -22,9 +28,7 @@ PROG = "ckpt-preempt gate"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube)")
-    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    add_cluster_flags(p)
     p.add_argument("--config", help="controller config file (YAML or JSON): its "
                                     "maxCheckpointSeconds caps every hold")
     p.add_argument("--exempt-user", action="append", default=[], metavar="USERNAME",
@@ -67,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
 
     from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller import gate_server
-    from ckpt_preempt.controller.cmd_run import DEFAULT_LISTEN_HOST, connect, load_config
     from ckpt_preempt.controller.gate import Gate
     from ckpt_preempt.controller.gate_cache import PodCache
 
