@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cat pyproject.toml sdk/pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: run test unit e2e lint testbin chart torch-venv example bench clean image
+.PHONY: run test unit e2e lint testbin chart torch-venv example bench clean image docs
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -104,6 +104,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/scale_kwok.py
 	$(BIN)/python bench/nvlink_cliques.py
 	$(BIN)/python bench/admission_placement.py
+
+# docs/architecture.svg from its Graphviz source (Debian: apt-get install graphviz). The SVG
+# carries the source's sha256, which tests/docs/test_architecture.py checks, so CI needs no dot.
+docs: docs/architecture.svg
+docs/architecture.svg: docs/architecture.dot
+	dot -Tsvg $< | sed "1a <!-- rendered from docs/architecture.dot sha256:$$(sha256sum $< | cut -c1-64) -->" > $@
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
