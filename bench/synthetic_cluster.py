@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 from bench.plan_latency import NOW, cluster
 from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.model import CheckpointMode, Pod, Resources
 
 GPU = "nvidia.com/gpu"
 GANG_NAME, GANG_TOTAL = "scheduling.ai/gang-name", "scheduling.ai/gang-total"
-
-
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_json(name: str, *, gpus: int, cpus: int, memory_gib: int) -> dict:

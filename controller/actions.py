@@ -54,6 +54,7 @@ from tenacity import (
 
 from ckpt_preempt.controller import write_bodies as bodies
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.write_bodies import COMPONENT, plan_object_name
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.annotations import rfc3339_micro
@@ -117,9 +118,11 @@ def client_with_pool(api: client.ApiClient, connections: int) -> client.ApiClien
 class Actions:
     def __init__(self, api: client.ApiClient, *, plan_namespace: str,
                  guard: WriteGuard | None = None, evict_attempts: int = 4,
-                 on_retry: Callable[[], None] | None = None, connections: int = 1) -> None:
+                 on_retry: Callable[[], None] | None = None, connections: int = 1,
+                 on_event: Callable[[Reason], None] | None = None) -> None:
         """``connections``: how many writes may be in flight at once (``writeConcurrency``);
-        above 1 the writes get a connection pool of their own, that big."""
+        above 1 the writes get a connection pool of their own, that big. ``on_event`` hears
+        each Event's reason as it is sent (the metric by reason)."""
         api = client_with_pool(api, connections)
         self.core = client.CoreV1Api(api)
         self.events = client.EventsV1Api(api)
@@ -128,6 +131,7 @@ class Actions:
         self.guard = guard or WriteGuard()
         self.evict_attempts = evict_attempts
         self._on_retry = on_retry or (lambda: None)
+        self._on_event = on_event or (lambda reason: None)
 
     @property
     def timeout(self) -> float:
@@ -392,7 +396,7 @@ class Actions:
         self._write(verb, f"node/{live.metadata.name}", call, plan=plan_id)
 
     # -------------------------------------------------------------------------------- events
-    def emit(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
+    def emit(self, pod: PodInfo, reason: Reason, message: str, *, warning: bool = False) -> None:
         """An events.k8s.io/v1 Event regarding the pod (also listed by core/v1 readers)."""
         now = rfc3339_micro(datetime.now(UTC))
         body = bodies.event_body(pod, reason, message, warning=warning, instance=self.instance,
@@ -404,6 +408,8 @@ class Actions:
                                                     _request_timeout=self.timeout)
             except ApiException as e:  # an Event is best effort; never fail an action over it
                 log.warning("event %s on %s not recorded: %s", reason, pod.key, e.reason)
+                return
+            self._on_event(reason)
         self._write(f"event {reason}", pod.key, call, event=True)
 
     # ------------------------------------------------------------------ cleanup's last step

@@ -25,6 +25,7 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions, Blocked
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import PlanBook
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, node_reserved_for
@@ -221,7 +222,7 @@ class PlanStepper:
         if new.saved_gpu_hours is not None:
             self.metrics.saved_gpu_hours.inc(new.saved_gpu_hours)
         for p in new.members:
-            self.actions.emit(p, "PreemptionPlanned", f"plan {r.id}: {new.body}")
+            self.actions.emit(p, Reason.PREEMPTION_PLANNED, f"plan {r.id}: {new.body}")
         log.info("planned %s", r.id, extra={"plan": r.id, "preemptor": new.key,
                                              "victims": len(r.victims),
                                              "lost_gpu_h": new.lost_gpu_hours})
@@ -237,12 +238,12 @@ class PlanStepper:
         self.metrics.plans.labels("aborted").inc()
         anchor = world.by_uid.get(r.anchor.uid)
         if anchor is not None:
-            self.actions.emit(anchor, "PreemptionAborted", f"plan {r.id}: {reason}",
+            self.actions.emit(anchor, Reason.PREEMPTION_ABORTED, f"plan {r.id}: {reason}",
                               warning=True)
         for v in r.victims:
             p = world.by_uid.get(v.uid)
             if p is not None and not p.deleting:
-                self.actions.emit(p, "PreemptionAborted",
+                self.actions.emit(p, Reason.PREEMPTION_ABORTED,
                                   f"plan {r.id} will not evict this pod: {reason}")
         if block_victims:
             for v in r.victims:
@@ -275,7 +276,7 @@ class PlanStepper:
         for uid, seen in observed.victims.items():
             if (seen.acked or seen.checkpointed) and (r.id, uid) not in self.mem.acked:
                 self.mem.acked.add((r.id, uid))
-                self.actions.emit(world.by_uid[uid], "CheckpointCompleted",
+                self.actions.emit(world.by_uid[uid], Reason.CHECKPOINT_COMPLETED,
                                   f"checkpoint for plan {r.id} acknowledged" if seen.acked else
                                   f"checkpoint reported after plan {r.id} was made, as its "
                                   "timing expected")
@@ -289,11 +290,11 @@ class PlanStepper:
                 if seen is None or seen.acked or seen.checkpointed:
                     continue
                 if v.drain:
-                    self.actions.emit(world.by_uid[v.uid], "CheckpointDeadlineExceeded",
+                    self.actions.emit(world.by_uid[v.uid], Reason.CHECKPOINT_DEADLINE_EXCEEDED,
                                       f"no checkpoint acknowledgement for plan {old.id} by its "
                                       "deadline; evicting", warning=True)
                 elif v.wait:
-                    self.actions.emit(world.by_uid[v.uid], "CheckpointDeadlineExceeded",
+                    self.actions.emit(world.by_uid[v.uid], Reason.CHECKPOINT_DEADLINE_EXCEEDED,
                                       f"plan {old.id} waited for this pod's predicted {v.wait}, "
                                       "which did not come by its deadline; evicting",
                                       warning=True)
@@ -302,18 +303,18 @@ class PlanStepper:
             for pl in new.placements:
                 p = world.by_uid.get(pl.uid)
                 if p is not None and new.mode is Mode.ADMIT:
-                    self.actions.emit(p, "GangAdmitted",
+                    self.actions.emit(p, Reason.GANG_ADMITTED,
                                       f"plan {new.id}: pinned to {pl.node} and admitted")
             anchor = world.by_uid.get(new.anchor.uid)
             if anchor is not None:
-                self.actions.emit(anchor, "PreemptionDone", f"plan {new.id}: {new.reason}")
+                self.actions.emit(anchor, Reason.PREEMPTION_DONE, f"plan {new.id}: {new.reason}")
 
     def _request(self, r: PlanRecord, uids: tuple[str, ...], world: World) -> None:
         for uid in uids:
             p = world.by_uid[uid]
             req = lifecycle.drain_request(r, uid, world.now)  # a shrink names who leaves
             if self.actions.request_checkpoint(p, req):
-                self.actions.emit(p, "CheckpointRequested",
+                self.actions.emit(p, Reason.CHECKPOINT_REQUESTED,
                                   f"plan {r.id}: please checkpoint before "
                                   f"{lifecycle.drain_to_annotation(req)}")
             self.mem.requested.add((r.id, uid))
@@ -329,7 +330,7 @@ class PlanStepper:
             except Blocked as e:
                 log.info("plan %s: %s", r.id, e, extra={"plan": r.id})
                 if anchor is not None:
-                    self._note(anchor, "EvictionBlocked", f"plan {r.id}: {e}", warning=True)
+                    self._note(anchor, Reason.EVICTION_BLOCKED, f"plan {r.id}: {e}", warning=True)
                 continue
             if self.cfg.dry_run:
                 continue
@@ -337,7 +338,7 @@ class PlanStepper:
             if done:
                 self.metrics.victims.inc()
                 for_ = ", ".join(f"{pl.namespace}/{pl.name}" for pl in r.placements)
-                self.actions.emit(p, "Evicted", f"evicted by plan {r.id} for {for_}")
+                self.actions.emit(p, Reason.EVICTED, f"evicted by plan {r.id} for {for_}")
 
     def _steer(self, r: PlanRecord, world: World) -> None:
         members = [(world.by_uid[pl.uid], pl.node) for pl in r.placements]

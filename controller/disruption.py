@@ -26,6 +26,7 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import NodeInfo, PodInfo
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import disruption_signals as ds
 from ckpt_preempt.policies import lifecycle
@@ -33,7 +34,6 @@ from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.model import CheckpointMode
 
 log = logging.getLogger("ckpt_preempt.disruption")
-CHECKPOINT_EVENT = "DisruptionCheckpointRequested"
 
 
 class EarlyWarning:
@@ -89,11 +89,11 @@ class EarlyWarning:
                    f"asked to checkpoint by {rfc3339(a.request.deadline)} (request "
                    f"{a.round.id}; ckpt-preempt evicts nothing for it)")
         if self.cfg.dry_run:
-            self.actions.emit(p, CHECKPOINT_EVENT, "(dry run) " + message)
+            self.actions.emit(p, Reason.DISRUPTION_CHECKPOINT_REQUESTED, "(dry run) " + message)
             return False
         if not self.actions.request_checkpoint(p, a.request, only_if_unchanged=True):
             return False  # changed since read, or terminating: the next pass decides again
-        self.actions.emit(p, CHECKPOINT_EVENT, message)
+        self.actions.emit(p, Reason.DISRUPTION_CHECKPOINT_REQUESTED, message)
         log.info("disruption checkpoint requested", extra={"pod": p.key, "node": a.node,
                                                            "plan": a.round.id})
         return True

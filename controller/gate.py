@@ -40,6 +40,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.actions import Actions, WriteGuard, client_with_pool
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.gate_cache import PodCache
 from ckpt_preempt.controller.records import pod_info
 from ckpt_preempt.policies import eviction_gate as eg
@@ -299,6 +300,6 @@ class Gate:
         while True:
             info, reason = self._events.get()
             try:
-                self.actions.emit(info, "EvictionDelayed", reason)
+                self.actions.emit(info, Reason.EVICTION_DELAYED, reason)
             except Exception as e:  # an Event is best effort
                 log.warning("EvictionDelayed for %s not recorded: %s", info.key, e)

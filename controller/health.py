@@ -51,6 +51,7 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions
 from ckpt_preempt.controller.config import Config, HealthQueryMode
 from ckpt_preempt.controller.convert import PodInfo
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.health_promql import (
     GROUP_LABEL,
     RECORDED_QUERIES,
@@ -72,7 +73,6 @@ log = logging.getLogger("ckpt_preempt.health")
 QUERY_ATTEMPTS = 3
 MAX_PARALLEL_QUERIES = 8
 HEALTH_PLAN_PREFIX = "health-"  # drain requests of ours that no eviction follows
-CHECKPOINT_EVENT = "HealthCheckpointRequested"
 NOT_RECORDED = ("the recording rules (deploy/dcgm/recording-rules.yaml) are not installed or "
                 "not evaluated yet, or no GPU reports (healthQueryMode: recorded)")
 
@@ -301,13 +301,13 @@ class ProactiveCheckpoint:
         message = (f"node {node.node} turned {node.state}: {why}{more}; asked to checkpoint by "
                    f"{rfc3339(request.deadline)} (request {plan}; no eviction follows)")
         if self.cfg.dry_run:
-            self.actions.emit(p, CHECKPOINT_EVENT, "(dry run) " + message)
+            self.actions.emit(p, Reason.HEALTH_CHECKPOINT_REQUESTED, "(dry run) " + message)
             return False
         if not self.actions.request_checkpoint(p, request, only_if_unchanged=True):
             self.stale[p.uid] = (node, plan)  # changed since read: the next pass decides again
             return False
         self.metrics.health_checkpoints.inc()
-        self.actions.emit(p, CHECKPOINT_EVENT, message)
+        self.actions.emit(p, Reason.HEALTH_CHECKPOINT_REQUESTED, message)
         log.info("health checkpoint requested", extra={"pod": p.key, "node": node.node,
                                                        "plan": plan})
         return True

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.policies import gangs, lifecycle, timing
 from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.model import Plan
@@ -78,8 +79,8 @@ def candidates(pods: list[PodInfo], conv: convert.Converted, planned: set[str], 
         ready = gangs.readiness(have, total=total, minimum=max(declared, default=None))
         if ready is gangs.Readiness.OVERFULL:
             for p in members:
-                warn(p, "GangTotalMismatch", f"gang {key} declares {total} members but {have} "
-                     "exist; not admitted until that is fixed")
+                warn(p, Reason.GANG_TOTAL_MISMATCH, f"gang {key} declares {total} members but "
+                     f"{have} exist; not admitted until that is fixed")
             continue
         if key in waiting or ready is gangs.Readiness.INCOMPLETE:
             continue  # the rest of the gang is not created, or not yet unschedulable

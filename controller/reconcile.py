@@ -55,6 +55,7 @@ from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.disruption import EarlyWarning
 from ckpt_preempt.controller.disruption_api import EvictionRequestApi
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.health import ProactiveCheckpoint, PrometheusHealth, states
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import (
@@ -138,8 +139,9 @@ class Reconciler:
                            "never acted on: %s", name, why)
         for p in view.plan_annotated:
             if self.scope.covers(p):
-                self._warn_once(p, "InvalidAnnotation", f"{lifecycle.PLAN_ANNOTATION} on a pod "
-                                "is ignored: plans are kept only in the controller's namespace")
+                self._warn_once(p, Reason.INVALID_ANNOTATION,
+                                f"{lifecycle.PLAN_ANNOTATION} on a pod is ignored: plans are "
+                                "kept only in the controller's namespace")
         active = [s for s in stored if not s.record.state.terminal]
         self.metrics.active_plans.set(len(active))
         with self._lanes() as lanes:  # every task below is done when it closes
@@ -290,7 +292,7 @@ class Reconciler:
             p = world.by_uid.get(uid)
             if p is not None and self.scope.covers(p):
                 for problem in problems:
-                    self._warn_once(p, "InvalidAnnotation", problem)
+                    self._warn_once(p, Reason.INVALID_ANNOTATION, problem)
         held = restriction(active, self.mem.blocked, now)
         reserved, busy = set(held.reserved_nodes), set(held.held_pods)
         blocked = held.blocked_pods
@@ -344,7 +346,7 @@ class Reconciler:
         if not plan.feasible or (cand.mode is Mode.NOMINATE and not plan.victim_groups):
             if not plan.feasible:
                 self.metrics.plans.labels("infeasible").inc()
-                self._note_once(cand.anchor, "PreemptionNotPossible", plan.reason)
+                self._note_once(cand.anchor, Reason.PREEMPTION_NOT_POSSIBLE, plan.reason)
                 self._gang_timeout(cand, now)
             return None
         self.mem.gang_waiting.pop(cand.key, None)
@@ -357,7 +359,7 @@ class Reconciler:
         if kd.feasible and plan.victim_groups:
             body += f"; kube-default would lose {kd.lost_gpu_seconds / 3600:.2f} GPU-h"
         if self.cfg.dry_run:
-            self._note_once(cand.anchor, "PreemptionPlanned", "(dry run) " + body,
+            self._note_once(cand.anchor, Reason.PREEMPTION_PLANNED, "(dry run) " + body,
                             key=(tuple(v.uid for v in plan.victims), plan.target_nodes))
             return None
         return NewPlan(record=record, key=cand.key, members=cand.members, body=body,
@@ -371,8 +373,8 @@ class Reconciler:
         since = self.mem.gang_waiting.setdefault(cand.key, now)
         if now - since >= self.cfg.gang_timeout_seconds:
             for p in cand.members:
-                self._note_once(p, "GangTimedOut", f"gang {cand.key} could not be placed for "
-                                f"{now - since:.0f}s", warning=True)
+                self._note_once(p, Reason.GANG_TIMED_OUT, f"gang {cand.key} could not be "
+                                f"placed for {now - since:.0f}s", warning=True)
 
     # -------------------------------------------------------------------------------- events
     def _log_once(self, key: tuple, msg: str, *args) -> None:
@@ -382,7 +384,7 @@ class Reconciler:
     def _note_once_plan(self, r: PlanRecord, world: World, message: str) -> None:
         anchor = world.by_uid.get(r.anchor.uid)
         if anchor is not None:
-            self._note_once(anchor, "PreemptionPlanned", message, key=(r.id, r.state))
+            self._note_once(anchor, Reason.PREEMPTION_PLANNED, message, key=(r.id, r.state))
 
     def _warn_once(self, pod: PodInfo, reason: str, message: str) -> None:
         self._note_once(pod, reason, message, warning=True)

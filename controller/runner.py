@@ -51,7 +51,8 @@ class Controller:
         self.actions = Actions(api, plan_namespace=cfg.plan_namespace, guard=guard,
                                evict_attempts=cfg.evict_attempts,
                                on_retry=self.metrics.eviction_retries.inc,
-                               connections=cfg.write_concurrency)
+                               connections=cfg.write_concurrency,
+                               on_event=lambda r: self.metrics.events.labels(r.value).inc())
         self.actions.instance = self.identity[:128]
         # GPU health, when a Prometheus is configured: refreshed by its own thread
         self.health = PrometheusHealth(

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.disruption import CHECKPOINT_EVENT
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.leader import LeaseElector
 from ckpt_preempt.policies import lifecycle
 from e2e import kube
@@ -86,7 +86,8 @@ def test_karpenter_taint_asks_the_checkpointing_pod_only_and_flapping_does_not_a
             first = wait_request(cluster, namespace, "ckpt")
             assert first.plan.startswith("disruption/")
             assert t0 - 1 <= first.requested and first.deadline - first.requested == 45
-            kube.wait_event(cluster, namespace, CHECKPOINT_EVENT, name="ckpt", timeout=10)
+            kube.wait_event(cluster, namespace, Reason.DISRUPTION_CHECKPOINT_REQUESTED,
+                            name="ckpt", timeout=10)
             time.sleep(2)
             for ns, name in ((namespace, "plain"), (excluded, "ckpt"), (outside, "ckpt")):
                 assert request_of(cluster, ns, name) is None, (ns, name)
@@ -97,7 +98,7 @@ def test_karpenter_taint_asks_the_checkpointing_pod_only_and_flapping_does_not_a
             taint(cluster, node, KARPENTER)
             time.sleep(3)
             assert request_of(cluster, namespace, "ckpt") == first
-            assert reasons(cluster, namespace, "ckpt") == [CHECKPOINT_EVENT]
+            assert reasons(cluster, namespace, "ckpt") == [Reason.DISRUPTION_CHECKPOINT_REQUESTED]
             # past the window, a new showing of the signal is a new round
             time.sleep(max(0.0, first.requested + 8.5 - time.time()))
             taint(cluster, node, None)
@@ -112,7 +113,7 @@ def test_karpenter_taint_asks_the_checkpointing_pod_only_and_flapping_does_not_a
             is None
         kube.evict(cluster, namespace, "ckpt")  # answered at once (no 429)
         for ns in (excluded, outside):
-            assert CHECKPOINT_EVENT not in reasons(cluster, ns)
+            assert Reason.DISRUPTION_CHECKPOINT_REQUESTED not in reasons(cluster, ns)
 
 
 def test_a_cordon_asks_and_a_follower_writes_nothing_until_it_leads(
@@ -140,7 +141,8 @@ def test_a_cordon_asks_and_a_follower_writes_nothing_until_it_leads(
             got = wait_request(cluster, namespace, "ckpt", timeout=30)
             assert ctl.is_leader and got.plan.startswith("disruption/")
             assert got.deadline - got.requested == 30
-            kube.wait_event(cluster, namespace, CHECKPOINT_EVENT, name="ckpt", timeout=10)
+            kube.wait_event(cluster, namespace, Reason.DISRUPTION_CHECKPOINT_REQUESTED,
+                            name="ckpt", timeout=10)
     finally:
         holder.stop()
         cluster.core.patch_node(node, {"spec": {"unschedulable": False}})
@@ -183,6 +185,6 @@ def test_a_tenant_can_neither_signal_a_node_nor_reach_another_namespaces_pod(
             assert asked.plan.startswith("disruption/") and asked.plan != "disruption/forged"
             time.sleep(2)
             assert request_of(cluster, own, "mine").plan == "disruption/forged"
-            assert CHECKPOINT_EVENT not in reasons(cluster, own)
+            assert Reason.DISRUPTION_CHECKPOINT_REQUESTED not in reasons(cluster, own)
         kube.evict(cluster, own, "mine")  # its forged request holds nothing up
         kube.evict(cluster, namespace, "victim")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.controller.disruption import CHECKPOINT_EVENT
+from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.policies import lifecycle
 from e2e import kube
 from e2e.test_controller_support import (
@@ -56,7 +56,7 @@ def test_the_agent_acks_a_disruption_request_and_a_restarted_controller_asks_no_
             kube.wait_for("the new leader", lambda: ctl.is_leader, timeout=30)
             time.sleep(4)
         assert request_of(cluster, namespace, "w") == asked
-        assert reasons(cluster, namespace, "w") == [CHECKPOINT_EVENT]
+        assert reasons(cluster, namespace, "w") == [Reason.DISRUPTION_CHECKPOINT_REQUESTED]
         live = cluster.core.read_namespaced_pod("w", namespace)
         assert live.metadata.deletion_timestamp is None  # nobody evicted it
     finally:

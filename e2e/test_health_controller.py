@@ -19,7 +19,8 @@ import urllib.request
 
 import pytest
 
-from ckpt_preempt.controller.health import CHECKPOINT_EVENT, HEALTH_PLAN_PREFIX
+from ckpt_preempt.controller.events import Reason
+from ckpt_preempt.controller.health import HEALTH_PLAN_PREFIX
 from ckpt_preempt.policies import lifecycle
 from ckpt_preempt.policies.health import Health
 from e2e import kube, promstack
@@ -128,7 +129,7 @@ def test_rising_nvlink_crc_errors_ask_the_agent_to_checkpoint_and_evict_nobody(
                 time.sleep(3)  # still degraded: nothing more happens
             live = cluster.core.read_namespaced_pod("w", namespace)
             assert live.metadata.deletion_timestamp is None
-            assert reasons(cluster, namespace, "w") == [CHECKPOINT_EVENT]
+            assert reasons(cluster, namespace, "w") == [Reason.HEALTH_CHECKPOINT_REQUESTED]
             assert "Evicted" not in reasons(cluster, namespace)
             assert ctl.metrics.registry.get_sample_value(
                 "ckpt_preempt_health_checkpoint_requests_total") == 1
@@ -166,4 +167,4 @@ def test_prometheus_stopped_mid_run_is_unknown_and_refuses_nothing(
         pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
     assert pod.spec.node_name == node
     assert reasons(cluster, namespace, "victim") == ["Evicted"]  # by the plan, nothing else
-    assert CHECKPOINT_EVENT not in reasons(cluster, namespace)
+    assert Reason.HEALTH_CHECKPOINT_REQUESTED not in reasons(cluster, namespace)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from ckpt_preempt.controller import convert
@@ -27,14 +26,10 @@ from ckpt_preempt.controller.group_crds import FixedGroups
 from ckpt_preempt.controller.watch import ChangeLog, Changes, StoredPlan
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, plan_object_name
 from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.annotations import RESERVED_TAINT
+from ckpt_preempt.policies.annotations import RESERVED_TAINT, rfc3339
 from ckpt_preempt.policies.lifecycle import PlanRecord
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
-
-
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --------------------------------------------------------------------------------- builders

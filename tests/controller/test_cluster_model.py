@@ -11,7 +11,8 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.cluster_model import ClusterModel
 from ckpt_preempt.controller.watch import Informer
 from ckpt_preempt.policies import annotations as ann
-from tests.controller.fakes import T0, FakeCache, node, pod, rfc3339
+from ckpt_preempt.policies.annotations import rfc3339
+from tests.controller.fakes import T0, FakeCache, node, pod
 
 GANG = {"scheduling.ai/gang-name": "llm", "scheduling.ai/gang-total": "3"}
 

@@ -18,9 +18,10 @@ from ckpt_preempt.controller.cluster_model import ClusterModel
 from ckpt_preempt.controller.watch import LoggedStore
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle, plan_cache
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import UnknownCheckpoint
-from tests.controller.fakes import T0, node, pdb, pod, reservation, rfc3339
+from tests.controller.fakes import T0, node, pdb, pod, reservation
 
 NODES = [f"n{i}" for i in range(5)]
 KEYS = [f"{ns}/p{i}" for ns in ("a", "b") for i in range(6)]

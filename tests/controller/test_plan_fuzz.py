@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.lifecycle import (
     DrainFormatError,
     DrainRequest,
@@ -42,7 +43,7 @@ from ckpt_preempt.policies.lifecycle import (
     PlanRecord,
     State,
 )
-from tests.controller.fakes import T0, Call, FakeCache, Rig, node, pod, reservation, rfc3339
+from tests.controller.fakes import T0, Call, FakeCache, Rig, node, pod, reservation
 
 
 def examples(n: int) -> settings:

@@ -20,8 +20,9 @@ from ckpt_preempt.controller.actions import NotLeader
 from ckpt_preempt.controller.watch import StoredPlan
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.lifecycle import Mode, State
-from tests.controller.fakes import T0, FakeCache, Rig, node, pod, reservation, rfc3339
+from tests.controller.fakes import T0, FakeCache, Rig, node, pod, reservation
 from tests.controller.test_stepper import (
     CKPT,
     PERIODIC,

@@ -10,7 +10,8 @@ import pytest
 from ckpt_preempt.controller import config, convert
 from ckpt_preempt.controller.config import DEFAULT_SCHEDULER, ConfigError
 from ckpt_preempt.policies import annotations as ann
-from tests.controller.fakes import T0, FakeCache, Rig, node, pod, rfc3339
+from ckpt_preempt.policies.annotations import rfc3339
+from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 OTHER = "volcano"
 

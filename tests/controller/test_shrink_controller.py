@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from ckpt_preempt.controller import config, convert
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.lifecycle import State
-from tests.controller.fakes import T0, FakeCache, Rig, node, pod, rfc3339
+from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 
 def test_the_controller_config_turns_shrink_off_and_sets_the_rendezvous_cost():

@@ -20,8 +20,9 @@ from kubernetes.client.rest import ApiException
 from ckpt_preempt.controller.actions import Conflict
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.lifecycle import Mode, PlannedPlacement, PlannedVictim, PlanRecord, State
-from tests.controller.fakes import T0, FakeCache, Rig, node, pdb, pod, reservation, rfc3339
+from tests.controller.fakes import T0, FakeCache, Rig, node, pdb, pod, reservation
 
 CKPT = {ann.CHECKPOINT: "on-request", ann.CHECKPOINT_SECONDS: "60",
         ann.LAST_CHECKPOINT: rfc3339(T0 - 600)}

@@ -10,8 +10,9 @@ import pytest
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.lifecycle import State
-from tests.controller.fakes import T0, Rig, rfc3339
+from tests.controller.fakes import T0, Rig
 from tests.controller.test_stepper import (
     EVICT_BOTH,
     EVICTED,

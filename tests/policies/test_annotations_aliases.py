@@ -4,15 +4,13 @@ or than reporting nothing."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import cost
-from ckpt_preempt.policies.annotations import Limits, parse_pod_fields
+from ckpt_preempt.policies.annotations import Limits, parse_pod_fields, rfc3339
 from ckpt_preempt.policies.model import Resources
 
 VOLCANO = "volcano.sh/last-checkpoint-time"
@@ -24,10 +22,6 @@ ASSUMED_AGE = 600.0  # an unknown-checkpoint policy that assumes a checkpoint 10
 def _parse(annotations):
     return parse_pod_fields(namespace="ns", labels={}, annotations=annotations, now=NOW,
                             limits=Limits())
-
-
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _lost(annotations) -> float:
@@ -87,7 +81,7 @@ def test_a_malformed_or_future_alias_drops_all_checkpoint_information(bad):
 # Any string, and well-formed times around now (past, skewed, future).
 _values = st.one_of(
     st.text(max_size=40),
-    st.floats(min_value=START - 86400, max_value=NOW + 86400).map(_rfc3339),
+    st.floats(min_value=START - 86400, max_value=NOW + 86400).map(rfc3339),
 )
 
 
