@@ -63,20 +63,17 @@ class Case:
     the training time lost and the drain's wall time."""
 
     out: str
-    drain_out: str
-    drain_err: str
     resumed_step: int
     unsaved_s: float  # training since the last save when the drain began
     lost_s: float  # training since the last save when the loop was killed
     drain_s: float
 
-    def report(self, case: str) -> dict:
+    def report(self, case: str) -> None:
         line = {"measure": "eviction-gate-agent-drain", "case": case, "pod_gpus": POD_GPUS,
                 "unsaved_at_drain_s": round(self.unsaved_s, 2), "lost_s": round(self.lost_s, 2),
                 "gpu_hours_lost": round(self.lost_s * POD_GPUS / SECONDS_PER_HOUR, 5),
                 "drain_s": round(self.drain_s, 2)}
         print(json.dumps(line))
-        return line
 
 
 def _listening(port: int) -> bool:
@@ -138,9 +135,8 @@ def _drained(cluster, namespace, node, name, tmp: Path) -> Case:
     again = _train(run, "--steps", "0")  # resume, then stop at once: where would it go on?
     resumed = RESUMED.search(again.stdout)
     assert resumed, again.stdout + again.stderr
-    return Case(out=out, drain_out=drain_out, drain_err=drain_err,
-                resumed_step=int(resumed.group(1)), unsaved_s=unsaved, lost_s=killed - saved,
-                drain_s=drain_s)
+    return Case(out=out, resumed_step=int(resumed.group(1)), unsaved_s=unsaved,
+                lost_s=killed - saved, drain_s=drain_s)
 
 
 def _gate_answers(log: str, namespace: str, name: str) -> list[str]:
@@ -157,7 +153,6 @@ def test_drain_waits_for_the_agents_ack_and_the_restart_resumes_from_that_checkp
 
     # without the gate: evicted at once, the restart resumes from the last periodic checkpoint
     without = _drained(cluster, namespace, bare, "train-bare", tmp_path / "bare")
-    assert "ckpt-preempt eviction gate" not in without.drain_err  # never refused
     assert "checkpoint on request" not in without.out  # nobody asked it to save
     assert without.resumed_step == SEED_STEPS  # every step trained since then is lost
 
@@ -173,6 +168,7 @@ def test_drain_waits_for_the_agents_ack_and_the_restart_resumes_from_that_checkp
     assert acked == "True"  # the agent wrote checkpoint-done=plan on the pod, not the test
     # the gate refused (429: kubectl retried quietly) until the ack, which released it
     answers = _gate_answers(gate_log, namespace, "train-gated")
+    assert answers, gate_log[-2000:]
     assert answers[0].startswith("refused: the pod is asked to checkpoint first") \
         and plan in answers[0], answers
     assert all(a.startswith("refused: waiting for the pod") for a in answers[1:-1]), answers
