@@ -83,6 +83,7 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/evidence.py --out bench/results
 	$(BIN)/python bench/harsh_world.py
+	nice -n 10 $(BIN)/python bench/disruptions.py
 	$(BIN)/python bench/restart_cost.py
 	$(BIN)/python bench/timing.py
 	$(BIN)/python bench/starvation_bound.py

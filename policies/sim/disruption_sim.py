@@ -14,10 +14,10 @@ train nor checkpoint meanwhile, is the delay. A spot node leaves at its notice's
 the drain does, so it has no delay. The node comes back ``DisruptionParams.out_seconds`` after
 it leaves (a replacement, or the scale-up).
 
-The autoscaler checks every ``autoscaler_check_seconds`` and scales down the least-used
-node requesting under ``autoscaler_threshold`` of its GPUs at this check and the last one, when
-the GPUs its pods request are free elsewhere; so its disruptions depend on the run and may
-differ between worlds, unlike maintenance and spot, which are drawn once per seed.
+The autoscaler checks every ``autoscaler_check_seconds`` up to the window's end and scales
+down the least-used node requesting under ``autoscaler_threshold`` of its GPUs at this check and
+the last one, when the GPUs its pods request are free elsewhere; so its disruptions depend on
+the run and may differ between worlds, unlike maintenance and spot, which are drawn once per seed.
 
 Charges go to one ``costs.Ledger`` per disruption kind (the engine's own ledger keeps the
 preemption losses), each measured by the disruption's signal time.
@@ -280,7 +280,9 @@ class DisruptedSimulation(Simulation):
     # -- the autoscaler ------------------------------------------------------------------
     def _autoscale(self) -> None:
         p = self.params
-        self._push(self.t + p.autoscaler_check_seconds, "autoscale", None)
+        if self.t + p.autoscaler_check_seconds <= self.w.window:  # none past the window: the
+            # engine runs on past it while a high-priority job waits, and would never end
+            self._push(self.t + p.autoscaler_check_seconds, "autoscale", None)
         used: dict[int, float] = {}
         for i, n in enumerate(self.nodes):
             if i in self.blocked or n.allocatable.gpus == 0:
