@@ -14,7 +14,10 @@ is compared in three worlds on the same seed:
 - ``gate+warning``: the request goes out at the signal that precedes the Eviction (the cordon
   before a drain, the spot notice, the autoscaler's taint). The pod trains on after its
   checkpoint; when the Eviction comes, the gate lets it through at once if the work since that
-  request is worth less than a fresh checkpoint (estimate + report lag), else asks again.
+  request is no more than what asking again would lose, else asks again. (An idealised gate:
+  the real one, ``policies.eviction_gate``, lets an Eviction through on any acknowledged
+  request up to ``STALE_REQUEST_SECONDS`` after its deadline, so a long lead time can make the
+  early warning lose more there than the gate alone.)
 
 Which Evictions reach the gate (a modelling choice, stated): a maintenance drain is
 ``kubectl drain`` ``maintenance_lead_seconds`` after the cordon; a 120 s spot notice (AWS) is
@@ -214,7 +217,8 @@ def stop(world: str, d: Disruption, pod: Pod, gate: Gate, out: DrainOutcome) -> 
         return Stop(at=d.hard_end, saved=d.signal, requests=1)
     if early.at > evict:  # still checkpointing when the Eviction comes: held until the ack
         return early
-    if evict - d.signal <= pod.estimate + gate.ack_lag_seconds:
-        return Stop(at=evict, saved=d.signal, requests=1)
+    reuse = Stop(at=evict, saved=d.signal, requests=1)
     again = _held(d, pod, gate, evict, out, evict)  # stale: ask again
+    if reuse.lost_seconds <= again.lost_seconds:
+        return reuse
     return Stop(at=again.at, saved=again.saved, requests=2)
