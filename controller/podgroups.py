@@ -4,10 +4,12 @@ The API is served only where the ``GenericWorkload`` gate is on and the group ve
 (both off by default in 1.37; kubernetes@v1.37.2 pkg/features/kube_features.go and
 pkg/registry/scheduling/rest/storage_scheduling.go). So ``PodGroupInformer`` first asks
 discovery, in its own thread (constructing it touches no network): when ``podgroups`` is not
-listed, or RBAC forbids listing them, it logs one line, reports synced with nothing in it, and
-stops (pods naming a group are then gangs of unknown size, evicted whole:
-``policies.native_gangs``). A connection failure or a server error is retried with the project's
-backoff, like every watch. Otherwise it lists and watches like the other informers.
+listed, or RBAC forbids listing them, it logs one line, reports synced with nothing in it (pods
+naming a group are then gangs of unknown size, evicted whole: ``policies.native_gangs``), and
+asks again every ``DISCOVER_SECONDS``, as the Volcano and coscheduling kinds are looked for
+(``group_crds``), so an API enabled or a grant given after start is seen without a restart. A
+connection failure or a server error is retried with the project's backoff, like every watch.
+Once served and listable it lists and watches like the other informers.
 
 Each PodGroup is trimmed right away to a ``policies.native_gangs.NativeGroup`` (namespace,
 name, ``spec.schedulingPolicy.gang.minCount``, ``spec.disruptionMode``).
@@ -26,6 +28,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.backoff import retrying
+from ckpt_preempt.controller.group_crds import DISCOVER_SECONDS
 from ckpt_preempt.controller.watch import Informer
 from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
 
@@ -59,9 +62,10 @@ def _list_call(api: client.ApiClient):
                              GROUP, VERSION, PLURAL)
 
 
-def available(api: client.ApiClient) -> bool:
-    """True when PodGroups are served and we may list them. False (one log line) when they are
-    not served or RBAC forbids the list. Raises on anything else (connection, server errors)."""
+def available(api: client.ApiClient, *, report: bool = True) -> bool:
+    """True when PodGroups are served and we may list them. False (one log line, unless not
+    ``report``) when they are not served or RBAC forbids the list. Raises on anything else
+    (connection, server errors)."""
     try:
         found = client.CustomObjectsApi(api).get_api_resources(GROUP, VERSION,
                                                                _request_timeout=30)
@@ -70,39 +74,52 @@ def available(api: client.ApiClient) -> bool:
             raise
         found = None
     if found is None or PLURAL not in {r.name for r in found.resources or ()}:
-        log.info("native PodGroups: %s %s/%s is not served; pods naming a PodGroup are gangs "
-                 "of unknown size, evicted whole", PLURAL, GROUP, VERSION)
+        if report:
+            log.info("native PodGroups: %s %s/%s is not served; pods naming a PodGroup are gangs "
+                 "of unknown size, evicted whole; will look again every %.0f s", PLURAL, GROUP,
+                     VERSION, DISCOVER_SECONDS)
         return False
     try:
         _list_call(api)(limit=1, _preload_content=False, _request_timeout=30).release_conn()
     except ApiException as e:
         if e.status not in (401, 403):
             raise
-        log.warning("native PodGroups: %s/%s is served but listing %s is forbidden (HTTP %s); "
-                    "running without them: grant list/watch as deploy/rbac/controller.yaml does",
-                    GROUP, VERSION, PLURAL, e.status)
+        if report:
+            log.warning("native PodGroups: %s/%s is served but listing %s is forbidden (HTTP "
+                        "%s); running without them: grant list/watch as "
+                        "deploy/rbac/controller.yaml does", GROUP, VERSION, PLURAL, e.status)
         return False
     return True
 
 
 class PodGroupInformer(Informer):
     """Every PodGroup, by ``<namespace>/<name>``; ``served`` is None until discovery answers,
-    then whether the informer lists and watches (False: synced, empty, stopped)."""
+    then whether the informer lists and watches (False: synced, empty, and discovery asks again
+    every ``discover_seconds``)."""
 
-    def __init__(self, api: client.ApiClient, changed: threading.Event) -> None:
+    def __init__(self, api: client.ApiClient, changed: threading.Event, *,
+                 discover_seconds: float = DISCOVER_SECONDS) -> None:
         super().__init__(PLURAL, _list_call(api), podgroup_info,
                          lambda d: f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}",
                          changed)
         self._api = api
+        self._discover_seconds = discover_seconds
         self.served: bool | None = None
 
     def _run(self) -> None:
         policy = retrying(self._stop, what="discovery of native PodGroups", logger=log)
-        self.served = policy(lambda: available(self._api))
-        if self.served:
-            super()._run()
-        elif self.served is False:
+        first = True
+        while not self._stop.is_set():
+            served = policy(lambda report=first: available(self._api, report=report))
+            if served is None:  # stopped while retrying
+                return
+            self.served, first = served, False
+            if served:
+                log.info("native PodGroups: watching %s %s/%s", PLURAL, GROUP, VERSION)
+                super()._run()
+                return
             self.synced.set()
+            self._stop.wait(self._discover_seconds)
 
 
 def index(informer: Informer | None) -> dict[str, NativeGroup]:

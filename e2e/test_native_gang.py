@@ -6,6 +6,8 @@ decision here comes from the native convention and the PodGroup's minCount/disru
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from kubernetes import client
 
@@ -179,7 +181,7 @@ def test_served_but_forbidden_podgroups_are_one_warning_and_an_empty_sync(cluste
 
     caplog.set_level(logging.INFO, logger="ckpt_preempt.podgroups")
     api = cluster.client_for("ckpt-preempt-tenant")  # no RBAC binding at all here
-    informer = podgroups.PodGroupInformer(api, threading.Event())
+    informer = podgroups.PodGroupInformer(api, threading.Event(), discover_seconds=1)
     informer.start()
     try:
         assert informer.synced.wait(30)
@@ -188,3 +190,41 @@ def test_served_but_forbidden_podgroups_are_one_warning_and_an_empty_sync(cluste
     assert informer.served is False and informer.items() == [] and informer.relists == 0
     lines = [r.getMessage() for r in caplog.records if r.name == "ckpt_preempt.podgroups"]
     assert len(lines) == 1 and "403" in lines[0] and "deploy/rbac" in lines[0], lines
+
+
+def test_a_grant_given_after_start_is_seen_without_a_restart(cluster, namespace, caplog):
+    """Forbidden at start, discovery asks again (every second here, DISCOVER_SECONDS in
+    production): once list/watch is granted the informer watches, with no restart and no
+    line per retry."""
+    import logging
+    import threading
+
+    from ckpt_preempt.controller import podgroups
+
+    caplog.set_level(logging.INFO, logger="ckpt_preempt.podgroups")
+    create_podgroup(cluster, namespace, "later", min_count=2, mode="all", priority_class="")
+    api = cluster.client_for("ckpt-preempt-tenant")  # no RBAC binding on podgroups yet
+    informer = podgroups.PodGroupInformer(api, threading.Event(), discover_seconds=1)
+    name = f"podgroups-reader-{namespace}"
+    informer.start()
+    try:
+        assert informer.synced.wait(30) and informer.served is False
+        cluster.rbac.create_cluster_role({"metadata": {"name": name}, "rules": [{
+            "apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups"],
+            "verbs": ["list", "watch"]}]})
+        cluster.rbac.create_cluster_role_binding({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": name},
+            "subjects": [{"kind": "User", "name": "ckpt-preempt-tenant",
+                          "apiGroup": "rbac.authorization.k8s.io"}]})
+        group = kube.wait_for("the PodGroup once list/watch is granted",
+                              lambda: informer.get(f"{namespace}/later"), timeout=60)
+    finally:
+        informer.stop()
+        for delete in (cluster.rbac.delete_cluster_role_binding, cluster.rbac.delete_cluster_role):
+            with contextlib.suppress(client.ApiException):
+                delete(name)
+    assert informer.served is True and group.min_count == 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "ckpt_preempt.podgroups"]
+    assert len(lines) == 2 and "403" in lines[0] and "watching" in lines[1], lines
