@@ -29,8 +29,9 @@ import random
 import time
 
 from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import Node, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import Node, Pod, Resources
 from ckpt_preempt.policies.placement import admission, fgd
+from ckpt_preempt.policies.snapshot import Snapshot
 
 NOW = 1_000_000.0
 SHAPES = (1, 1, 2, 2, 4, 8)  # GPUs of the running pods

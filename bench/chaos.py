@@ -61,10 +61,10 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from ckpt_preempt.controller.convert import ADMISSION_GATE  # noqa: E402
-from ckpt_preempt.policies import lifecycle  # noqa: E402
+from ckpt_preempt.controller.records import ADMISSION_GATE  # noqa: E402
+from ckpt_preempt.policies import plan_record  # noqa: E402
 from ckpt_preempt.policies.annotations import RESERVED_TAINT  # noqa: E402
-from ckpt_preempt.policies.lifecycle import PlanRecord, State  # noqa: E402
+from ckpt_preempt.policies.plan_record import PlanRecord, State  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.faultproxy import FaultProxy, Faults  # noqa: E402
 from e2e.localcluster import (  # noqa: E402
@@ -186,13 +186,13 @@ def plan_versions(events: list[AuditEvent], plan_namespace: str) -> tuple[list[P
         if (e.resource != "configmaps" or e.namespace != plan_namespace or not e.ok
                 or e.verb not in ("create", "update", "patch") or not e.response):
             continue
-        raw = (e.response.get("data") or {}).get(lifecycle.PLAN_DATA_KEY)
+        raw = (e.response.get("data") or {}).get(plan_record.PLAN_DATA_KEY)
         if raw is None:
             continue
         try:
-            out.append(PlanVersion(record=lifecycle.plan_from_annotation(raw),
+            out.append(PlanVersion(record=plan_record.plan_from_annotation(raw),
                                    written=e.completed))
-        except lifecycle.PlanFormatError as err:
+        except plan_record.PlanFormatError as err:
             bad.append(f"{e.name}: {err}")
     return out, bad
 
@@ -263,12 +263,12 @@ def check_end_state(made: dict[str, Made], events: list[AuditEvent], final: list
                                if not r.state.terminal]
     live = {f"{p.metadata.namespace}/{p.metadata.name}": p for p in pods}
     for key, p in sorted(live.items()):
-        raw = (p.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
+        raw = (p.metadata.annotations or {}).get(plan_record.DRAIN_ANNOTATION)
         if raw is None or p.metadata.deletion_timestamp is not None:
             continue
         try:
-            plan = lifecycle.drain_from_annotation(raw).plan
-        except lifecycle.DrainFormatError:
+            plan = plan_record.drain_from_annotation(raw).plan
+        except plan_record.DrainFormatError:
             plan = "?"
         r = by_id.get(plan)
         if r is None or r.state.terminal:
@@ -490,10 +490,10 @@ class Chaos:
         items = self.c.core.list_namespaced_config_map(self.ns).items
         out = []
         for cm in items:
-            raw = (cm.data or {}).get(lifecycle.PLAN_DATA_KEY)
-            with contextlib.suppress(lifecycle.PlanFormatError):
+            raw = (cm.data or {}).get(plan_record.PLAN_DATA_KEY)
+            with contextlib.suppress(plan_record.PlanFormatError):
                 if raw is not None:
-                    out.append(lifecycle.plan_from_annotation(raw))
+                    out.append(plan_record.plan_from_annotation(raw))
         return out
 
     def _tick(self, launching: bool) -> int:
@@ -551,18 +551,18 @@ class Chaos:
             with contextlib.suppress(ApiException, OSError):
                 for p in core.list_namespaced_pod(
                         self.ns, label_selector=f"{ACKS_LABEL}=yes").items:
-                    raw = (p.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
+                    raw = (p.metadata.annotations or {}).get(plan_record.DRAIN_ANNOTATION)
                     if raw is None or p.metadata.deletion_timestamp is not None:
                         continue
-                    with contextlib.suppress(lifecycle.DrainFormatError):
-                        plan = lifecycle.drain_from_annotation(raw).plan
+                    with contextlib.suppress(plan_record.DrainFormatError):
+                        plan = plan_record.drain_from_annotation(raw).plan
                         key = (p.metadata.name, plan)
-                        if lifecycle.acked(p.metadata.annotations, plan):
+                        if plan_record.acked(p.metadata.annotations, plan):
                             continue
                         when = due.setdefault(key, time.monotonic() + rnd.uniform(0.2, 2.0))
                         if time.monotonic() >= when:
                             core.patch_namespaced_pod(p.metadata.name, self.ns, {"metadata": {
-                                "annotations": {lifecycle.DONE_ANNOTATION: plan,
+                                "annotations": {plan_record.DONE_ANNOTATION: plan,
                                                 "ckpt-preempt.io/last-checkpoint": rfc3339()}}})
                             self.acks += 1
 
@@ -597,7 +597,7 @@ class Chaos:
             pods = self.c.core.list_namespaced_pod(self.ns).items
             nodes = self.c.core.list_node(label_selector=f"{kube.POOL_LABEL}={self.pool}").items
             quiet = (all(r.state.terminal for r in plans)
-                     and not any(lifecycle.DRAIN_ANNOTATION in (p.metadata.annotations or {})
+                     and not any(plan_record.DRAIN_ANNOTATION in (p.metadata.annotations or {})
                                  for p in pods if p.metadata.deletion_timestamp is None)
                      and not any(t.key == RESERVED_TAINT for n in nodes
                                  for t in n.spec.taints or []))

@@ -60,9 +60,9 @@ from ckpt_preempt.policies.model import (  # noqa: E402
     PodDisruptionBudget,
     RejectReason,
     Resources,
-    Snapshot,
     breaks_budget,
 )
+from ckpt_preempt.policies.snapshot import Snapshot  # noqa: E402
 from e2e import differential, kube  # noqa: E402
 from e2e.differential import Observation  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402

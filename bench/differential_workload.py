@@ -46,8 +46,8 @@ from ckpt_preempt.policies.model import (
     PodDisruptionBudget,
     RejectReason,
     Resources,
-    Snapshot,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 from e2e import differential_workload as dw
 from e2e import kube
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions

@@ -1,7 +1,7 @@
 """What the early warning adds to every reconcile pass (controller/disruption.py), at scale.
 
 12,500 nodes of 8 GPUs (``--nodes``) with ``--pods-per-node`` running on-request pods each, as
-the watch cache keeps them (``convert.node_info`` / ``pod_info``). Three states, each timed over
+the watch cache keeps them (``records.node_info`` / ``pod_info``). Three states, each timed over
 ``--passes`` passes of ``EarlyWarning.step`` after one warm-up pass (whose requests are written
 into the pods, as the API server would, so later passes see them): ``quiet`` (no node shows a
 signal: the cost every cluster pays), ``one-cordoned`` and ``one-percent-cordoned`` (rounds
@@ -21,10 +21,10 @@ import statistics
 import time
 from dataclasses import replace
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.disruption import EarlyWarning
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 
 T0 = 1_800_000_000.0
 
@@ -33,7 +33,7 @@ class Writes:
     """Records the requests and applies them to the pods (the recording fake of Actions)."""
 
     def __init__(self) -> None:
-        self.requests: dict[str, lifecycle.DrainRequest] = {}
+        self.requests: dict[str, plan_record.DrainRequest] = {}
 
     def request_checkpoint(self, pod, request, *, only_if_unchanged=False) -> bool:
         self.requests[pod.uid] = request
@@ -44,13 +44,13 @@ class Writes:
 
 
 def cluster(nodes: int, per_node: int, cordoned: int):
-    ns = [convert.node_info({
+    ns = [records.node_info({
         "metadata": {"name": f"n{i}"},
         "spec": {"unschedulable": i < cordoned,
                  "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
         "status": {"allocatable": {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "8"}}})
         for i in range(nodes)]
-    ps = [convert.pod_info({
+    ps = [records.pod_info({
         "metadata": {"name": f"p{i}-{j}", "namespace": "team", "uid": f"u{i}-{j}",
                      "resourceVersion": "1", "creationTimestamp": "2027-01-15T07:00:00Z",
                      "annotations": {"ckpt-preempt.io/checkpoint": "on-request",
@@ -69,8 +69,8 @@ def run(state: str, nodes: int, per_node: int, cordoned: int, passes: int) -> di
     ew = EarlyWarning(writes, cfg, convert.scope(cfg), convert.limits(cfg))  # type: ignore[arg-type]
     ew.step(ns, ps, T0)  # warm-up: the rounds start and their requests are written
     asked = len(writes.requests)
-    ps = [replace(p, annotations={**p.annotations, lifecycle.DRAIN_ANNOTATION:
-                                  lifecycle.drain_to_annotation(writes.requests[p.uid])})
+    ps = [replace(p, annotations={**p.annotations, plan_record.DRAIN_ANNOTATION:
+                                  plan_record.drain_to_annotation(writes.requests[p.uid])})
           if p.uid in writes.requests else p for p in ps]
     times = []
     for k in range(passes):

@@ -26,7 +26,7 @@ import random
 import time
 
 from ckpt_preempt.cli import argtypes
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller.extender import Extender
 from ckpt_preempt.controller.extender_model import StaticView, build_view
 from ckpt_preempt.policies.topology import SCHEMA
@@ -49,7 +49,7 @@ def feasible_nodes_to_find(nodes: int) -> int:
 def node_json(i: int) -> dict:
     anns = {}
     if i % 2:
-        anns[convert.TOPOLOGY_ANNOTATION] = json.dumps(
+        anns[records.TOPOLOGY_ANNOTATION] = json.dumps(
             {"schema": SCHEMA, "gpu_count": GPUS_PER_NODE,
              "nvlink_domains": [[0, 1, 2, 3], [4, 5, 6, 7]]})
     return {"metadata": {"name": f"node-{i:05d}", "annotations": anns},
@@ -115,7 +115,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     t0 = time.perf_counter()
     node_docs, pod_docs = cluster(args.nodes, rng)
-    infos = ([convert.node_info(n) for n in node_docs], [convert.pod_info(d) for d in pod_docs])
+    infos = ([records.node_info(n) for n in node_docs], [records.pod_info(d) for d in pod_docs])
     t1 = time.perf_counter()
     view = build_view(*infos)
     rebuild_s, build_s = time.perf_counter() - t1, time.perf_counter() - t0

@@ -22,13 +22,8 @@ import time
 from dataclasses import replace
 
 from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import (
-    Node,
-    NvlinkNeed,
-    Pod,
-    Resources,
-    Snapshot,
-)
+from ckpt_preempt.policies.model import Node, NvlinkNeed, Pod, Resources
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import single_domain
 
 NOW = 2_000_000_000.0

@@ -18,7 +18,8 @@ import statistics
 import time
 
 from ckpt_preempt.policies import oracle, preemption
-from ckpt_preempt.policies.model import CheckpointMode, Node, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import CheckpointMode, Node, Pod, Resources
+from ckpt_preempt.policies.snapshot import Snapshot
 
 NOW = 1_000_000.0
 

@@ -40,16 +40,9 @@ from importlib import resources
 
 from ckpt_preempt.controller.reconcile import WARM_NODES_PER_PASS, cycle_objects_frozen
 from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import (
-    CheckpointMode,
-    Node,
-    Pod,
-    PodHold,
-    RejectReason,
-    Resources,
-    Snapshot,
-)
+from ckpt_preempt.policies.model import CheckpointMode, Node, Pod, PodHold, RejectReason, Resources
 from ckpt_preempt.policies.plan_cache import PlanCache, changed_nodes
+from ckpt_preempt.policies.snapshot import Snapshot
 
 NOW = 2_000_000_000.0
 FRONTIER_NODES = 12_500  # 8 GPUs each: 100k GPUs

@@ -46,7 +46,7 @@ from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from ckpt_preempt.controller.write_bodies import MANAGED_BY  # noqa: E402
-from ckpt_preempt.policies import lifecycle  # noqa: E402
+from ckpt_preempt.policies import plan_record  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, free_port  # noqa: E402
 from e2e.test_controller_support import (  # noqa: E402
@@ -160,9 +160,9 @@ def plan_victims(c: kube.Cluster, namespace: str) -> dict[str, set[str]]:
         namespace, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}").items
     out = {}
     for cm in cms:
-        raw = (cm.data or {}).get(lifecycle.PLAN_DATA_KEY)
+        raw = (cm.data or {}).get(plan_record.PLAN_DATA_KEY)
         if raw:
-            r = lifecycle.plan_from_annotation(raw)
+            r = plan_record.plan_from_annotation(raw)
             out[r.id] = {v.uid for v in r.victims}
     return out
 

@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
-from ckpt_preempt.controller import convert  # noqa: E402
+from ckpt_preempt.controller import convert, records  # noqa: E402
 from ckpt_preempt.controller.cluster_model import ClusterModel  # noqa: E402
 from ckpt_preempt.controller.config import Config  # noqa: E402
 from ckpt_preempt.controller.watch import LoggedStore  # noqa: E402
@@ -87,10 +87,10 @@ def one_size(name: str, repeats: int) -> dict:
     gc.collect()
     base = rss_mib()
     node_objs, pod_objs = trace(n_pods) if name == "small" else uniform(n_nodes, n_pods)
-    nodes = LoggedStore({n["metadata"]["name"]: convert.node_info(n) for n in node_objs})
+    nodes = LoggedStore({n["metadata"]["name"]: records.node_info(n) for n in node_objs})
     pods = LoggedStore({})
     for d in pod_objs:
-        p = convert.pod_info(d)
+        p = records.pod_info(d)
         pods.items[p.key] = p
     pdbs = LoggedStore({})
     del node_objs, pod_objs

@@ -53,10 +53,10 @@ from tenacity import (
 )
 
 from ckpt_preempt.controller import write_bodies as bodies
-from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.events import Reason
+from ckpt_preempt.controller.records import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.write_bodies import COMPONENT, plan_object_name
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339_micro
 
 log = logging.getLogger("ckpt_preempt.actions")
@@ -151,7 +151,7 @@ class Actions:
         return call()
 
     # ------------------------------------------------------------------------ stored plans
-    def create_plan(self, record: lifecycle.PlanRecord) -> str | None:
+    def create_plan(self, record: plan_record.PlanRecord) -> str | None:
         """Store a new plan; returns its resourceVersion (None in dry-run)."""
         def call() -> str:
             try:
@@ -166,7 +166,7 @@ class Actions:
         return self._write("create-plan", f"{self.plan_namespace}/{plan_object_name(record.id)}",
                            call, plan=record.id)
 
-    def update_plan(self, record: lifecycle.PlanRecord, rv: str) -> str | None:
+    def update_plan(self, record: plan_record.PlanRecord, rv: str) -> str | None:
         """Replace the stored plan, only if it is still at `rv`; returns the new one."""
         def call() -> str:
             try:
@@ -198,7 +198,7 @@ class Actions:
                     plan=plan_id)
 
     # --------------------------------------------------------------------------- the victims
-    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest, *,
+    def request_checkpoint(self, pod: PodInfo, request: plan_record.DrainRequest, *,
                            only_if_unchanged: bool = False, decode: bool = True) -> bool:
         """True when this call wrote the request (False: terminating, asked, or dry-run).
 
@@ -208,7 +208,7 @@ class Actions:
         next refresh decides again on a fresh view; so does the eviction gate (its replicas race).
         ``decode=False``: the response is not decoded into a ``V1Pod`` (about a millisecond of
         interpreter time; the eviction gate writes during bursts of answers)."""
-        if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
+        if pod.deleting or plan_record.drain_requested(pod.annotations, request.plan):
             return False
         body = bodies.drain_request_patch(
             request, pod.resource_version if only_if_unchanged else None)
@@ -232,8 +232,8 @@ class Actions:
     def withdraw_checkpoint(self, pod: PodInfo, plan_id: str) -> None:
         """Remove the drain request, only if it still names `plan_id` (the agent then tells the
         workload the request is cancelled)."""
-        raw = pod.annotations.get(lifecycle.DRAIN_ANNOTATION)
-        if raw is None or not lifecycle.drain_requested(pod.annotations, plan_id):
+        raw = pod.annotations.get(plan_record.DRAIN_ANNOTATION)
+        if raw is None or not plan_record.drain_requested(pod.annotations, plan_id):
             return
         ops = bodies.drain_withdrawal_patch(raw)
 

@@ -24,15 +24,16 @@ from dataclasses import dataclass, field
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions, Blocked
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.plans import PlanBook
+from ckpt_preempt.controller.records import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, node_reserved_for
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle, preemption
-from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State, StepKind
+from ckpt_preempt.policies import lifecycle, plan_record, preemption
+from ckpt_preempt.policies.lifecycle import StepKind
 from ckpt_preempt.policies.native_gangs import NativeGroup
+from ckpt_preempt.policies.plan_record import Mode, PlanRecord, State
 
 log = logging.getLogger("ckpt_preempt.advance")
 MAX_STEPS_PER_PASS = 8  # transitions chain within a pass; an action that needs the world to
@@ -139,8 +140,8 @@ class PlanStepper:
             victims[v.uid] = lifecycle.VictimObs(
                 uid=p.uid, node=p.node,
                 terminating=p.deleting or (r.id, v.uid) in self.mem.evicted,
-                acked=lifecycle.acked(p.annotations, r.id),
-                drain_requested=lifecycle.drain_requested(p.annotations, r.id)
+                acked=plan_record.acked(p.annotations, r.id),
+                drain_requested=plan_record.drain_requested(p.annotations, r.id)
                 or (r.id, v.uid) in self.mem.requested,
                 # a plan waiting for this victim's next periodic checkpoint takes a newer
                 # last-checkpoint as done, like an ack (policies.timing)
@@ -261,7 +262,7 @@ class PlanStepper:
             return
         for v in r.victims:
             p = world.by_uid.get(v.uid)
-            if p is not None and lifecycle.drain_requested(p.annotations, r.id):
+            if p is not None and plan_record.drain_requested(p.annotations, r.id):
                 self.actions.withdraw_checkpoint(p, r.id)
         if r.mode is Mode.NOMINATE:
             for pl in r.placements:
@@ -312,11 +313,11 @@ class PlanStepper:
     def _request(self, r: PlanRecord, uids: tuple[str, ...], world: World) -> None:
         for uid in uids:
             p = world.by_uid[uid]
-            req = lifecycle.drain_request(r, uid, world.now)  # a shrink names who leaves
+            req = plan_record.drain_request(r, uid, world.now)  # a shrink names who leaves
             if self.actions.request_checkpoint(p, req):
                 self.actions.emit(p, Reason.CHECKPOINT_REQUESTED,
                                   f"plan {r.id}: please checkpoint before "
-                                  f"{lifecycle.drain_to_annotation(req)}")
+                                  f"{plan_record.drain_to_annotation(req)}")
             self.mem.requested.add((r.id, uid))
 
     def _evict(self, r: PlanRecord, uids: tuple[str, ...], world: World) -> None:

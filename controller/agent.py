@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
 
@@ -61,16 +61,16 @@ EVENT_HISTORY = 256  # events kept for the SDK's long polls
 class Hook:
     """How the workload hears of requests and cancels."""
 
-    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+    def checkpoint(self, request: plan_record.DrainRequest) -> bool:
         """Start a checkpoint. True: it is saved already (the agent acks). False: the workload
         acks itself through the SDK. Raises on failure (no ack)."""
         raise NotImplementedError
 
-    def cancel(self, request: lifecycle.DrainRequest) -> None:
+    def cancel(self, request: plan_record.DrainRequest) -> None:
         """The request was withdrawn: no eviction is coming for this plan."""
 
 
-def _env(action: str, request: lifecycle.DrainRequest) -> dict[str, str]:
+def _env(action: str, request: plan_record.DrainRequest) -> dict[str, str]:
     return {**os.environ, "CKPT_PREEMPT_ACTION": action, "CKPT_PREEMPT_PLAN": request.plan,
             "CKPT_PREEMPT_DEADLINE": rfc3339(request.deadline),
             "CKPT_PREEMPT_LEAVING": ",".join(request.leaving)}
@@ -81,7 +81,7 @@ class ExecHook(Hook):
     command: str
     cancel_command: str | None = None
 
-    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+    def checkpoint(self, request: plan_record.DrainRequest) -> bool:
         timeout = max(1.0, request.deadline - time.time())
         r = subprocess.run(shlex.split(self.command), env=_env("checkpoint", request),
                            timeout=timeout, check=False)
@@ -89,7 +89,7 @@ class ExecHook(Hook):
             raise RuntimeError(f"checkpoint command exited {r.returncode}")
         return True
 
-    def cancel(self, request: lifecycle.DrainRequest) -> None:
+    def cancel(self, request: plan_record.DrainRequest) -> None:
         if self.cancel_command is None:
             return
         r = subprocess.run(shlex.split(self.cancel_command), env=_env("cancel", request),
@@ -110,13 +110,13 @@ class HttpHook(Hook):
     url: str
     cancel_url: str | None = None
 
-    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+    def checkpoint(self, request: plan_record.DrainRequest) -> bool:
         return _post(self.url, {"action": "checkpoint", "plan": request.plan,
                                 "deadline": rfc3339(request.deadline),
                                 **({"leaving": list(request.leaving)} if request.leaving else {})},
                      timeout=max(1.0, request.deadline - time.time()))
 
-    def cancel(self, request: lifecycle.DrainRequest) -> None:
+    def cancel(self, request: plan_record.DrainRequest) -> None:
         if self.cancel_url is not None:
             _post(self.cancel_url, {"action": "cancel", "plan": request.plan},
                   timeout=CANCEL_HOOK_TIMEOUT_SECONDS)
@@ -142,7 +142,7 @@ class SignalHook(Hook):
     signum: int = signal.SIGUSR1
     cancel_signum: int | None = signal.SIGUSR2
 
-    def _send(self, signum: int, request: lifecycle.DrainRequest) -> None:
+    def _send(self, signum: int, request: plan_record.DrainRequest) -> None:
         pid = self.pid if self.pid is not None else int(Path(self.pidfile).read_text().strip())
         if not handles(pid, signum):
             log.warning("process %d does not handle %s: not signalled (the SDK still sees the "
@@ -150,11 +150,11 @@ class SignalHook(Hook):
             return
         os.kill(pid, signum)
 
-    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+    def checkpoint(self, request: plan_record.DrainRequest) -> bool:
         self._send(self.signum, request)
         return False
 
-    def cancel(self, request: lifecycle.DrainRequest) -> None:
+    def cancel(self, request: plan_record.DrainRequest) -> None:
         if self.cancel_signum is not None:
             self._send(self.cancel_signum, request)
 
@@ -176,7 +176,7 @@ class PodWriter(Protocol):
 class Standing:
     """The drain request on the pod as last seen; ``raw`` is the annotation's exact text."""
 
-    request: lifecycle.DrainRequest
+    request: plan_record.DrainRequest
     raw: str
     acked: bool
 
@@ -188,17 +188,17 @@ class CheckpointAgent:
         self.instance = uuid.uuid4().hex
         self._cond = threading.Condition()
         self._standing: Standing | None = None
-        self._cancelled: lifecycle.DrainRequest | None = None  # the last withdrawn request
+        self._cancelled: plan_record.DrainRequest | None = None  # the last withdrawn request
         self._seen: set[str] = set()  # plans ever requested: each is answered once
         self._events: deque[Event] = deque(maxlen=EVENT_HISTORY)
         self._seq = 0
         self._malformed: str | None = None
-        self._jobs: queue.SimpleQueue[tuple[State, lifecycle.DrainRequest]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[State, plan_record.DrainRequest]] = queue.SimpleQueue()
         self._hooked: set[str] = set()  # plans whose checkpoint hook started (hook thread only)
         self._ack_lock = threading.Lock()
 
     # ---------------------------------------------------------------- state (under self._cond)
-    def _emit(self, state: State, request: lifecycle.DrainRequest) -> None:
+    def _emit(self, state: State, request: plan_record.DrainRequest) -> None:
         self._seq += 1
         deadline = None if state is State.CANCELLED else request.deadline
         self._events.append(Event(seq=self._seq, state=state, plan=request.plan,
@@ -223,20 +223,20 @@ class CheckpointAgent:
 
     def observe(self, annotations: Mapping[str, str]) -> None:
         """The pod's annotations as the API server shows them now."""
-        raw = annotations.get(lifecycle.DRAIN_ANNOTATION)
+        raw = annotations.get(plan_record.DRAIN_ANNOTATION)
         request = None
         if raw is not None:
             try:
-                request = lifecycle.drain_from_annotation(raw)
-            except lifecycle.DrainFormatError as e:
+                request = plan_record.drain_from_annotation(raw)
+            except plan_record.DrainFormatError as e:
                 if raw != self._malformed:
-                    log.warning("ignoring malformed %s: %s", lifecycle.DRAIN_ANNOTATION, e)
+                    log.warning("ignoring malformed %s: %s", plan_record.DRAIN_ANNOTATION, e)
                 self._malformed = raw
                 return  # says nothing about the standing request
         with self._cond:
             old = self._standing
             if old is not None and request is not None and request.plan == old.request.plan:
-                acked = old.acked or lifecycle.acked(annotations, request.plan)
+                acked = old.acked or plan_record.acked(annotations, request.plan)
                 self._standing = Standing(request=request, raw=raw, acked=acked)
                 if acked and not old.acked:
                     self._emit(State.ACKED, request)
@@ -248,13 +248,13 @@ class CheckpointAgent:
             if request is None or request.plan in self._seen:
                 return
             self._seen.add(request.plan)
-            acked = lifecycle.acked(annotations, request.plan)  # e.g. the agent restarted
+            acked = plan_record.acked(annotations, request.plan)  # e.g. the agent restarted
             self._standing = Standing(request=request, raw=raw, acked=acked)
             self._emit(State.ACKED if acked else State.REQUESTED, request)
             if not acked:
                 self._enqueue(State.REQUESTED, request)
 
-    def _enqueue(self, state: State, request: lifecycle.DrainRequest) -> None:
+    def _enqueue(self, state: State, request: plan_record.DrainRequest) -> None:
         if self.hook is not None:
             self._jobs.put((state, request))
 
@@ -295,7 +295,7 @@ class CheckpointAgent:
             except Exception as e:
                 log.warning("%s hook failed: %s", state, e, extra={"plan": request.plan})
 
-    def _run_hook(self, state: State, request: lifecycle.DrainRequest) -> None:
+    def _run_hook(self, state: State, request: plan_record.DrainRequest) -> None:
         hook = self.hook
         if hook is None:
             return

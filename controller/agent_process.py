@@ -34,7 +34,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ckpt_preempt.controller import backoff
 from ckpt_preempt.controller.agent import CheckpointAgent
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import LAST_CHECKPOINT, rfc3339
 
 log = logging.getLogger("ckpt_preempt.agent")
@@ -69,8 +69,8 @@ class KubePodWriter:
             _content_type=content_type, _request_timeout=REQUEST_TIMEOUT_SECONDS)
 
     def ack(self, *, plan: str, drain_raw: str, at: float) -> bool:
-        ops = [{"op": "test", "path": _pointer(lifecycle.DRAIN_ANNOTATION), "value": drain_raw},
-               {"op": "add", "path": _pointer(lifecycle.DONE_ANNOTATION), "value": plan},
+        ops = [{"op": "test", "path": _pointer(plan_record.DRAIN_ANNOTATION), "value": drain_raw},
+               {"op": "add", "path": _pointer(plan_record.DONE_ANNOTATION), "value": plan},
                {"op": "add", "path": _pointer(LAST_CHECKPOINT), "value": rfc3339(at)}]
         try:
             self._patch(ops, JSON_PATCH)

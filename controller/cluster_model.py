@@ -27,13 +27,14 @@ from typing import Protocol
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.cluster_nodes import NodesAndPdbs
-from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.controller.records import NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.watch import Changes
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.health import Health
-from ckpt_preempt.policies.model import Gang, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import Gang, Pod, Resources
 from ckpt_preempt.policies.native_gangs import NativeGroup
+from ckpt_preempt.policies.snapshot import Snapshot
 
 
 class Source(Protocol):
@@ -220,7 +221,7 @@ class ClusterModel(NodesAndPdbs):
             self._terminating.add(p.uid)
         elif info.node is None:
             self._pending[key] = e
-        if lifecycle.PLAN_ANNOTATION in info.annotations:
+        if plan_record.PLAN_ANNOTATION in info.annotations:
             self._annotated[key] = e
 
     def _unindex(self, key: str, e: _PodEntry) -> None:

@@ -32,6 +32,7 @@ import time
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller import logs
 from ckpt_preempt.controller.cmd_common import add_cluster_flags, connect
+from ckpt_preempt.policies import plan_record
 
 NAME = "cleanup"
 HELP = "remove the plans, reservation taints, drain requests and Lease a stopped controller left"
@@ -123,7 +124,6 @@ class Cleanup:
     def _plans(self) -> None:
         from ckpt_preempt.controller import plans, watch
         from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
-        from ckpt_preempt.policies import lifecycle
 
         selector = "=".join(MANAGED_BY)
         for cm in self.core.list_namespaced_config_map(self.namespace,
@@ -142,7 +142,7 @@ class Cleanup:
                         self._say(f"nomination of {pod.key} on {pl.node} (plan {record.id})")
                 for v in record.victims:
                     pod = self._pod(v.namespace, v.name, v.uid)
-                    if pod is not None and lifecycle.drain_requested(pod.annotations, record.id):
+                    if pod is not None and plan_record.drain_requested(pod.annotations, record.id):
                         self.actions.withdraw_checkpoint(pod, record.id)
                         self._say(f"drain request on {pod.key} (plan {record.id})")
                 for node in sorted(record.nodes):
@@ -173,7 +173,6 @@ class Cleanup:
     def _strays(self) -> None:
         """Taints and drain requests no stored plan names any more."""
         from ckpt_preempt.controller.records import pod_info
-        from ckpt_preempt.policies import lifecycle
         from ckpt_preempt.policies.annotations import RESERVED_TAINT
 
         for node in self.core.list_node().items:
@@ -181,12 +180,12 @@ class Cleanup:
                 if t.key == RESERVED_TAINT:  # (a value-less one is matched as such)
                     self._unreserve(node.metadata.name, t.value)
         for pod in self.core.list_pod_for_all_namespaces().items:
-            raw = (pod.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
+            raw = (pod.metadata.annotations or {}).get(plan_record.DRAIN_ANNOTATION)
             if raw is None:
                 continue
             try:
-                plan_id = lifecycle.drain_from_annotation(raw).plan
-            except lifecycle.DrainFormatError:
+                plan_id = plan_record.drain_from_annotation(raw).plan
+            except plan_record.DrainFormatError:
                 self.done.append(f"left alone: unreadable drain request on "
                                  f"{pod.metadata.namespace}/{pod.metadata.name}")
                 continue

@@ -1,7 +1,7 @@
 """Compact records → the policies ``Snapshot``.
 
 The watch cache keeps only ``PodInfo`` / ``NodeInfo`` / ``PdbInfo`` (built from API objects in
-``controller.records``, re-exported here). ``snapshot()`` is the only place these become
+``controller.records``). ``snapshot()`` is the only place these become
 ``policies.model`` values; bad input becomes ``problems`` (the loop emits them as Warning
 Events) and a safe choice, never an exception.
 """
@@ -13,15 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.records import ADMISSION_GATE as ADMISSION_GATE
-from ckpt_preempt.controller.records import TOPOLOGY_ANNOTATION as TOPOLOGY_ANNOTATION
-from ckpt_preempt.controller.records import NodeInfo as NodeInfo
-from ckpt_preempt.controller.records import PdbInfo as PdbInfo
-from ckpt_preempt.controller.records import PodInfo as PodInfo
-from ckpt_preempt.controller.records import node_info as node_info
-from ckpt_preempt.controller.records import pdb_info as pdb_info
-from ckpt_preempt.controller.records import pod_info as pod_info
-from ckpt_preempt.controller.records import pod_requests as pod_requests
+from ckpt_preempt.controller.records import (
+    TOPOLOGY_ANNOTATION,
+    NodeInfo,
+    PdbInfo,
+    PodInfo,
+)
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import bound, gpu_use, native_gangs, preemption
 from ckpt_preempt.policies.health import Health
@@ -32,8 +29,8 @@ from ckpt_preempt.policies.model import (
     PodHold,
     RejectReason,
     Resources,
-    Snapshot,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import TopologyError, parse_node_topology
 
 

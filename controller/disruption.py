@@ -25,11 +25,11 @@ from collections.abc import Collection, Iterable
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.convert import NodeInfo, PodInfo
 from ckpt_preempt.controller.events import Reason
+from ckpt_preempt.controller.records import NodeInfo, PodInfo
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import disruption_signals as ds
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.model import CheckpointMode
 
@@ -58,7 +58,7 @@ class EarlyWarning:
         live = ds.current_rounds(out.memory)
         # convert only the pods of nodes with a round that do not carry its request yet
         by_uid = {p.uid: p for p in pods if p.node in live and self.scope.covers(p)
-                  and not lifecycle.drain_requested(p.annotations, live[p.node].id)
+                  and not plan_record.drain_requested(p.annotations, live[p.node].id)
                   } if live else {}
         out = ds.ask(out, [self._view(p, now, held) for p in by_uid.values()], now,
                      self.limits)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import urllib3
 from kubernetes import client
 
-from ckpt_preempt.controller import convert, gpu_resources, podgroups
+from ckpt_preempt.controller import convert, gpu_resources, podgroups, records
 from ckpt_preempt.controller import explain_format as fmt
 from ckpt_preempt.controller import resource_claims as rc
 from ckpt_preempt.controller.config import Config
@@ -29,7 +29,7 @@ from ckpt_preempt.controller.health import explain_health
 from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
 from ckpt_preempt.controller.watch import stored_plan
 from ckpt_preempt.controller.write_bodies import MANAGED_BY
-from ckpt_preempt.policies import bound, kube_default, lifecycle, preemption
+from ckpt_preempt.policies import bound, kube_default, plan_record, preemption
 from ckpt_preempt.policies.health import NodeHealth
 from ckpt_preempt.policies.model import Plan
 
@@ -48,7 +48,7 @@ class Explanation:
     members: tuple[str, ...]  # the whole gang when the pod belongs to one
     plan: Plan
     kube_default: Plan
-    persisted: lifecycle.PlanRecord | None  # the newest stored plan for this pod, if any
+    persisted: plan_record.PlanRecord | None  # the newest stored plan for this pod, if any
     warnings: tuple[str, ...]
     now: float
     health: tuple[NodeHealth, ...] = ()  # every node's GPU health, as the controller sees it
@@ -70,8 +70,8 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     now = time.time() if now is None else now
     gpus = gpu_resources.from_config(cfg)
-    pods = [convert.pod_info(d, gpus) for d in _list(core.list_pod_for_all_namespaces)]
-    nodes = [convert.node_info(d, gpus) for d in _list(core.list_node)]
+    pods = [records.pod_info(d, gpus) for d in _list(core.list_pod_for_all_namespaces)]
+    nodes = [records.node_info(d, gpus) for d in _list(core.list_node)]
     if gpus.dra:
         dra, off = client.ResourceV1Api(api), threading.Event()
         off.set()  # an API not served reads as empty at once
@@ -80,7 +80,7 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
             [rc.claim_info(d, gpus) for d in _list(rc.tolerant(
                 dra.list_resource_claim_for_all_namespaces, off))],
             [rc.slice_info(d, gpus) for d in _list(rc.tolerant(dra.list_resource_slice, off))])
-    pdbs = [convert.pdb_info(d) for d in
+    pdbs = [records.pdb_info(d) for d in
             _list(policy.list_pod_disruption_budget_for_all_namespaces)]
     target = next((p for p in pods if p.namespace == namespace and p.name == name), None)
     if target is None:
@@ -113,8 +113,8 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     theirs = kube_default.plan(snap, mpods, kube_default.KubeDefaultConfig(seed=0))
     persisted = max(mine, key=lambda r: r.created) if mine else None
     warnings = [w for p in members for w in conv.problems.get(p.uid, ())]
-    if lifecycle.PLAN_ANNOTATION in target.annotations:
-        warnings.append(f"{lifecycle.PLAN_ANNOTATION} on the pod is ignored: plans are kept in "
+    if plan_record.PLAN_ANNOTATION in target.annotations:
+        warnings.append(f"{plan_record.PLAN_ANNOTATION} on the pod is ignored: plans are kept in "
                         f"namespace {cfg.plan_namespace}")
     if target.node:
         warnings.append(f"the pod is already bound to {target.node}; shown: a plan as if pending")

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.convert import NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.podgroups import index as podgroup_index
-from ckpt_preempt.policies import gangs, native_gangs, preemption
+from ckpt_preempt.controller.records import NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.policies import gangs, native_gangs, search
 from ckpt_preempt.policies.model import (
     Node,
     NvlinkNeed,
@@ -74,7 +74,7 @@ class NodeView:
     gpu: GpuNode  # the placement model's node
     free_gpus: int
     # entry k: free GPUs this node needs before a k-GPU ``nvlink: required`` pod surely gets
-    # one NVLink domain (the planner's rule, ``preemption.nvlink_gpus``), or a NEED_* value
+    # one NVLink domain (the planner's rule, ``search.nvlink_gpus``), or a NEED_* value
     nvlink_need: tuple[int, ...]
 
     @property
@@ -93,7 +93,7 @@ def nvlink_needs(topology: NodeTopology | None, allocatable_gpus: int) -> tuple[
     out = []
     for k in range(allocatable_gpus + 1):
         pod = Pod(uid="", name="", requests=Resources(gpus=k), nvlink=NvlinkNeed.REQUIRED)
-        need, why = preemption.nvlink_gpus(pod, node, allocatable_gpus)
+        need, why = search.nvlink_gpus(pod, node, allocatable_gpus)
         out.append(need if why is None else NEED_TOPOLOGY_UNKNOWN
                    if why is RejectReason.NVLINK_UNKNOWN else NEED_NO_DOMAIN_FITS)
     return tuple(out)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.controller.extender_cliques import clique_rule
 from ckpt_preempt.controller.extender_model import (
     NEED_NO_DOMAIN_FITS,
@@ -27,7 +27,7 @@ from ckpt_preempt.controller.extender_model import (
     pod_shape,
 )
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cost, preemption
+from ckpt_preempt.policies import cost, search
 from ckpt_preempt.policies.model import (
     NvlinkNeed,
     Pod,
@@ -68,7 +68,7 @@ def pending_pod(args: Mapping) -> PendingPod:
     if not isinstance(raw, Mapping):
         raise BadRequest("request has no Pod object")
     try:
-        info = convert.pod_info(raw)
+        info = records.pod_info(raw)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise BadRequest(f"Pod is not a usable core/v1 Pod: {type(e).__name__} {e}") from None
     model, _ = convert.to_pod(info, time.time(), ann.Limits(), in_scope=True)
@@ -320,7 +320,7 @@ def _unknown_age(view: ClusterView, now: float, limits: ann.Limits) -> float | N
     policy = limits.unknown_checkpoint
     if policy.kind != "cluster-median":
         return policy.seconds
-    from ckpt_preempt.policies.model import Snapshot
+    from ckpt_preempt.policies.snapshot import Snapshot
 
     pods = tuple(convert.to_pod(p, now, limits, True)[0] for p in view.pods.values() if p.node)
     return Snapshot(now=now, nodes=(), pods=pods, unknown_checkpoint=policy).unknown_checkpoint_age
@@ -343,7 +343,7 @@ def choose_on_node(view: ClusterView, pod: Pod, node: str, offered: tuple[str, .
         if info is None or info.node != node:
             return None, f"victim {uid} not on this node in the extender's cache"
         infos.append(info)
-    need_gpus, why = preemption.nvlink_gpus(pod, nv.node, nv.node.allocatable.gpus)
+    need_gpus, why = search.nvlink_gpus(pod, nv.node, nv.node.allocatable.gpus)
     if why is not None:
         return None, why.value
     need = replace(pod.requests, gpus=need_gpus)  # MIG slices (gpu_milli) kept

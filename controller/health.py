@@ -50,7 +50,6 @@ from urllib3.util.retry import Retry
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.actions import Actions
 from ckpt_preempt.controller.config import Config, HealthQueryMode
-from ckpt_preempt.controller.convert import PodInfo
 from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.health_promql import (
     GROUP_LABEL,
@@ -63,8 +62,9 @@ from ckpt_preempt.controller.health_promql import (
     window_text,
 )
 from ckpt_preempt.controller.metrics import Metrics
+from ckpt_preempt.controller.records import PodInfo
 from ckpt_preempt.policies import health as ph
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.health import GpuKey, Health, HealthReport, NodeHealth, Rule
 from ckpt_preempt.policies.model import CheckpointMode
@@ -287,7 +287,7 @@ class ProactiveCheckpoint:
              held: Collection[str]) -> bool:
         if p.deleting or p.done or p.uid in held or not self.scope.covers(p):
             return False
-        raw = p.annotations.get(lifecycle.DRAIN_ANNOTATION)
+        raw = p.annotations.get(plan_record.DRAIN_ANNOTATION)
         if raw is not None and not _ours(raw):
             return False  # a plan's request stands: never replace it
         pod, _ = convert.to_pod(p, now, self.limits, True)
@@ -295,7 +295,7 @@ class ProactiveCheckpoint:
             return False
         seconds = min(pod.checkpoint_seconds or self.cfg.max_checkpoint_seconds,
                       self.cfg.max_checkpoint_seconds)
-        request = lifecycle.DrainRequest(plan=plan, requested=now, deadline=now + seconds)
+        request = plan_record.DrainRequest(plan=plan, requested=now, deadline=now + seconds)
         why = node.reasons[0] if node.reasons else node.state.value
         more = f" (+{len(node.reasons) - 1} more)" if len(node.reasons) > 1 else ""
         message = (f"node {node.node} turned {node.state}: {why}{more}; asked to checkpoint by "
@@ -315,8 +315,8 @@ class ProactiveCheckpoint:
 
 def _ours(raw: str) -> bool:
     try:
-        return lifecycle.drain_from_annotation(raw).plan.startswith(HEALTH_PLAN_PREFIX)
-    except lifecycle.DrainFormatError:
+        return plan_record.drain_from_annotation(raw).plan.startswith(HEALTH_PLAN_PREFIX)
+    except plan_record.DrainFormatError:
         return False
 
 

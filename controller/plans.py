@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ckpt_preempt.controller.watch import StoredPlan
 from ckpt_preempt.controller.write_bodies import plan_object_name
-from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.lifecycle import PlanRecord, State
+from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.plan_record import PlanRecord, State
 
 log = logging.getLogger("ckpt_preempt.plans")
 
@@ -49,12 +49,12 @@ def _rv(value: str) -> int:
 
 
 def parse(obj: StoredPlan) -> Stored:
-    """Raises ``lifecycle.PlanFormatError`` for data that does not parse strictly."""
+    """Raises ``plan_record.PlanFormatError`` for data that does not parse strictly."""
     if obj.raw is None:
-        raise lifecycle.PlanFormatError("no plan data")
-    record = lifecycle.plan_from_annotation(obj.raw)
+        raise plan_record.PlanFormatError("no plan data")
+    record = plan_record.plan_from_annotation(obj.raw)
     if obj.name != plan_object_name(record.id):
-        raise lifecycle.PlanFormatError(f"stored as {obj.name}, not under its own id")
+        raise plan_record.PlanFormatError(f"stored as {obj.name}, not under its own id")
     return Stored(record=record, rv=obj.resource_version)
 
 

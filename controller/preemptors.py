@@ -23,11 +23,18 @@ from dataclasses import dataclass
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.policies import gangs, lifecycle, timing
-from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
+from ckpt_preempt.controller.records import ADMISSION_GATE, PodInfo
+from ckpt_preempt.policies import gangs, timing
 from ckpt_preempt.policies.model import Plan
+from ckpt_preempt.policies.plan_record import (
+    MAX_WORKLOAD_KEY,
+    Mode,
+    PlannedPlacement,
+    PlannedVictim,
+    PlanRecord,
+    State,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,13 +110,13 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
         id=f"{int(now):x}-{uuid.uuid4().hex[:8]}", state=State.PLANNED, mode=cand.mode,
         created=now, deadline=deadline, evict_by=evict_by,
         bind_by=evict_by + cfg.bind_timeout_seconds,
-        placements=tuple(lifecycle.PlannedPlacement(
+        placements=tuple(PlannedPlacement(
             uid=pl.pod_uid, namespace=pods[pl.pod_uid].namespace,
             name=pods[pl.pod_uid].name, node=pl.node) for pl in plan.placements),
-        victims=tuple(lifecycle.PlannedVictim(
+        victims=tuple(PlannedVictim(
             uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
-            workload=model[v.uid].workload[:lifecycle.MAX_WORKLOAD_KEY],
-            gang=(model[v.uid].gang or "")[:lifecycle.MAX_WORKLOAD_KEY],
+            workload=model[v.uid].workload[:MAX_WORKLOAD_KEY],
+            gang=(model[v.uid].gang or "")[:MAX_WORKLOAD_KEY],
             shrink=v.uid in leaving, wait=_wait(plan, v.uid))
             for v in plan.victims),
         lost_gpu_seconds=plan.lost_gpu_seconds,

@@ -52,7 +52,6 @@ from ckpt_preempt.controller.actions import Actions, Conflict, NotLeader, api_er
 from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.disruption import EarlyWarning
 from ckpt_preempt.controller.disruption_api import EvictionRequestApi
 from ckpt_preempt.controller.events import Reason
@@ -66,13 +65,14 @@ from ckpt_preempt.controller.plans import (
     waiting_for_victims,
 )
 from ckpt_preempt.controller.preemptors import Candidate, candidates, plan_record
+from ckpt_preempt.controller.records import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.watch import ClusterCache
 from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
-from ckpt_preempt.policies import bound, kube_default, lifecycle, preemption
+from ckpt_preempt.policies import bound, kube_default, preemption
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from ckpt_preempt.policies.health import Health
-from ckpt_preempt.policies.lifecycle import Mode, PlanRecord, State
 from ckpt_preempt.policies.plan_cache import PlanCache
+from ckpt_preempt.policies.plan_record import PLAN_ANNOTATION, Mode, PlanRecord, State
 
 log = logging.getLogger("ckpt_preempt.reconcile")
 RESERVATION_GRACE_SECONDS = 60.0  # after bindBy, a reservation is lifted whatever happened
@@ -140,7 +140,7 @@ class Reconciler:
         for p in view.plan_annotated:
             if self.scope.covers(p):
                 self._warn_once(p, Reason.INVALID_ANNOTATION,
-                                f"{lifecycle.PLAN_ANNOTATION} on a pod is ignored: plans are "
+                                f"{PLAN_ANNOTATION} on a pod is ignored: plans are "
                                 "kept only in the controller's namespace")
         active = [s for s in stored if not s.record.state.terminal]
         self.metrics.active_plans.set(len(active))

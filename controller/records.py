@@ -5,8 +5,8 @@ each), never whole API objects, so memory stays bounded; ``pod_info`` / ``node_i
 ``pdb_info`` build them, and a value that does not parse becomes a safe default here (a pod
 with no requests, which ``controller.convert`` reports; a node with nothing allocatable).
 They live apart from ``controller.convert`` (records → the policies ``Snapshot``) because the
-cache, the cluster model and the extender hold records without converting them; ``convert``
-re-exports them.
+cache, the cluster model and the extender hold records without converting them. Import them
+from here (one import path per name).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GPUs from Dynamic Resource Allocation: ResourceClaims, ResourceSlices (``resource.k8s.io/v1``).
 
 A pod asks for DRA devices through ``spec.resourceClaims``; its claims' names are in
-``PodInfo.claims`` (``convert.pod_info``). The cache keeps each claim as a ``ClaimInfo``
+``PodInfo.claims`` (``records.pod_info``). The cache keeps each claim as a ``ClaimInfo``
 (how many GPUs it holds or asks for) and each ResourceSlice as a ``SliceInfo`` (how many GPUs
 it publishes for one node), and ``PodsWithClaims`` / ``NodesWithSlices`` add those to the
 pods' requests and the nodes' allocatable GPUs, so everything downstream counts DRA GPUs

@@ -24,9 +24,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller.backoff import keep_running
 from ckpt_preempt.controller.gpu_resources import DEFAULT as DEFAULT_GPUS
 from ckpt_preempt.controller.gpu_resources import GpuResources
+from ckpt_preempt.policies import plan_record
 
 log = logging.getLogger("ckpt_preempt.watch")
 PAGE = 500
@@ -231,11 +233,10 @@ class StoredPlan:
 
 
 def stored_plan(d: dict) -> StoredPlan:
-    from ckpt_preempt.policies import lifecycle
 
     meta = d["metadata"]
     return StoredPlan(name=meta["name"], resource_version=meta.get("resourceVersion", ""),
-                      raw=(d.get("data") or {}).get(lifecycle.PLAN_DATA_KEY))
+                      raw=(d.get("data") or {}).get(plan_record.PLAN_DATA_KEY))
 
 
 class ClusterCache:
@@ -248,7 +249,6 @@ class ClusterCache:
 
     def __init__(self, api: client.ApiClient, *, plan_namespace: str,
                  gpus: GpuResources = DEFAULT_GPUS) -> None:
-        from ckpt_preempt.controller import convert
         from ckpt_preempt.controller.group_crds import GroupObjects
         from ckpt_preempt.controller.podgroups import PodGroupInformer
         from ckpt_preempt.controller.write_bodies import MANAGED_BY
@@ -256,12 +256,12 @@ class ClusterCache:
         core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
         self.changed = threading.Event()
         self.nodes = Informer("nodes", core.list_node,
-                              functools.partial(convert.node_info, gpus=gpus),
+                              functools.partial(records.node_info, gpus=gpus),
                               lambda d: d["metadata"]["name"], self.changed)
         self.pods = Informer("pods", core.list_pod_for_all_namespaces,
-                             functools.partial(convert.pod_info, gpus=gpus), _ns_key, self.changed)
+                             functools.partial(records.pod_info, gpus=gpus), _ns_key, self.changed)
         self.pdbs = Informer("pdbs", policy.list_pod_disruption_budget_for_all_namespaces,
-                             convert.pdb_info, _ns_key, self.changed)
+                             records.pdb_info, _ns_key, self.changed)
         self.plans = Informer("plans", functools.partial(
             core.list_namespaced_config_map, plan_namespace,
             label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}"), stored_plan,

@@ -14,8 +14,8 @@ A function that returns ``None`` means the object already says it: nothing is to
 
 from __future__ import annotations
 
-from ckpt_preempt.controller.convert import ADMISSION_GATE, PodInfo
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.controller.records import ADMISSION_GATE, PodInfo
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 
 COMPONENT = "ckpt-preempt.io/controller"  # the Events' reporting controller
@@ -44,7 +44,7 @@ def _json_pointer(key: str) -> str:
 
 
 # ---------------------------------------------------------------------------- stored plans
-def plan_config_map(record: lifecycle.PlanRecord, namespace: str, rv: str | None) -> dict:
+def plan_config_map(record: plan_record.PlanRecord, namespace: str, rv: str | None) -> dict:
     """The ConfigMap a plan is stored as; with ``rv``, only replaceable at that version."""
     meta = {"name": plan_object_name(record.id), "namespace": namespace,
             "labels": {MANAGED_BY[0]: MANAGED_BY[1],
@@ -52,14 +52,14 @@ def plan_config_map(record: lifecycle.PlanRecord, namespace: str, rv: str | None
     if rv is not None:
         meta["resourceVersion"] = rv
     return {"metadata": meta,
-            "data": {lifecycle.PLAN_DATA_KEY: lifecycle.plan_to_annotation(record)}}
+            "data": {plan_record.PLAN_DATA_KEY: plan_record.plan_to_annotation(record)}}
 
 
 # ------------------------------------------------------------------------------ the victims
-def drain_request_patch(request: lifecycle.DrainRequest, rv: str | None = None) -> dict:
+def drain_request_patch(request: plan_record.DrainRequest, rv: str | None = None) -> dict:
     """A merge patch writing the drain request; with ``rv``, only at that version."""
     metadata: dict = {"annotations": {
-        lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(request)}}
+        plan_record.DRAIN_ANNOTATION: plan_record.drain_to_annotation(request)}}
     if rv is not None:
         metadata["resourceVersion"] = rv
     return {"metadata": metadata}
@@ -67,7 +67,7 @@ def drain_request_patch(request: lifecycle.DrainRequest, rv: str | None = None) 
 
 def drain_withdrawal_patch(raw: str) -> list[dict]:
     """A JSON patch removing the drain request, only while it still reads exactly ``raw``."""
-    path = _json_pointer(lifecycle.DRAIN_ANNOTATION)
+    path = _json_pointer(plan_record.DRAIN_ANNOTATION)
     return [{"op": "test", "path": path, "value": raw}, {"op": "remove", "path": path}]
 
 

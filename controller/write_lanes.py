@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from ckpt_preempt.controller.actions import NotLeader
 from ckpt_preempt.controller.config import MAX_WRITE_CONCURRENCY
-from ckpt_preempt.policies.lifecycle import PlanRecord
+from ckpt_preempt.policies.plan_record import PlanRecord
 
 log = logging.getLogger("ckpt_preempt.lanes")
 

@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.policies.model import LabelRequirement, Pod, Snapshot
+from ckpt_preempt.policies.model import LabelRequirement, Pod
+from ckpt_preempt.policies.snapshot import Snapshot
 from e2e import kube
 
 PREEMPTOR = "preemptor"
@@ -271,15 +272,15 @@ def run_case(c: kube.Cluster, case: Case, *, run: str, timeout: float = 60) -> O
             c.policy.create_namespaced_pod_disruption_budget(ns, _pdb_body(b))
         _wait_pdbs(c, ns, len(case.pdbs), timeout)
         time.sleep(SETTLE_SECONDS)
-        nodes = [convert.node_info(d) for d in _raw(c.core.list_node,
+        nodes = [records.node_info(d) for d in _raw(c.core.list_node,
                                                     label_selector=f"{kube.POOL_LABEL}={pool}")]
-        pods = [convert.pod_info(d) for d in _raw(c.core.list_namespaced_pod, ns)]
-        pdbs = [convert.pdb_info(d) for d in _raw(c.policy.list_namespaced_pod_disruption_budget,
+        pods = [records.pod_info(d) for d in _raw(c.core.list_namespaced_pod, ns)]
+        pdbs = [records.pdb_info(d) for d in _raw(c.policy.list_namespaced_pod_disruption_budget,
                                                   ns)]
         created = c.api.sanitize_for_serialization(c.core.create_namespaced_pod(
             ns, _pod_body(case.preemptor, pool, None)))
         snap_now = time.time()
-        target = convert.pod_info(created)
+        target = records.pod_info(created)
         conv = convert.snapshot(now=snap_now, nodes=nodes, pods=[*pods, target],
                                 pdbs=pdbs, scope=convert.Scope(),
                                 limits=convert.limits(Config()))

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from ckpt_preempt.controller import convert, podgroups
+from ckpt_preempt.controller import convert, podgroups, records
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.policies.model import Pod, Snapshot
+from ckpt_preempt.policies.model import Pod
+from ckpt_preempt.policies.snapshot import Snapshot
 from e2e import kube
 from e2e.differential import (
     CLASS_WEIGHTS,
@@ -241,13 +242,13 @@ def run_case(c: kube.Cluster, case: WorkloadCase, *, run: str,
             c.policy.create_namespaced_pod_disruption_budget(ns, _pdb_body(b))
         _wait_pdbs(c, ns, len(case.pdbs), timeout)
         time.sleep(SETTLE_SECONDS)
-        nodes = [convert.node_info(d) for d in _raw(c.core.list_node,
+        nodes = [records.node_info(d) for d in _raw(c.core.list_node,
                                                     label_selector=f"{kube.POOL_LABEL}={pool}")]
-        pods = [convert.pod_info(d) for d in _raw(c.core.list_namespaced_pod, ns)]
-        pdbs = [convert.pdb_info(d) for d in _raw(c.policy.list_namespaced_pod_disruption_budget,
+        pods = [records.pod_info(d) for d in _raw(c.core.list_namespaced_pod, ns)]
+        pdbs = [records.pdb_info(d) for d in _raw(c.policy.list_namespaced_pod_disruption_budget,
                                                   ns)]
         create_group(PREEMPTOR_GROUP, len(case.preemptor), PREEMPTOR_CLASS)
-        targets = [convert.pod_info(c.api.sanitize_for_serialization(c.core.create_namespaced_pod(
+        targets = [records.pod_info(c.api.sanitize_for_serialization(c.core.create_namespaced_pod(
             ns, _pod_body(p, pool, None, PREEMPTOR_GROUP)))) for p in case.preemptor]
         snap_now = time.time()
         listed = custom.list_namespaced_custom_object(podgroups.GROUP, podgroups.VERSION, ns,

@@ -9,36 +9,36 @@ import json
 
 import pytest
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller.actions import Actions
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 
 pytestmark = pytest.mark.e2e
 
 
-def _info(c: kube.Cluster, ns: str, name: str) -> convert.PodInfo:
+def _info(c: kube.Cluster, ns: str, name: str) -> records.PodInfo:
     raw = c.core.read_namespaced_pod(name, ns, _preload_content=False).data
-    return convert.pod_info(json.loads(raw))
+    return records.pod_info(json.loads(raw))
 
 
 def test_a_stale_view_cannot_replace_a_request_written_meanwhile(cluster, namespace):
     kube.create_pod(cluster, namespace, "victim")
     stale = _info(cluster, namespace, "victim")
-    theirs = lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan="p-9", requested=1e9,
+    theirs = plan_record.drain_to_annotation(plan_record.DrainRequest(plan="p-9", requested=1e9,
                                                                   deadline=1e9 + 60))
     cluster.core.patch_namespaced_pod("victim", namespace, {"metadata": {"annotations": {
-        lifecycle.DRAIN_ANNOTATION: theirs}}})
+        plan_record.DRAIN_ANNOTATION: theirs}}})
     actions = Actions(cluster.api, plan_namespace=namespace)
-    ours = lifecycle.DrainRequest(plan="health-1", requested=1e9, deadline=1e9 + 30)
+    ours = plan_record.DrainRequest(plan="health-1", requested=1e9, deadline=1e9 + 30)
 
     assert not actions.request_checkpoint(stale, ours, only_if_unchanged=True)
     live = _info(cluster, namespace, "victim")
-    assert live.annotations[lifecycle.DRAIN_ANNOTATION] == theirs
+    assert live.annotations[plan_record.DRAIN_ANNOTATION] == theirs
 
-    unrelated = {"metadata": {"annotations": {lifecycle.DRAIN_ANNOTATION: None}}}
+    unrelated = {"metadata": {"annotations": {plan_record.DRAIN_ANNOTATION: None}}}
     cluster.core.patch_namespaced_pod("victim", namespace, unrelated)
     fresh = _info(cluster, namespace, "victim")
     assert actions.request_checkpoint(fresh, ours, only_if_unchanged=True)
     live = _info(cluster, namespace, "victim")
-    assert lifecycle.drain_requested(live.annotations, "health-1")
+    assert plan_record.drain_requested(live.annotations, "health-1")

@@ -26,7 +26,7 @@ from bench.chaos import (
     check_gangs,
     plan_versions,
 )
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.faultproxy import CODES, NO_FAULTS, WRITE, FaultProxy, Faults
 from e2e.localcluster import ADMIN_TOKEN, read_audit
@@ -113,18 +113,18 @@ def test_audit_checks_report_rogue_evictions(cluster, namespace, pool, gpu_nodes
     made[f"{namespace}/preemptor"] = dataclasses.replace(made[f"{namespace}/preemptor"],
                                                          priority=1000)
     now = time.time()
-    record = lifecycle.PlanRecord(
-        id="f00d-0001", state=lifecycle.State.EVICTING, mode=lifecycle.Mode.NOMINATE,
+    record = plan_record.PlanRecord(
+        id="f00d-0001", state=plan_record.State.EVICTING, mode=plan_record.Mode.NOMINATE,
         created=now, deadline=now, evict_by=now + 60, bind_by=now + 120,
-        placements=(lifecycle.PlannedPlacement(
+        placements=(plan_record.PlannedPlacement(
             uid=made[f"{namespace}/preemptor"].uid, namespace=namespace, name="preemptor",
             node=node),),
-        victims=(lifecycle.PlannedVictim(uid=made[f"{namespace}/planned"].uid,
+        victims=(plan_record.PlannedVictim(uid=made[f"{namespace}/planned"].uid,
                                          namespace=namespace, name="planned", node=node,
                                          drain=False),))
     cluster.core.create_namespaced_config_map(namespace, {
         "metadata": {"name": "ckpt-plan-f00d-0001"},
-        "data": {lifecycle.PLAN_DATA_KEY: lifecycle.plan_to_annotation(record)}})
+        "data": {plan_record.PLAN_DATA_KEY: plan_record.plan_to_annotation(record)}})
     try:
         for name in ("twice", "twice", "g-0", "planned"):
             kube.evict(cluster, namespace, name)
@@ -197,7 +197,7 @@ def test_a_gang_is_never_left_half_evicted_when_its_plan_aborts(cluster, namespa
                 plan = plan_of(cluster, namespace, "p")
                 return plan if plan and plan.state.terminal else kube.NotYet("plan running")
             assert kube.wait_for("the plan to end", ended, timeout=30).state is \
-                lifecycle.State.ABORTED
+                plan_record.State.ABORTED
         finally:
             ctl.kill()
             ctl.wait()

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 
 from ckpt_preempt.hwprobe.report import LABEL_PREFIX
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 from ckpt_preempt.policies.topology import ANNOTATION
 from e2e import chart, kube
@@ -91,7 +91,7 @@ def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
             # the chart's admission policies are loaded: a drain request by the admin is refused
             kube.wait_for("the chart's policies to be enforced", lambda: status_of(
                 lambda: cluster.core.create_namespaced_pod(namespace, kube.pod_body(
-                    "probe", annotations={lifecycle.DRAIN_ANNOTATION: "{}"}),
+                    "probe", annotations={plan_record.DRAIN_ANNOTATION: "{}"}),
                     dry_run="All")) == 403, timeout=30)
             sa = chart.find(docs, "ServiceAccount")["metadata"]["name"]
             token = chart.sa_token(cluster, ns, sa)
@@ -108,7 +108,7 @@ def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
                                 priority_class=HIGH_NEVER)
                 pod = kube.wait_pod_running(cluster, namespace, "big", timeout=120)
                 kube.wait_for("the plan to be stored as Done", lambda: [
-                    r.state for r in plans(cluster, ns)] == [lifecycle.State.DONE], timeout=30)
+                    r.state for r in plans(cluster, ns)] == [plan_record.State.DONE], timeout=30)
                 assert proc.poll() is None, (tmp_path / "controller.log").read_text()[-3000:]
             finally:
                 proc.terminate()

@@ -20,7 +20,7 @@ from kubernetes import config
 
 import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller import agent_process
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     free_port,
@@ -35,14 +35,14 @@ pytestmark = pytest.mark.e2e
 
 def _drain(plan: str) -> str:
     now = time.time()
-    return lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan=plan, requested=now,
+    return plan_record.drain_to_annotation(plan_record.DrainRequest(plan=plan, requested=now,
                                                                 deadline=now + 30))
 
 
 def _annotate(cluster, namespace, pod, value: str | None) -> None:
     """Write (or, with None, remove) the drain request, as the controller does."""
     cluster.core.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {
-        lifecycle.DRAIN_ANNOTATION: value}}})
+        plan_record.DRAIN_ANNOTATION: value}}})
 
 
 def _annotations(cluster, namespace, pod) -> dict[str, str]:
@@ -51,7 +51,7 @@ def _annotations(cluster, namespace, pod) -> dict[str, str]:
 
 def _acked(cluster, namespace, pod, plan):
     ann = _annotations(cluster, namespace, pod)
-    return ann.get(lifecycle.DONE_ANNOTATION) == plan or kube.NotYet(str(ann))
+    return ann.get(plan_record.DONE_ANNOTATION) == plan or kube.NotYet(str(ann))
 
 
 def _up(port):
@@ -153,7 +153,7 @@ def test_removing_the_request_cancels_it_and_a_hook_finishing_later_writes_no_ac
         assert [(e.state, e.plan) for e in client.events()] == [
             (sdk.State.REQUESTED, "plan-1"), (sdk.State.CANCELLED, "plan-1")]
         assert not client.done("plan-1")
-        assert lifecycle.DONE_ANNOTATION not in _annotations(cluster, namespace, "w")
+        assert plan_record.DONE_ANNOTATION not in _annotations(cluster, namespace, "w")
         assert agent.poll() is None
     finally:
         _stop(agent)
@@ -169,12 +169,12 @@ def test_the_api_server_refuses_an_ack_for_a_request_that_changed(cluster, names
     first, second = _drain("plan-1"), _drain("plan-2")
     _annotate(cluster, namespace, "w", first)
     assert writer.ack(plan="plan-1", drain_raw=first, at=time.time())
-    assert _annotations(cluster, namespace, "w")[lifecycle.DONE_ANNOTATION] == "plan-1"
+    assert _annotations(cluster, namespace, "w")[plan_record.DONE_ANNOTATION] == "plan-1"
     _annotate(cluster, namespace, "w", second)  # replaced by another plan
     assert not writer.ack(plan="plan-1", drain_raw=first, at=time.time())
     _annotate(cluster, namespace, "w", None)  # withdrawn
     assert not writer.ack(plan="plan-2", drain_raw=second, at=time.time())
-    assert _annotations(cluster, namespace, "w")[lifecycle.DONE_ANNOTATION] == "plan-1"
+    assert _annotations(cluster, namespace, "w")[plan_record.DONE_ANNOTATION] == "plan-1"
 
 
 def test_example_loop_keeps_training_through_a_request_and_a_cancel(cluster, namespace,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -52,7 +52,7 @@ def test_malformed_annotations_warn_and_choose_safely(cluster, namespace, pool, 
         with running_controller(cluster, config_for(namespace)) as ctl:
             kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER,
-                            annotations={lifecycle.PLAN_ANNOTATION: broken})
+                            annotations={plan_record.PLAN_ANNOTATION: broken})
             pod = kube.wait_pod_running(cluster, namespace, "big", timeout=90)
             assert ctl.metrics.loop_errors._value.get() == 0
         warnings = {(e.involved_object.name, e.reason) for e in pod_events(cluster, namespace)

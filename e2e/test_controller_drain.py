@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -45,7 +45,7 @@ def wait_plan_done(cluster, namespace, name, timeout=60):
     """The stored plan for the preemptor, once it reads Done."""
     def done():
         rec = plan_of(cluster, namespace, name)
-        return rec if rec and rec.state is lifecycle.State.DONE else kube.NotYet(
+        return rec if rec and rec.state is plan_record.State.DONE else kube.NotYet(
             f"plan={rec and rec.state}")
     return kube.wait_for("the plan to reach Done", done, timeout=timeout)
 
@@ -125,9 +125,9 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
 
         def draining():
             rec = plan_of(cluster, namespace, "big")
-            asked = lifecycle.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
+            asked = plan_record.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
                 "victim", namespace).metadata.annotations or {})
-            return rec if rec and rec.state is lifecycle.State.DRAINING and asked else \
+            return rec if rec and rec.state is plan_record.State.DRAINING and asked else \
                 kube.NotYet(f"plan={rec and rec.state} asked={asked}")
         before = kube.wait_for("the plan to be Draining", draining, timeout=60)
     finally:
@@ -142,7 +142,7 @@ def test_scenario6_controller_killed_mid_drain_resumes_without_double_or_unplann
         after = wait_plan_done(cluster, namespace, "big")
     finally:
         kube.stop_process(second)
-    assert after.id == before.id and after.state is lifecycle.State.DONE
+    assert after.id == before.id and after.state is plan_record.State.DONE
     assert [v.name for v in after.victims] == ["victim"]
     assert pod.spec.node_name == nodes[0]
     assert exists(cluster, namespace, "other")
@@ -209,7 +209,7 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
         kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool, priority_class=HIGH_NEVER)
         kube.wait_event(cluster, namespace, "EvictionBlocked", name="big", timeout=60)
         rec = plan_of(cluster, namespace, "big")
-        assert rec.state is lifecycle.State.EVICTING
+        assert rec.state is plan_record.State.EVICTING
     finally:
         first.kill()
         first.wait()
@@ -221,7 +221,7 @@ def test_scenario6_killed_while_evicting_resumes_and_evicts_once(cluster, namesp
         after = wait_plan_done(cluster, namespace, "big")
     finally:
         kube.stop_process(second)
-    assert after.id == rec.id and after.state is lifecycle.State.DONE
+    assert after.id == rec.id and after.state is plan_record.State.DONE
     evicted = [e.involved_object.name for e in pod_events(cluster, namespace)
                if e.reason == "Evicted"]
     assert evicted == ["held"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -70,12 +70,12 @@ def test_ack_to_bound_latency_and_race(cluster, namespace, pool, gpu_nodes, rese
 
             def asked(i=i):
                 ann = c.core.read_namespaced_pod(f"v{i}", namespace).metadata.annotations or {}
-                raw = ann.get(lifecycle.DRAIN_ANNOTATION)
-                return lifecycle.drain_from_annotation(raw).plan if raw else None
+                raw = ann.get(plan_record.DRAIN_ANNOTATION)
+                return plan_record.drain_from_annotation(raw).plan if raw else None
             plan = kube.wait_for(f"drain request on v{i}", asked, timeout=60)
             t_ack = time.monotonic()
             c.core.patch_namespaced_pod(f"v{i}", namespace, {"metadata": {"annotations": {
-                lifecycle.DONE_ANNOTATION: plan}}})
+                plan_record.DONE_ANNOTATION: plan}}})
 
             def bound(i=i):
                 p = c.core.read_namespaced_pod(f"p{i}", namespace)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.controller.convert import TOPOLOGY_ANNOTATION as TOPOLOGY
+from ckpt_preempt.controller.records import TOPOLOGY_ANNOTATION as TOPOLOGY
 from ckpt_preempt.policies.topology import SCHEMA
 from e2e import kube
 from e2e.test_controller_support import (

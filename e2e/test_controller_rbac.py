@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -46,7 +46,7 @@ def test_controller_needs_only_its_deploy_rbac_and_passes_its_admission_policies
                       lambda: not reserved(cluster, node) or kube.NotYet(reserved(cluster, node)),
                       timeout=30)
         kube.wait_for("the plan to be stored as Done", lambda: [
-            r.state for r in plans(cluster, namespace)] == [lifecycle.State.DONE], timeout=30)
+            r.state for r in plans(cluster, namespace)] == [plan_record.State.DONE], timeout=30)
         assert ctl.metrics.loop_errors._value.get() == 0
     assert pod.spec.node_name == node
     assert [t.value for t in pod.spec.tolerations if t.key == "ckpt-preempt.io/reserved"] == [

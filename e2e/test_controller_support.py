@@ -17,7 +17,7 @@ from kubernetes import client
 
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.runner import Controller
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,17 +151,17 @@ def event_time(e: client.CoreV1Event) -> float:
 PLAN_LABEL_SELECTOR = "app.kubernetes.io/managed-by=ckpt-preempt"
 
 
-def plans(c: kube.Cluster, plan_namespace: str) -> list[lifecycle.PlanRecord]:
+def plans(c: kube.Cluster, plan_namespace: str) -> list[plan_record.PlanRecord]:
     """Every plan the controller stored (ConfigMaps in its namespace), oldest first."""
     items = c.core.list_namespaced_config_map(plan_namespace,
                                               label_selector=PLAN_LABEL_SELECTOR).items
-    out = [lifecycle.plan_from_annotation(cm.data[lifecycle.PLAN_DATA_KEY]) for cm in items
-           if (cm.data or {}).get(lifecycle.PLAN_DATA_KEY)]
+    out = [plan_record.plan_from_annotation(cm.data[plan_record.PLAN_DATA_KEY]) for cm in items
+           if (cm.data or {}).get(plan_record.PLAN_DATA_KEY)]
     return sorted(out, key=lambda r: (r.created, r.id))
 
 
 def plan_of(c: kube.Cluster, plan_namespace: str, pod: str,
-            pod_namespace: str | None = None) -> lifecycle.PlanRecord | None:
+            pod_namespace: str | None = None) -> plan_record.PlanRecord | None:
     """The newest stored plan that places `pod` (any member, for a gang), or None."""
     ns = pod_namespace or plan_namespace
     mine = [r for r in plans(c, plan_namespace)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -45,7 +45,7 @@ def test_a_victim_that_ends_as_declared_is_waited_for_and_never_evicted(
 
         def waiting():
             rec = plan_of(cluster, namespace, "urgent")
-            return rec if rec and rec.state is lifecycle.State.DRAINING else kube.NotYet(
+            return rec if rec and rec.state is plan_record.State.DRAINING else kube.NotYet(
                 f"plan={rec and rec.state}")
         rec = kube.wait_for("the plan to wait", waiting, timeout=30)
         assert [(v.name, v.drain, v.wait) for v in rec.victims] == [("finisher", False, "end")]

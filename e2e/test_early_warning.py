@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.leader import LeaseElector
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import config_for, reasons, running_controller
 from e2e.test_trust_support import controller_rbac, extra_namespace, tenant
@@ -41,14 +41,14 @@ def taint(cluster, node: str, t: dict | None) -> None:
                                    "spec": {"taints": body + ([t] if t else [])}})
 
 
-def request_of(cluster, namespace: str, name: str) -> lifecycle.DrainRequest | None:
+def request_of(cluster, namespace: str, name: str) -> plan_record.DrainRequest | None:
     ann = cluster.core.read_namespaced_pod(name, namespace).metadata.annotations or {}
-    raw = ann.get(lifecycle.DRAIN_ANNOTATION)
-    return lifecycle.drain_from_annotation(raw) if raw else None
+    raw = ann.get(plan_record.DRAIN_ANNOTATION)
+    return plan_record.drain_from_annotation(raw) if raw else None
 
 
 def wait_request(cluster, namespace: str, name: str, other_than: str = "",
-                 timeout: float = 30) -> lifecycle.DrainRequest:
+                 timeout: float = 30) -> plan_record.DrainRequest:
     def probe():
         r = request_of(cluster, namespace, name)
         return r if r is not None and r.plan != other_than else kube.NotYet(r)
@@ -57,7 +57,7 @@ def wait_request(cluster, namespace: str, name: str, other_than: str = "",
 
 def ack(cluster, namespace: str, name: str, plan: str) -> None:
     cluster.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
-        lifecycle.DONE_ANNOTATION: plan}}})
+        plan_record.DONE_ANNOTATION: plan}}})
 
 
 def test_karpenter_taint_asks_the_checkpointing_pod_only_and_flapping_does_not_ask_again(
@@ -156,7 +156,7 @@ def test_a_tenant_can_neither_signal_a_node_nor_reach_another_namespaces_pod(
     (node,) = gpu_nodes(1)
     kube.create_pod(cluster, namespace, "victim", gpus=4, pool=pool, node_name=node,
                     checkpoint="on-request", checkpoint_seconds=30)
-    forged = lifecycle.drain_to_annotation(lifecycle.DrainRequest(
+    forged = plan_record.drain_to_annotation(plan_record.DrainRequest(
         plan="disruption/forged", requested=time.time(), deadline=time.time() + 86400))
     with extra_namespace(cluster) as own, tenant(cluster, own) as api:
         core = client.CoreV1Api(api)
@@ -164,7 +164,7 @@ def test_a_tenant_can_neither_signal_a_node_nor_reach_another_namespaces_pod(
             "taint": lambda: core.patch_node(node, {"spec": {"taints": [KARPENTER]}}),
             "cordon": lambda: core.patch_node(node, {"spec": {"unschedulable": True}}),
             "annotate": lambda: core.patch_namespaced_pod("victim", namespace, {"metadata": {
-                "annotations": {lifecycle.DRAIN_ANNOTATION: forged}}}),
+                "annotations": {plan_record.DRAIN_ANNOTATION: forged}}}),
         }
         for what, call in attempts.items():
             with pytest.raises(ApiException) as e:
@@ -175,7 +175,7 @@ def test_a_tenant_can_neither_signal_a_node_nor_reach_another_namespaces_pod(
         assert KARPENTER["key"] not in {t.key for t in live.spec.taints or []}
         core.create_namespaced_pod(own, kube.pod_body(
             "mine", gpus=4, pool=pool, node_name=node, checkpoint="on-request",
-            checkpoint_seconds=30, annotations={lifecycle.DRAIN_ANNOTATION: forged}))
+            checkpoint_seconds=30, annotations={plan_record.DRAIN_ANNOTATION: forged}))
         kube.wait_pod_running(cluster, namespace, "victim")
         kube.wait_pod_running(cluster, own, "mine")
         with running_controller(cluster, config_for(namespace, namespaces=(namespace, own))):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     config_for,
@@ -50,7 +50,7 @@ def test_the_agent_acks_a_disruption_request_and_a_restarted_controller_asks_no_
             assert plan == asked.plan and plan.startswith("disruption/")
             kube.wait_for("the agent's ack", lambda: (cluster.core.read_namespaced_pod(
                 "w", namespace).metadata.annotations or {}).get(
-                    lifecycle.DONE_ANNOTATION) == plan, timeout=30)
+                    plan_record.DONE_ANNOTATION) == plan, timeout=30)
         # a new process: no memory of the round; the node is still cordoned
         with running_controller(cluster, config_for(namespace), identity="second") as ctl:
             kube.wait_for("the new leader", lambda: ctl.is_leader, timeout=30)

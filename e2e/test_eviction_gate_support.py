@@ -24,7 +24,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.kubectl import kubectl
 from e2e.localcluster import free_port, kubeconfig_text
@@ -178,15 +178,15 @@ def drain(c: kube.Cluster, node: str, *extra: str,
             time.monotonic() - start)
 
 
-def drain_request(c: kube.Cluster, namespace: str, name: str) -> lifecycle.DrainRequest | None:
+def drain_request(c: kube.Cluster, namespace: str, name: str) -> plan_record.DrainRequest | None:
     try:
         pod = c.core.read_namespaced_pod(name, namespace)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    raw = (pod.metadata.annotations or {}).get(lifecycle.DRAIN_ANNOTATION)
-    return None if raw is None else lifecycle.drain_from_annotation(raw)
+    raw = (pod.metadata.annotations or {}).get(plan_record.DRAIN_ANNOTATION)
+    return None if raw is None else plan_record.drain_from_annotation(raw)
 
 
 def ack(c: kube.Cluster, namespace: str, name: str, plan: str,
@@ -194,7 +194,7 @@ def ack(c: kube.Cluster, namespace: str, name: str, plan: str,
     """What the agent writes once the checkpoint is saved."""
     core = client.CoreV1Api(api) if api is not None else c.core
     core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
-        lifecycle.DONE_ANNOTATION: plan}}})
+        plan_record.DONE_ANNOTATION: plan}}})
 
 
 def gate_config(cap: float = 30) -> dict:

@@ -11,7 +11,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_eviction_gate_support import (
     ack,
@@ -60,7 +60,7 @@ def _held_for(c: kube.Cluster, namespace: str, name: str, *, limit: float) -> fl
 
 def _forged(plan: str, deadline: float) -> str:
     now = time.time()
-    return lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan=plan, requested=now,
+    return plan_record.drain_to_annotation(plan_record.DrainRequest(plan=plan, requested=now,
                                                                  deadline=now + deadline))
 
 
@@ -73,7 +73,7 @@ def test_no_annotation_a_tenant_writes_holds_an_eviction_past_the_cap(cluster, n
         # a huge checkpoint-seconds and a standing request of its own with a far deadline
         tenant.create_namespaced_pod(namespace, kube.pod_body(
             "forged", checkpoint="on-request", checkpoint_seconds=10**9,
-            annotations={lifecycle.DRAIN_ANNOTATION: _forged("disruption/mine", TEN_YEARS)}))
+            annotations={plan_record.DRAIN_ANNOTATION: _forged("disruption/mine", TEN_YEARS)}))
         held = _held_for(cluster, namespace, "forged", limit=CAP + 10)
         assert CAP - 1 <= held <= CAP + 2
         # a tenant re-writing a fresh far request every 200 ms, whatever the gate wrote
@@ -84,7 +84,7 @@ def test_no_annotation_a_tenant_writes_holds_an_eviction_past_the_cap(cluster, n
             while not stop.is_set():
                 n += 1
                 tenant.patch_namespaced_pod("rewriter", namespace, {"metadata": {"annotations": {
-                    lifecycle.DRAIN_ANNOTATION: _forged(f"disruption/again-{n}", TEN_YEARS)}}})
+                    plan_record.DRAIN_ANNOTATION: _forged(f"disruption/again-{n}", TEN_YEARS)}}})
                 time.sleep(0.2)
         t = threading.Thread(target=rewrite, daemon=True)
         t.start()
@@ -129,7 +129,7 @@ def test_a_tenant_cannot_make_another_namespaces_pod_wait(cluster, namespace, tm
         kube.create_pod(cluster, other, "trainer", checkpoint="on-request")
         kube.create_pod(cluster, excluded, "trainer", checkpoint="on-request")
         forged = {"metadata": {"annotations": {
-            lifecycle.DRAIN_ANNOTATION: _forged("disruption/x", TEN_YEARS)}}}
+            plan_record.DRAIN_ANNOTATION: _forged("disruption/x", TEN_YEARS)}}}
         assert status_of(lambda: tenant.patch_namespaced_pod("plain", other, forged)) == 403
         assert status_of(lambda: tenant.create_namespaced_pod(other, kube.pod_body(
             "planted", checkpoint="on-request"))) == 403

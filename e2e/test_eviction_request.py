@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from ckpt_preempt.controller import disruption_api
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import config_for, reasons, running_controller
 
@@ -69,5 +69,5 @@ def test_an_eviction_request_is_stored_but_nothing_hands_it_to_a_responder(
     assert len(lines) == 1 and "is served, but no evictionrequest-controller" in lines[0]
     live = cluster.core.read_namespaced_pod("train", namespace)
     assert live.metadata.deletion_timestamp is None
-    assert lifecycle.DRAIN_ANNOTATION not in (live.metadata.annotations or {})
+    assert plan_record.DRAIN_ANNOTATION not in (live.metadata.annotations or {})
     assert reasons(cluster, namespace, "train") == []

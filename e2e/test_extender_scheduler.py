@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from ckpt_preempt.controller.convert import TOPOLOGY_ANNOTATION as TOPOLOGY
+from ckpt_preempt.controller.records import TOPOLOGY_ANNOTATION as TOPOLOGY
 from ckpt_preempt.policies.topology import SCHEMA
 from e2e import kube
 from e2e.test_extender_support import (

@@ -21,7 +21,7 @@ import pytest
 
 from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.health import HEALTH_PLAN_PREFIX
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.health import Health
 from e2e import kube, promstack
 from e2e.promstack import DcgmFixtureExporter
@@ -125,7 +125,7 @@ def test_rising_nvlink_crc_errors_ask_the_agent_to_checkpoint_and_evict_nobody(
                 assert plan.startswith(HEALTH_PLAN_PREFIX)
                 kube.wait_for("the agent's ack", lambda: (cluster.core.read_namespaced_pod(
                     "w", namespace).metadata.annotations or {}).get(
-                        lifecycle.DONE_ANNOTATION) == plan, timeout=30)
+                        plan_record.DONE_ANNOTATION) == plan, timeout=30)
                 time.sleep(3)  # still degraded: nothing more happens
             live = cluster.core.read_namespaced_pod("w", namespace)
             assert live.metadata.deletion_timestamp is None

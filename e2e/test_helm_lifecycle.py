@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from e2e import chart, kube
 from e2e.localcluster import read_audit
@@ -63,7 +63,7 @@ def cluster(tmp_path_factory):
 
 
 def _wait_state(c: kube.Cluster, ns: str, namespace: str, preemptor: str,
-                state: lifecycle.State) -> None:
+                state: plan_record.State) -> None:
     def probe() -> bool | kube.NotYet:
         r = plan_of(c, ns, preemptor, namespace)
         return (r is not None and r.state is state) or kube.NotYet(str(r and r.state))
@@ -119,7 +119,7 @@ def _leftovers(c: kube.Cluster, ns: str, nodes: list[str],
             t.key == RESERVED_TAINT for t in c.core.read_node(n).spec.taints or [])),
         "drain": sorted(f"{namespace}/{p.metadata.name}"
                         for p in c.core.list_namespaced_pod(namespace).items
-                        if lifecycle.DRAIN_ANNOTATION in (p.metadata.annotations or {})),
+                        if plan_record.DRAIN_ANNOTATION in (p.metadata.annotations or {})),
     }
 
 
@@ -213,7 +213,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
                           timeout=30)
             kube.create_pod(cluster, namespace, "big1", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER)
-            _wait_state(cluster, ns, namespace, "big1", lifecycle.State.DRAINING)
+            _wait_state(cluster, ns, namespace, "big1", plan_record.State.DRAINING)
             kube.wait_event(cluster, namespace, "CheckpointRequested", "victim1", timeout=30)
             assert reasons(cluster, namespace, "victim1") == VICTIM_EVENTS[:1]
 
@@ -226,7 +226,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             lease = cluster.coordination.read_namespaced_lease(LEASE, ns)
             assert lease.spec.lease_duration_seconds == LEASE_V2  # the upgraded config
             r1 = plan_of(cluster, ns, "big1", namespace)
-            assert r1.state is lifecycle.State.DRAINING  # the upgrade happened mid-drain
+            assert r1.state is plan_record.State.DRAINING  # the upgrade happened mid-drain
             assert kube.condition(cluster.core.read_namespaced_pod("victim1", namespace),
                                   "Ready").status == "True"
 
@@ -236,7 +236,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
             time.sleep(3 * chart.FAST["retrySeconds"])  # passes that see it Terminating
             _let_go(cluster, namespace, "victim1")
             kube.wait_pod_running(cluster, namespace, "big1", timeout=60)
-            _wait_state(cluster, ns, namespace, "big1", lifecycle.State.DONE)
+            _wait_state(cluster, ns, namespace, "big1", plan_record.State.DONE)
             target = f"{namespace}/victim1"
             assert chart.writes(replicas, "request-checkpoint", target) == 1
             assert chart.writes(replicas, "evict", target) == 1
@@ -268,7 +268,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
                             priority_class=HIGH_NEVER)
             kube.wait_event(cluster, namespace, "Evicted", "victim2", timeout=60)
             r2 = plan_of(cluster, ns, "big2", namespace)
-            assert r2.state is lifecycle.State.EVICTING
+            assert r2.state is plan_record.State.EVICTING
             left = leftovers()
             assert left == {"plans": sorted(f"{PLAN_PREFIX}{r.id}" for r in (r1, r2)),
                             "lease": [LEASE], "taints": [node2],
@@ -304,7 +304,7 @@ def test_helm_upgrade_during_drain_rollback_and_uninstall_leave_nothing(
                 {"key": RESERVED_TAINT, "value": "gone", "effect": "NoSchedule"}]}})
             cluster.core.create_namespaced_config_map(ns, {
                 "metadata": {"name": f"{PLAN_PREFIX}unreadable", "labels": dict([MANAGED_BY])},
-                "data": {lifecycle.PLAN_DATA_KEY: "{not a plan"}})
+                "data": {plan_record.PLAN_DATA_KEY: "{not a plan"}})
             left = {**left, "plans": sorted([*left["plans"], f"{PLAN_PREFIX}unreadable"]),
                     "taints": sorted([node1, node2])}
             assert leftovers() == left
@@ -349,7 +349,7 @@ def test_cleanup_is_refused_while_the_charts_policies_stand(cluster, tmp_path):
         # a plan an earlier controller left (stored before the policies existed)
         cluster.core.create_namespaced_config_map(ns, {
             "metadata": {"name": name, "labels": dict([MANAGED_BY])},
-            "data": {lifecycle.PLAN_DATA_KEY: "{}"}})
+            "data": {plan_record.PLAN_DATA_KEY: "{}"}})
         done = chart.run_helm(cluster, tmp_path, "install", release, str(chart.CHART), "-n", ns,
                               "--set", "hwprobe.enabled=false")
         assert done.returncode == 0, done.stderr

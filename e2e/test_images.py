@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.topology import ANNOTATION
 from e2e import images, kube
 from e2e.test_chart_deploy import FAST, GPU_PRESENT
@@ -100,7 +100,7 @@ def test_controller_container_preempts_with_the_charts_pod_spec(
                         priority_class=HIGH_NEVER)
         pod = kube.wait_pod_running(local, namespace, "big", timeout=120)
         kube.wait_for("the plan to be stored as Done", lambda: [
-            r.state for r in plans(local, ns)] == [lifecycle.State.DONE], timeout=30)
+            r.state for r in plans(local, ns)] == [plan_record.State.DONE], timeout=30)
         log = ctr.logs()
     assert pod.spec.node_name == node
     assert reasons(local, namespace, "victim") == [

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from bench import differential_workload as bench_workload
 from bench.differential import RULES, classify, predict
-from ckpt_preempt.policies.model import Node, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import Node, Pod, Resources
+from ckpt_preempt.policies.snapshot import Snapshot
 from e2e import differential, differential_workload
 from e2e.differential import Case, NodeSpec, Observation, PdbSpec, PodSpec
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.controller import convert, podgroups
+from ckpt_preempt.controller import convert, podgroups, records
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import kube_workload
 from e2e import kube
@@ -144,10 +144,10 @@ def simulated_kube_victims(c, ns: str, pool: str, suffix: str) -> list[str]:
     def items(call) -> list[dict]:
         return json.loads(call(_preload_content=False).data)["items"]
 
-    nodes = [convert.node_info(d) for d in items(lambda **kw: c.core.list_node(
+    nodes = [records.node_info(d) for d in items(lambda **kw: c.core.list_node(
         label_selector=f"{kube.POOL_LABEL}={pool}", **kw))]
     names = {n.name for n in nodes}
-    pods = [p for p in map(convert.pod_info, items(
+    pods = [p for p in map(records.pod_info, items(
         lambda **kw: c.core.list_namespaced_pod(ns, **kw)))
         if p.name.endswith(f"-{suffix}") and (p.node in names or not p.node)]
     groups = {g.key: g for g in map(podgroups.podgroup_info, items(

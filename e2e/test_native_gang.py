@@ -13,7 +13,7 @@ from kubernetes import client
 
 from ckpt_preempt.controller import explain_live
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.convert import ADMISSION_GATE
+from ckpt_preempt.controller.records import ADMISSION_GATE
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,

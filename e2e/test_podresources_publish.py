@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import gpu_use, preemption
 from ckpt_preempt.policies.model import NvlinkNeed
@@ -74,10 +74,10 @@ def test_the_planner_uses_the_published_report(cluster, gpu_nodes, nvml, kubelet
     kubelet.set([pod("team", "a", nvl(0)), pod("team", "b", nvl(1))])
     publish(cluster, nvml, name, kubelet.socket)
     raw = cluster.api.sanitize_for_serialization(cluster.core.read_node(name))
-    info = convert.node_info(raw)
+    info = records.node_info(raw)
     pods = []
     for p in ("a", "b"):
-        pods.append(convert.pod_info({
+        pods.append(records.pod_info({
             "metadata": {"name": p, "namespace": "team", "uid": f"uid-{p}",
                          "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"nodeName": name, "priority": 0, "containers": [{"name": "c", "resources": {

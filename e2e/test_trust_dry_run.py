@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -30,13 +30,13 @@ CHECKPOINT_SECONDS = 3.0
 def _draining_plan(victim: client.V1Pod, preemptor: client.V1Pod, node: str):
     now = time.time()
     deadline = now + CHECKPOINT_SECONDS
-    return lifecycle.PlanRecord(
-        id="left-draining", state=lifecycle.State.DRAINING, mode=lifecycle.Mode.NOMINATE,
+    return plan_record.PlanRecord(
+        id="left-draining", state=plan_record.State.DRAINING, mode=plan_record.Mode.NOMINATE,
         created=now, deadline=deadline, evict_by=deadline + 60, bind_by=deadline + 120,
-        placements=(lifecycle.PlannedPlacement(
+        placements=(plan_record.PlannedPlacement(
             uid=preemptor.metadata.uid, namespace=preemptor.metadata.namespace,
             name=preemptor.metadata.name, node=node),),
-        victims=(lifecycle.PlannedVictim(
+        victims=(plan_record.PlannedVictim(
             uid=victim.metadata.uid, namespace=victim.metadata.namespace,
             name=victim.metadata.name, node=node, drain=True),))
 
@@ -67,7 +67,7 @@ def test_dry_run_over_a_persisted_draining_plan_evicts_and_writes_nothing(
     record = _draining_plan(victim, big, node)
     store_plan(cluster, namespace, record)
     cluster.core.patch_namespaced_pod("victim", namespace, {"metadata": {"annotations": {
-        lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(lifecycle.DrainRequest(
+        plan_record.DRAIN_ANNOTATION: plan_record.drain_to_annotation(plan_record.DrainRequest(
             plan=record.id, requested=record.created, deadline=record.deadline))}}})
     before = _written_state(cluster, namespace, node)
     cfg = config_for(namespace)
@@ -85,7 +85,7 @@ def test_dry_run_over_a_persisted_draining_plan_evicts_and_writes_nothing(
     with running_controller(cluster, cfg, identity="real"):
         pod = kube.wait_pod_running(cluster, namespace, "big", timeout=60)
         kube.wait_for("the stored plan to be Done", lambda: (
-            plan_of(cluster, namespace, "big") or record).state is lifecycle.State.DONE,
+            plan_of(cluster, namespace, "big") or record).state is plan_record.State.DONE,
             timeout=30)
     assert pod.spec.node_name == node
     assert not exists(cluster, namespace, "victim")

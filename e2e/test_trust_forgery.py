@@ -12,7 +12,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -37,14 +37,14 @@ pytestmark = pytest.mark.e2e
 TEN_YEARS = 10 * 365 * 86400.0
 
 
-def _forged_plan(victim: client.V1Pod, tenant_ns: str, node: str) -> lifecycle.PlanRecord:
+def _forged_plan(victim: client.V1Pod, tenant_ns: str, node: str) -> plan_record.PlanRecord:
     now = time.time()
-    return lifecycle.PlanRecord(
-        id="forged", state=lifecycle.State.EVICTING, mode=lifecycle.Mode.NOMINATE,
+    return plan_record.PlanRecord(
+        id="forged", state=plan_record.State.EVICTING, mode=plan_record.Mode.NOMINATE,
         created=now, deadline=now, evict_by=now + TEN_YEARS, bind_by=now + TEN_YEARS,
-        placements=(lifecycle.PlannedPlacement(uid="forged-uid", namespace=tenant_ns,
+        placements=(plan_record.PlannedPlacement(uid="forged-uid", namespace=tenant_ns,
                                                name="forged-plan", node=node),),
-        victims=(lifecycle.PlannedVictim(uid=victim.metadata.uid, namespace=victim.metadata.
+        victims=(plan_record.PlannedVictim(uid=victim.metadata.uid, namespace=victim.metadata.
                                          namespace, name=victim.metadata.name, node=node,
                                          drain=False),))
 
@@ -62,13 +62,13 @@ def test_pods_only_tenant_cannot_make_the_controller_act(cluster, namespace, poo
             (admission_policies(cluster, namespaces=[namespace, tenant_ns],
                                 plan_namespace=namespace, pool=pool)
              if policies else contextlib.nullcontext()):
-        forged = lifecycle.plan_to_annotation(_forged_plan(victim, tenant_ns, node))
-        drain = lifecycle.drain_to_annotation(lifecycle.DrainRequest(
+        forged = plan_record.plan_to_annotation(_forged_plan(victim, tenant_ns, node))
+        drain = plan_record.drain_to_annotation(plan_record.DrainRequest(
             plan="forged", requested=time.time(), deadline=time.time() + 1))
         as_tenant = client.CoreV1Api(tenant_api)
         forgeries = {
-            "forged-plan": {"annotations": {lifecycle.PLAN_ANNOTATION: forged}},
-            "forged-drain": {"annotations": {lifecycle.DRAIN_ANNOTATION: drain}},
+            "forged-plan": {"annotations": {plan_record.PLAN_ANNOTATION: forged}},
+            "forged-drain": {"annotations": {plan_record.DRAIN_ANNOTATION: drain}},
             "tolerates-all": {"tolerations": [{"operator": "Exists"}]},
             "bound-directly": {"node_name": node},  # past the scheduler and any taint
         }
@@ -77,7 +77,7 @@ def test_pods_only_tenant_cannot_make_the_controller_act(cluster, namespace, poo
             for name, kw in forgeries.items()}
         got["plan ConfigMap"] = status_of(lambda: as_tenant.create_namespaced_config_map(
             namespace, {"metadata": {"name": "ckpt-plan-forged", "labels": MANAGED_BY},
-                        "data": {lifecycle.PLAN_DATA_KEY: forged}}))
+                        "data": {plan_record.PLAN_DATA_KEY: forged}}))
         refused = 403 if policies else 200
         assert got == {"forged-plan": refused, "forged-drain": refused,
                        "tolerates-all": refused, "bound-directly": refused,
@@ -96,7 +96,7 @@ def test_pods_only_tenant_cannot_make_the_controller_act(cluster, namespace, poo
         live = cluster.core.read_namespaced_pod("victim", namespace)
         assert live.metadata.uid == victim.metadata.uid
         assert live.metadata.deletion_timestamp is None
-        assert lifecycle.DRAIN_ANNOTATION not in (live.metadata.annotations or {})
+        assert plan_record.DRAIN_ANNOTATION not in (live.metadata.annotations or {})
         assert reserved(cluster, node) == []
         assert plans(cluster, namespace) == []
         for ns in (namespace, tenant_ns):

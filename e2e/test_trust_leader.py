@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.localcluster import read_audit
 from e2e.test_controller_support import (
@@ -78,7 +78,7 @@ def test_leader_stopped_past_its_lease_writes_nothing_after_it_resumes(
             kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool,
                             priority_class=HIGH_NEVER)
             kube.wait_for("the first replica to ask the victim to checkpoint", lambda: (
-                lifecycle.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
+                plan_record.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
                     "victim", namespace).metadata.annotations or {})), timeout=60, interval=0.05)
             first.send_signal(signal.SIGSTOP)
             kube.wait_for("the second replica to take the Lease over",
@@ -94,7 +94,7 @@ def test_leader_stopped_past_its_lease_writes_nothing_after_it_resumes(
             assert first.poll() is None, "the first replica exited"
             pod = kube.wait_pod_running(cluster, namespace, "big", timeout=60)
             kube.wait_for("the plan to be stored as Done", lambda: [
-                r.state for r in plans(cluster, namespace)] == [lifecycle.State.DONE],
+                r.state for r in plans(cluster, namespace)] == [plan_record.State.DONE],
                 timeout=30)
         finally:
             _stop(first)

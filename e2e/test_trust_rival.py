@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -44,7 +44,7 @@ def test_tolerate_all_rival_never_takes_the_freed_node(cluster, namespace, pool,
             kube.create_pod(cluster, namespace, big, gpus=8, pool=pool,
                             priority_class=HIGH_NEVER)
             kube.wait_for(f"{victim} to be asked to checkpoint", lambda victim=victim: (
-                lifecycle.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
+                plan_record.DRAIN_ANNOTATION in (cluster.core.read_namespaced_pod(
                     victim, namespace).metadata.annotations or {})), timeout=60)
             kube.create_pod(cluster, rivals, rival, gpus=8, pool=pool,
                             priority_class=HIGH_NEVER, tolerations=[{"operator": "Exists"}])

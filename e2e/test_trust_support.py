@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -129,7 +129,7 @@ def _wait_enforced(c: kube.Cluster, namespace: str, plan_namespace: str, pool: s
     """Dry-run writes (as the admin, whom the policies do not exempt) until each is denied."""
     probes = {
         "drain annotation": lambda: c.core.create_namespaced_pod(namespace, kube.pod_body(
-            "probe", annotations={lifecycle.DRAIN_ANNOTATION: "{}"}), dry_run="All"),
+            "probe", annotations={plan_record.DRAIN_ANNOTATION: "{}"}), dry_run="All"),
         "tolerate-all pod": lambda: c.core.create_namespaced_pod(namespace, kube.pod_body(
             "probe", tolerations=[{"operator": "Exists"}]), dry_run="All"),
         "reservation taint": lambda: c.core.create_node(kube.node_body(
@@ -161,11 +161,11 @@ def extra_namespace(c: kube.Cluster):
     return kube.temporary_namespace(c)
 
 
-def store_plan(c: kube.Cluster, plan_namespace: str, record: lifecycle.PlanRecord) -> None:
+def store_plan(c: kube.Cluster, plan_namespace: str, record: plan_record.PlanRecord) -> None:
     """Persist `record` the way the controller does (as a previous controller would have)."""
     c.core.create_namespaced_config_map(plan_namespace, {
         "metadata": {"name": f"ckpt-plan-{record.id}", "labels": MANAGED_BY},
-        "data": {lifecycle.PLAN_DATA_KEY: lifecycle.plan_to_annotation(record)}})
+        "data": {plan_record.PLAN_DATA_KEY: plan_record.plan_to_annotation(record)}})
 
 
 def reserved(c: kube.Cluster, node: str) -> list[str]:

@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -71,7 +71,7 @@ def test_victim_terminating_for_30s_is_evicted_once_and_the_plan_waits_for_it(
             _release(cluster, namespace, "held")
             pod = kube.wait_pod_running(cluster, namespace, "big", timeout=60)
             kube.wait_for("the plan to be stored as Done", lambda: [
-                r.state for r in plans(cluster, namespace)] == [lifecycle.State.DONE],
+                r.state for r in plans(cluster, namespace)] == [plan_record.State.DONE],
                 timeout=30)
             assert ctl.metrics.loop_errors._value.get() == 0
     finally:

@@ -17,7 +17,7 @@ from kubernetes import config
 
 from ckpt_preempt.controller.watch import ClusterCache
 from ckpt_preempt.controller.write_bodies import MANAGED_BY
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.faultproxy import FaultProxy
 from e2e.localcluster import ADMIN_TOKEN
@@ -38,7 +38,7 @@ def _pdb(name: str, app: str) -> dict:
 
 def _plan_cm(name: str) -> dict:
     return {"metadata": {"name": name, "labels": {MANAGED_BY[0]: MANAGED_BY[1]}},
-            "data": {lifecycle.PLAN_DATA_KEY: "{}"}}
+            "data": {plan_record.PLAN_DATA_KEY: "{}"}}
 
 
 def _raw_watch_status(c: kube.Cluster, namespace: str, rv: str) -> int:

@@ -21,6 +21,8 @@ from ckpt_preempt.cli import argtypes
 from ckpt_preempt.cli.output import emit
 from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable
 from ckpt_preempt.hwprobe.verify import reference_names
+from ckpt_preempt.policies import topology
+from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 
 EXIT_OK, EXIT_DIFF, EXIT_ERROR = 0, 1, 2
 PROG = "hwprobe"
@@ -207,9 +209,9 @@ def _dispatch(args: argparse.Namespace) -> int:
                                     seen.message)
         use = None if seen.body is None else gpu_use.annotation(seen.body, datetime.now(UTC))
         publish(api, args.node, topo, verified=verified, spec=spec, gpu_use=use)
-        emit(f"published {report.ANNOTATION} on node {args.node}"
+        emit(f"published {topology.ANNOTATION} on node {args.node}"
              + (f" (verified={str(verified).lower()})" if verdict else "")
-             + (f" and {gpu_use.ANNOTATION}" if use else ""))
+             + (f" and {GPU_USE_ANNOTATION}" if use else ""))
         return EXIT_OK
     raise HwprobeError(f"unknown command {args.command}")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Topology
 from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.gpu_use import ANNOTATION, SCHEMA  # noqa: F401 - the planner owns them
+from ckpt_preempt.policies.gpu_use import SCHEMA
 
 if TYPE_CHECKING:
     from ckpt_preempt.hwprobe.podresources import Answer

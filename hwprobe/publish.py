@@ -12,9 +12,10 @@ import json
 from typing import Any
 
 from ckpt_preempt.hwprobe.errors import PublishError
-from ckpt_preempt.hwprobe.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 from ckpt_preempt.hwprobe.model import Topology
-from ckpt_preempt.hwprobe.report import ANNOTATION, LABEL_PREFIX, annotation, labels
+from ckpt_preempt.hwprobe.report import LABEL_PREFIX, annotation, labels
+from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
+from ckpt_preempt.policies.topology import ANNOTATION
 
 
 def api_client(kubeconfig: str | None = None) -> Any:

@@ -16,7 +16,6 @@ from typing import Any
 
 from ckpt_preempt.hwprobe.model import Topology
 from ckpt_preempt.policies.topology import (
-    ANNOTATION,  # noqa: F401 - re-exported: the planner owns the key
     CLIQUE_KEY,
 )
 

@@ -1,6 +1,6 @@
 """Pure decision logic for checkpoint-safe preemption.
 
-Contract: a frozen ``model.Snapshot`` (with ``now`` as data) goes in, a ``model.Plan`` comes out.
+Contract: a frozen ``snapshot.Snapshot`` (with ``now`` as data) goes in, a ``model.Plan`` comes out.
 Nothing here performs I/O, reads a clock, or uses unseeded randomness; import-linter and
 ``tests/policies/test_purity.py`` hold the line.
 

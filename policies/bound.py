@@ -38,7 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies.model import Pod, PodHold, RejectReason, Snapshot
+from ckpt_preempt.policies.model import Pod, PodHold, RejectReason
+from ckpt_preempt.policies.snapshot import Snapshot
 
 MAX_PREEMPTIONS_PER_WINDOW = 4  # assumption (see above); 0 turns the bound off
 PREEMPTION_BOUND_WINDOW_SECONDS = 86400.0  # assumption (see above)

@@ -10,7 +10,7 @@ ComputeDomains: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/lat
 The rule (``gang_cliques``): a gang any of whose members declares ``nvlink: required`` and that
 has more than one member (pending or running) is placed, and preempted for, inside ONE clique:
 every member on nodes of the same clique, each member still under the within-node rule
-(``preemption.nvlink_gpus``). Running members fix the clique; with none, every clique is a
+(``search.nvlink_gpus``). Running members fix the clique; with none, every clique is a
 candidate and the planner keeps the one whose plan loses least (``preemption._place_members``).
 A single pod, even of many GPUs, stays within one node as before. When no node of the snapshot
 has a clique, nothing changes: the rule needs clique information to mean anything, and a cluster
@@ -23,13 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ckpt_preempt.policies.model import (
-    NodeRejection,
-    NvlinkNeed,
-    Pod,
-    RejectReason,
-    Snapshot,
-)
+from ckpt_preempt.policies.model import NodeRejection, NvlinkNeed, Pod, RejectReason
+from ckpt_preempt.policies.snapshot import Snapshot
 
 
 def constrained(members: Sequence[Pod]) -> bool:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import CheckpointMode, Plan, Pod, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies.model import CheckpointMode, Plan, Pod, UnknownCheckpoint
+from ckpt_preempt.policies.snapshot import Snapshot
 
 POLICY = "cost-aware"
 

@@ -35,17 +35,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ckpt_preempt.policies import cliques, units
-from ckpt_preempt.policies.model import (
-    NvlinkNeed,
-    Placement,
-    Pod,
-    RejectReason,
-    Resources,
-    Snapshot,
-)
+from ckpt_preempt.policies import cliques, cover, units
+from ckpt_preempt.policies.model import NvlinkNeed, Placement, Pod, RejectReason, Resources
 from ckpt_preempt.policies.plan_cache import Share
 from ckpt_preempt.policies.search import _Search
+from ckpt_preempt.policies.snapshot import Snapshot
 
 # Assumption, not tuned: how many spread victim gangs (cheapest first) a gang plan also tries
 # evicting first. Each try is a whole member-by-member plan, cut short once it costs more than
@@ -58,7 +52,7 @@ def total(search: _Search) -> tuple[float, int, int]:
     chosen = list(search.chosen.values())
     return (
         sum(u.cost for u in chosen),
-        units.pdb_violations((p for u in chosen for p in u.pods), search.s.pdbs),
+        cover.pdb_violations((p for u in chosen for p in u.pods), search.s.pdbs),
         sum(len(u.pods) for u in chosen),
     )
 

@@ -35,10 +35,10 @@ from ckpt_preempt.policies.model import (
     PodDisruptionBudget,
     RejectReason,
     Resources,
-    Snapshot,
     Victim,
     VictimGroup,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 
 POLICY = "kube-default"
 MAX_INT32_PLUS_ONE = 2**31  # upstream adds MaxInt32+1 so priority sums are non-negative

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckpt_preempt.policies.model import Placement, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import Placement, Pod, Resources
+from ckpt_preempt.policies.snapshot import Snapshot
 
 MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
 DEFAULT_MILLI_CPU_REQUEST = 100  # pkg/scheduler/util DefaultMilliCPURequest

@@ -81,9 +81,9 @@ from ckpt_preempt.policies.model import (
     PodDisruptionBudget,
     RejectReason,
     Resources,
-    Snapshot,
     VictimGroup,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 
 POLICY = "kube-workload"
 

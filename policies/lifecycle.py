@@ -35,8 +35,7 @@ Guarantees (property tests in tests/controller/test_lifecycle.py):
   a preemptor whose node still has terminating victims is never planned again.
 
 The record and its stored formats (``PlanRecord``, ``plan_from_annotation``, ``DrainRequest``,
-the annotation names, ``PlanFormatError``/``DrainFormatError``) are in ``policies.plan_record``,
-re-exported here.
+the annotation names, ``PlanFormatError``/``DrainFormatError``) are in ``policies.plan_record``.
 """
 
 from __future__ import annotations
@@ -45,28 +44,12 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# the stored record and its formats, re-exported: callers use them as ``lifecycle.*``
-from ckpt_preempt.policies.plan_record import DONE_ANNOTATION as DONE_ANNOTATION
-from ckpt_preempt.policies.plan_record import DRAIN_ANNOTATION as DRAIN_ANNOTATION
-from ckpt_preempt.policies.plan_record import MAX_WORKLOAD_KEY as MAX_WORKLOAD_KEY
-from ckpt_preempt.policies.plan_record import PLAN_ANNOTATION as PLAN_ANNOTATION
-from ckpt_preempt.policies.plan_record import PLAN_DATA_KEY as PLAN_DATA_KEY
-from ckpt_preempt.policies.plan_record import SCHEMA as SCHEMA
-from ckpt_preempt.policies.plan_record import DrainFormatError as DrainFormatError
-from ckpt_preempt.policies.plan_record import DrainRequest as DrainRequest
-from ckpt_preempt.policies.plan_record import Mode as Mode
-from ckpt_preempt.policies.plan_record import PlanFormatError as PlanFormatError
-from ckpt_preempt.policies.plan_record import PlannedPlacement as PlannedPlacement
-from ckpt_preempt.policies.plan_record import PlannedVictim as PlannedVictim
-from ckpt_preempt.policies.plan_record import PlanRecord as PlanRecord
-from ckpt_preempt.policies.plan_record import State as State
-from ckpt_preempt.policies.plan_record import acked as acked
-from ckpt_preempt.policies.plan_record import drain_from_annotation as drain_from_annotation
-from ckpt_preempt.policies.plan_record import drain_request as drain_request
-from ckpt_preempt.policies.plan_record import drain_requested as drain_requested
-from ckpt_preempt.policies.plan_record import drain_to_annotation as drain_to_annotation
-from ckpt_preempt.policies.plan_record import plan_from_annotation as plan_from_annotation
-from ckpt_preempt.policies.plan_record import plan_to_annotation as plan_to_annotation
+from ckpt_preempt.policies.plan_record import (
+    Mode,
+    PlannedVictim,
+    PlanRecord,
+    State,
+)
 
 
 class StepKind(enum.StrEnum):

@@ -5,8 +5,8 @@ Times are plain floats (seconds on one shared axis, e.g. the Unix epoch); the ca
 CPU in millicores, memory in MiB, GPUs as whole devices (``nvidia.com/gpu`` and the other
 names configured), and MIG slices as thousandths of their parent GPU (``gpu_milli``).
 
-``Snapshot``, the whole cluster with its indexes, is in ``policies.snapshot`` and re-exported
-here (loaded on first use, since that module imports this one).
+``Snapshot``, the whole cluster with its indexes, is in ``policies.snapshot`` (which imports
+this module).
 """
 
 from __future__ import annotations
@@ -21,18 +21,7 @@ from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.topology import NodeTopology
 
 if TYPE_CHECKING:
-    from ckpt_preempt.policies.snapshot import Snapshot as Snapshot
     from ckpt_preempt.policies.timing import Timing
-
-
-def __getattr__(name: str) -> object:
-    """``model.Snapshot``: re-exported from ``policies.snapshot`` on first use."""
-    if name == "Snapshot":
-        from ckpt_preempt.policies.snapshot import Snapshot
-
-        globals()["Snapshot"] = Snapshot
-        return Snapshot
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class CheckpointMode(enum.StrEnum):

@@ -3,7 +3,7 @@
 Eviction sets are enumerated in non-decreasing cost order (a best-first walk over sorted units
 where each set's successors either add the next unit or swap the last one for it, so every set
 appears exactly once). The first set after which every preemptor member fits, and which keeps
-every gang whole under the PDBs (``units.gang_pdb_ok``, the planner's rule), is optimal. Cost
+every gang whole under the PDBs (``cover.gang_pdb_ok``, the planner's rule), is optimal. Cost
 is the planner's objective: lost work plus the fairness penalty. It shares only the cost model,
 the PDB rule and unit construction with the planner, not its search.
 """
@@ -14,9 +14,11 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckpt_preempt.policies import units
-from ckpt_preempt.policies.model import Pod, Resources, Snapshot
-from ckpt_preempt.policies.preemption import PlannerConfig, nvlink_gpus
+from ckpt_preempt.policies import cover, units
+from ckpt_preempt.policies.model import Pod, Resources
+from ckpt_preempt.policies.preemption import PlannerConfig
+from ckpt_preempt.policies.search import nvlink_gpus
+from ckpt_preempt.policies.snapshot import Snapshot
 
 
 class OracleLimit(RuntimeError):
@@ -108,7 +110,7 @@ def solve(
         if examined > max_sets:
             raise OracleLimit(f"more than {max_sets} eviction sets")
         picked = [order[i] for i in chosen]
-        if units.gang_pdb_ok(picked, snapshot.pdbs) and feasible(chosen):
+        if cover.gang_pdb_ok(picked, snapshot.pdbs) and feasible(chosen):
             return OracleResult(
                 feasible=True, lost_gpu_seconds=sum(u.lost for u in picked),
                 penalty_gpu_seconds=sum(u.penalty for u in picked),

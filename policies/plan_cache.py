@@ -10,7 +10,7 @@ here, keyed by what it does depend on, and reused by every later plan of the cyc
   priorities fall between the same two pod priorities see the same victims;
 - each node's judgment for each request shape (why no preemptor of that shape fits there, or
   a lower bound on the cost of making room and what is missing);
-- the exact within-node covers (``units.min_cover``), which the members of a gang and the
+- the exact within-node covers (``cover.min_cover``), which the members of a gang and the
   tries of a gang plan ask for again and again.
 
 Correctness under restrictions: everything is computed on the cycle's base snapshot and used
@@ -53,7 +53,8 @@ import bisect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ckpt_preempt.policies.model import RejectReason, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies.model import RejectReason, UnknownCheckpoint
+from ckpt_preempt.policies.snapshot import Snapshot
 
 CARRIED_RINGS = 64  # request shapes whose judgments a cycle hands on (the most recently used)
 

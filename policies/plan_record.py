@@ -5,7 +5,7 @@ the controller owns in its own namespace (``plan_to_annotation``/``plan_from_ann
 drain request a victim gets is an annotation (``DrainRequest``), acknowledged by
 ``checkpoint-done`` (``acked``). These are apart from ``policies.lifecycle`` (the state machine
 that reads a record and the live check before each write) because they are the data it works on
-and the strict parsing of it; ``lifecycle`` re-exports every name here.
+and the strict parsing of it.
 
 Errors: ``PlanFormatError`` / ``DrainFormatError`` (both ``ValueError``) for values that do
 not parse strictly. Callers treat such a value as carrying no plan, and never act on it.

@@ -8,14 +8,14 @@ first, on a working copy of free capacity so later members see earlier choices):
 3. sample candidates with the shared driver (``policies.candidates``), as kube-scheduler
    does: walk nodes from a per-pod offset until ``max(10 % of nodes, 100)`` could free enough;
 4. evaluate those cheapest-bound first with the exact within-node search
-   (``units.min_cover``), stopping once the bound exceeds the best plan found;
+   (``cover.min_cover``), stopping once the bound exceeds the best plan found;
 5. pick the node minimising (lost work + fairness penalty, PDB violations, its GPUs' health
    (healthy, unknown, then degraded: ``policies.health``), victims, then for
    ``nvlink: preferred`` pods a node where one NVLink domain surely fits, name). A node whose
    GPUs are failing is closed (``Node.closed``).
 
 A gang may be a victim only if every PDB covering it allows all the plan's victims it covers
-to go (``units.PdbBudget``), so the Eviction API never refuses part of a gang;
+to go (``cover.PdbBudget``), so the Eviction API never refuses part of a gang;
 ``gang_pdb_problem`` re-checks that against live PDBs right before the first eviction.
 
 For a gang, the placement is also tried with the first member on its next-cheapest node
@@ -32,25 +32,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies import bound, candidates, cost, gang_joint, units
+from ckpt_preempt.policies import bound, candidates, cost, cover, gang_joint, units
 from ckpt_preempt.policies import shrink as shrink_rules
 from ckpt_preempt.policies import timing as timing_
 from ckpt_preempt.policies.health import Health
-from ckpt_preempt.policies.model import (
-    Plan,
-    Pod,
-    RejectReason,
-    Snapshot,
-    Victim,
-    VictimGroup,
-)
+from ckpt_preempt.policies.model import Plan, Pod, RejectReason, Victim, VictimGroup
 from ckpt_preempt.policies.placement import admission
 from ckpt_preempt.policies.plan_cache import PlanCache, Share
-
-# the search's NVLink helpers, re-exported: callers import them from here
-from ckpt_preempt.policies.search import domain_fits as domain_fits
-from ckpt_preempt.policies.search import nvlink_gpus as nvlink_gpus
 from ckpt_preempt.policies.search import sampling
+from ckpt_preempt.policies.snapshot import Snapshot
 
 POLICY = "checkpoint-aware"
 # The fairness guard's defaults, chosen from the simulator (README, "The simulator"): each
@@ -203,7 +193,7 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
         reason=reason,
         placements=tuple(placements),
         victim_groups=tuple(groups),
-        pdb_violations=units.pdb_violations(victim_pods, snapshot.pdbs),
+        pdb_violations=cover.pdb_violations(victim_pods, snapshot.pdbs),
         drain_deadline=snapshot.now + max(drains) if drains else (snapshot.now if groups else None),
         rejections=tuple(search.rejections),
         nodes_evaluated=evaluated,

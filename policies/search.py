@@ -4,8 +4,8 @@
 the PDB budget spent, the rejections); ``_Sampler`` walks the candidate driver over it for one
 request, and ``_judge``/``_cover`` bound and then solve each node. It is separate from
 ``policies.preemption`` so the planner's entry point (``plan``, its config, the gang tries and
-the plan it returns) reads apart from the node-level search it drives; ``preemption``
-re-exports the helpers others use (``nvlink_gpus``, ``domain_fits``, ``sampling``).
+the plan it returns) reads apart from the node-level search it drives. The helpers others
+use (``nvlink_gpus``, ``domain_fits``, ``sampling``) are imported from here.
 
 Without preemption (``fit_without_preemption``), among the nodes where the pod fits as things
 stand: the healthiest GPUs first (failing nodes are closed), then for ``nvlink: preferred`` pods
@@ -23,17 +23,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ckpt_preempt.policies import candidates, gpu_use, units
-from ckpt_preempt.policies.model import (
-    NodeRejection,
-    NvlinkNeed,
-    Pod,
-    RejectReason,
-    Resources,
-    Snapshot,
-)
+from ckpt_preempt.policies import candidates, cover, gpu_use, units
+from ckpt_preempt.policies.model import NodeRejection, NvlinkNeed, Pod, RejectReason, Resources
 from ckpt_preempt.policies.placement import admission
 from ckpt_preempt.policies.plan_cache import Share
+from ckpt_preempt.policies.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from ckpt_preempt.policies.preemption import PlannerConfig
@@ -93,7 +87,7 @@ class _Search:
         self.rejections: list[NodeRejection] = []
         self.evaluated = 0
         self.exhausted: list[str] = []  # nodes whose exact search ran out of budget
-        self.pdb = units.PdbBudget(snapshot.pdbs)  # what the chosen units charged to each PDB
+        self.pdb = cover.PdbBudget(snapshot.pdbs)  # what the chosen units charged to each PDB
         self.no_clique = ""  # why no NVLink clique can host the gang (policies.cliques)
         self.ahead: Sequence[Pod] = ()  # gang members still to place after the current one
         self.scorer: admission.AdmissionScorer | None = None  # built when first needed
@@ -263,7 +257,7 @@ class _Search:
             held = ", ".join(f"{n} pod(s) {why}" for why, n in sorted(ev.held.items()))
             return RejectReason.NOT_ENOUGH_PREEMPTIBLE, held
         gap = Resources(cpu_milli=gap_cpu, memory_mib=gap_mem, gpus=gap_gpus, gpu_milli=gap_milli)
-        return units.gpu_lower_bound(pieces, gap_gpus), gap
+        return cover.gpu_lower_bound(pieces, gap_gpus), gap
 
     def _cover(self, name: str, gap: Resources) -> tuple:
         """The exact cover of ``gap`` on node ``name`` the PDBs admit next to the units chosen
@@ -277,12 +271,12 @@ class _Search:
             if got is None:
                 here = self.units.units_on(name)
                 got = shared.covers[key] = (
-                    units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
+                    cover.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
                                     self.pdb), {u.id: u for u in here})
             self.memo[key] = got
         if got is None:
             here = self.units.units_on(name, exclude=self.chosen)
-            got = (units.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
+            got = (cover.min_cover(here, name, gap, self.s.pdbs, self.cfg.search_budget,
                                    self.pdb),
                    {u.id: u for u in here})
             if clean:

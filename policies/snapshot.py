@@ -3,8 +3,7 @@
 Apart from the record types it holds (``policies.model``) because it is the one model class with
 behaviour of its own: lazily built indexes (pods per node, free resources, gangs, PDBs per
 namespace) and ``restricted``, the per-preemptor view a controller cycle derives without
-re-indexing. ``policies.model`` re-exports it, so ``from ckpt_preempt.policies.model import
-Snapshot`` keeps working.
+re-indexing. It imports ``policies.model``, never the reverse.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from ckpt_preempt.policies.model import (
     Pod,
     PodDisruptionBudget,
     Resources,
-    Snapshot,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 from ckpt_preempt.policies.topology import TopologyError, parse_node_topology
 

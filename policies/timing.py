@@ -34,7 +34,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies.model import Plan, Pod, Snapshot, Victim
+from ckpt_preempt.policies.model import Plan, Pod, Victim
+from ckpt_preempt.policies.snapshot import Snapshot
 
 # Assumption: how late a checkpoint's last-checkpoint report, or a pod's end, is seen after it
 # happens (one annotation write, or kubelet's status update, then the watch); the simulator's

@@ -7,7 +7,7 @@ A whole unit's cost is the whole gang's lost work, plus the fairness penalty for
 preempted recently, and it frees the whole gang's resources, on every node the gang occupies.
 
 The PDB rule for gangs (``PdbBudget``) and the exact within-node search (``min_cover``) are in
-``policies.cover``, re-exported here.
+``policies.cover``.
 """
 
 from __future__ import annotations
@@ -17,21 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ckpt_preempt.policies import bound, cost, shrink
-
-# the PDB rule and the exact search, re-exported: callers use them as ``units.*``
-from ckpt_preempt.policies.cover import Cover as Cover
-from ckpt_preempt.policies.cover import PdbBudget as PdbBudget
-from ckpt_preempt.policies.cover import covers as covers
-from ckpt_preempt.policies.cover import gang_pdb_ok as gang_pdb_ok
-from ckpt_preempt.policies.cover import gpu_lower_bound as gpu_lower_bound
-from ckpt_preempt.policies.cover import min_cover as min_cover
-from ckpt_preempt.policies.cover import pdb_violations as pdb_violations
-from ckpt_preempt.policies.model import (
-    ZERO,
-    Pod,
-    Resources,
-    Snapshot,
-)
+from ckpt_preempt.policies.model import ZERO, Pod, Resources
+from ckpt_preempt.policies.snapshot import Snapshot
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,10 +41,11 @@ this buys is measured by ``bench/admission_placement.py`` (policies/placement/RE
 
 from __future__ import annotations
 
-from ckpt_preempt.policies.model import Node, Resources, Snapshot
+from ckpt_preempt.policies.model import Node, Resources
 from ckpt_preempt.policies.placement import fgd
 from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodShape, fits
 from ckpt_preempt.policies.placement.ours import Ours
+from ckpt_preempt.policies.snapshot import Snapshot
 
 BESTFIT = "bestfit"  # fewest whole GPUs left over (the planner's rule before the scorer)
 PER_POD = "ours"  # our scorer, one member at a time (what the extender does per pod)

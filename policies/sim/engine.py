@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import bound, preemption
-from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources
 from ckpt_preempt.policies.shrink import RENDEZVOUS_SECONDS
 from ckpt_preempt.policies.sim import waits
 from ckpt_preempt.policies.sim.costs import (
@@ -79,6 +79,7 @@ from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload
+from ckpt_preempt.policies.snapshot import Snapshot
 
 
 @dataclass(frozen=True, kw_only=True)

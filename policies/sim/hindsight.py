@@ -45,7 +45,6 @@ from ckpt_preempt.policies.model import (
     Plan,
     Pod,
     Resources,
-    Snapshot,
     Victim,
     VictimGroup,
 )
@@ -54,6 +53,7 @@ from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
 from ckpt_preempt.policies.sim.planners import KNOWN, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Workload
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.timing import Timing, VictimWait, When
 
 POLICY = "hindsight"

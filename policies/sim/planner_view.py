@@ -33,10 +33,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ckpt_preempt.policies import bound
-from ckpt_preempt.policies.model import ZERO, Node, Plan, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import ZERO, Node, Plan, Pod, Resources
 from ckpt_preempt.policies.sim.costs import report_error
 from ckpt_preempt.policies.sim.devices import Capacity, requests
 from ckpt_preempt.policies.sim.workload import Job, Member
+from ckpt_preempt.policies.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from ckpt_preempt.policies.model import UnknownCheckpoint

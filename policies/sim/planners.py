@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption, timing
-from ckpt_preempt.policies.model import Plan, Pod, Snapshot
+from ckpt_preempt.policies.model import Plan, Pod
+from ckpt_preempt.policies.snapshot import Snapshot
 
 Planner = Callable[[Snapshot, list[Pod], int], Plan]
 

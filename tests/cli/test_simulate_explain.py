@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ckpt_preempt.controller import cmd_simulate
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.sim import planners
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,12 +239,12 @@ def test_every_gang_convention_has_a_human_name():
 
 def test_live_explain_document_has_the_snapshot_shape():
     from ckpt_preempt.controller import explain_live
-    from ckpt_preempt.policies import kube_default, lifecycle, preemption, snapshot_io
+    from ckpt_preempt.policies import kube_default, preemption, snapshot_io
 
     snap, preemptor, _ = snapshot_io.from_dict(yaml.safe_load(EXAMPLE.read_text()))
     ours = preemption.plan(snap, preemptor)
-    stored = lifecycle.PlanRecord(
-        id="p1", state=lifecycle.State.DRAINING, mode=lifecycle.Mode.NOMINATE,
+    stored = plan_record.PlanRecord(
+        id="p1", state=plan_record.State.DRAINING, mode=plan_record.Mode.NOMINATE,
         created=snap.now - 60, deadline=snap.now + 60, evict_by=snap.now + 120,
         bind_by=snap.now + 180, placements=(), victims=())
     e = explain_live.Explanation(pod="prod/serve-llm", members=("prod/serve-llm",), plan=ours,

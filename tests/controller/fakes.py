@@ -1,6 +1,6 @@
 """Test doubles for the reconciler: a recording fake of ``controller.actions.Actions`` and a fake
 watch cache with the shape of ``controller.watch.ClusterCache``, plus small builders that go
-through ``convert.pod_info`` / ``node_info`` / ``pdb_info`` so tests read like API objects.
+through ``records.pod_info`` / ``node_info`` / ``pdb_info`` so tests read like API objects.
 
 ``RecordingActions`` mirrors the real choke point (``Actions._write``): in dry-run nothing but
 Events is written; leadership (``may_write``) is asked before every write, Events included;
@@ -19,15 +19,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller.actions import Blocked, Conflict, NotLeader
-from ckpt_preempt.controller.convert import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.group_crds import FixedGroups
+from ckpt_preempt.controller.records import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.watch import ChangeLog, Changes, StoredPlan
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, plan_object_name
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import RESERVED_TAINT, rfc3339
-from ckpt_preempt.policies.lifecycle import PlanRecord
+from ckpt_preempt.policies.plan_record import PlanRecord
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -63,11 +63,11 @@ def pod(name: str, *, ns: str = "team", node: str | None = None, priority: int =
             "annotations": dict(annotations or {})}
     if deleting:
         meta["deletionTimestamp"] = rfc3339(T0)
-    return convert.pod_info({"metadata": meta, "spec": spec, "status": status})
+    return records.pod_info({"metadata": meta, "spec": spec, "status": status})
 
 
 def node(name: str, *, gpus: int = 8, taints: Iterable[Mapping] = ()) -> NodeInfo:
-    return convert.node_info({
+    return records.node_info({
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "spec": {"taints": list(taints)},
         "status": {"allocatable": {"cpu": "64", "memory": "512Gi",
@@ -75,7 +75,7 @@ def node(name: str, *, gpus: int = 8, taints: Iterable[Mapping] = ()) -> NodeInf
 
 
 def pdb(name: str, *, ns: str = "team", match: Mapping[str, str], allowed: int) -> PdbInfo:
-    return convert.pdb_info({"metadata": {"name": name, "namespace": ns},
+    return records.pdb_info({"metadata": {"name": name, "namespace": ns},
                              "spec": {"selector": {"matchLabels": dict(match)}},
                              "status": {"disruptionsAllowed": allowed}})
 
@@ -143,12 +143,12 @@ class FakeCache:
         """Put a plan ConfigMap in place as if an earlier controller had written it."""
         rv = self.next_rv()
         self.plans.put(StoredPlan(name=plan_object_name(record.id), resource_version=rv,
-                                  raw=lifecycle.plan_to_annotation(record)))
+                                  raw=plan_record.plan_to_annotation(record)))
         return rv
 
     def plan(self, plan_id: str) -> PlanRecord | None:
         obj = self.plans.get(plan_object_name(plan_id))
-        return None if obj is None else lifecycle.plan_from_annotation(obj.raw)
+        return None if obj is None else plan_record.plan_from_annotation(obj.raw)
 
     def pod_by_uid(self, uid: str) -> PodInfo | None:
         return next((p for p in self.pods.items() if p.uid == uid), None)
@@ -164,7 +164,7 @@ class FakeCache:
     def ack(self, uid: str, plan_id: str) -> None:
         p = self.pod_by_uid(uid)
         assert p is not None
-        self.change_pod(uid, annotations={**p.annotations, lifecycle.DONE_ANNOTATION: plan_id})
+        self.change_pod(uid, annotations={**p.annotations, plan_record.DONE_ANNOTATION: plan_id})
 
     def finish_terminating(self) -> None:
         """The kubelets are done: terminating pods disappear."""
@@ -301,7 +301,7 @@ class RecordingActions:
         return self.cache.pod_by_uid(p.uid) or p
 
     # ----------------------------------------------------------------------- stored plans
-    def create_plan(self, record: lifecycle.PlanRecord) -> str | None:
+    def create_plan(self, record: plan_record.PlanRecord) -> str | None:
         name = plan_object_name(record.id)
 
         def apply() -> str:
@@ -311,16 +311,16 @@ class RecordingActions:
                 raise Conflict(f"plan {record.id} exists already")
             rv = self.cache.next_rv()
             self.cache.plans.put(StoredPlan(name=name, resource_version=rv,
-                                            raw=lifecycle.plan_to_annotation(record)))
+                                            raw=plan_record.plan_to_annotation(record)))
             return rv
         return self._write(Call(verb="create_plan", target=record.id, plan=record.id,
                                 args={"state": record.state, "record": record,
                                       "victims": tuple(v.uid for v in record.victims),
                                       "nodes": tuple(sorted(record.nodes))}), apply)
 
-    def update_plan(self, record: lifecycle.PlanRecord, rv: str) -> str | None:
+    def update_plan(self, record: plan_record.PlanRecord, rv: str) -> str | None:
         name = plan_object_name(record.id)
-        raw = lifecycle.plan_to_annotation(record)  # the real one serialises before sending
+        raw = plan_record.plan_to_annotation(record)  # the real one serialises before sending
 
         def apply() -> str:
             if self.cache is None:
@@ -347,13 +347,13 @@ class RecordingActions:
                     apply)
 
     # -------------------------------------------------------------------------- the victims
-    def request_checkpoint(self, pod: PodInfo, request: lifecycle.DrainRequest, *,
+    def request_checkpoint(self, pod: PodInfo, request: plan_record.DrainRequest, *,
                            only_if_unchanged: bool = False, decode: bool = True) -> bool:
-        if pod.deleting or lifecycle.drain_requested(pod.annotations, request.plan):
+        if pod.deleting or plan_record.drain_requested(pod.annotations, request.plan):
             return False
-        raw = lifecycle.drain_to_annotation(request)
+        raw = plan_record.drain_to_annotation(request)
         write = self._pod_changed(pod, True, annotations={
-            **self._live(pod).annotations, lifecycle.DRAIN_ANNOTATION: raw})
+            **self._live(pod).annotations, plan_record.DRAIN_ANNOTATION: raw})
 
         def apply() -> bool:  # like the server: a stale resourceVersion is a 409, not a write
             if only_if_unchanged and self._live(pod).resource_version != pod.resource_version:
@@ -366,10 +366,10 @@ class RecordingActions:
         return bool(done)
 
     def withdraw_checkpoint(self, pod: PodInfo, plan_id: str) -> None:
-        if not lifecycle.drain_requested(pod.annotations, plan_id):
+        if not plan_record.drain_requested(pod.annotations, plan_id):
             return
         rest = {k: v for k, v in self._live(pod).annotations.items()
-                if k != lifecycle.DRAIN_ANNOTATION}
+                if k != plan_record.DRAIN_ANNOTATION}
         self._write(Call(verb="withdraw_checkpoint", target=pod.key, plan=plan_id,
                          args={"uid": pod.uid}), self._pod_changed(pod, annotations=rest))
 
@@ -496,6 +496,6 @@ class Rig:
         self.reconciler.tick()
         return self.actions.calls[first:]
 
-    def state(self, plan_id: str) -> lifecycle.State | None:
+    def state(self, plan_id: str) -> plan_record.State | None:
         r = self.cache.plan(plan_id)
         return None if r is None else r.state

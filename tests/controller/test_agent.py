@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller import agent, agent_process
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import LAST_CHECKPOINT, rfc3339
 from ckpt_preempt_sdk import State
 
 NOW = 1_800_000_000.0
-DRAIN, DONE = lifecycle.DRAIN_ANNOTATION, lifecycle.DONE_ANNOTATION
+DRAIN, DONE = plan_record.DRAIN_ANNOTATION, plan_record.DONE_ANNOTATION
 
 
 class RecordingWriter:
@@ -50,16 +50,16 @@ class RecordingHook(agent.Hook):
     def __init__(self, *, saves: bool = True) -> None:
         self.saves, self.calls = saves, []
 
-    def checkpoint(self, request: lifecycle.DrainRequest) -> bool:
+    def checkpoint(self, request: plan_record.DrainRequest) -> bool:
         self.calls.append(("checkpoint", request.plan))
         return self.saves
 
-    def cancel(self, request: lifecycle.DrainRequest) -> None:
+    def cancel(self, request: plan_record.DrainRequest) -> None:
         self.calls.append(("cancel", request.plan))
 
 
 def drain_raw(plan: str) -> str:
-    return lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan=plan, requested=NOW,
+    return plan_record.drain_to_annotation(plan_record.DrainRequest(plan=plan, requested=NOW,
                                                                 deadline=NOW + 60))
 
 
@@ -237,8 +237,8 @@ NOT_A_DRAIN = st.one_of(
 
 def _parses(raw: str) -> bool:
     try:
-        lifecycle.drain_from_annotation(raw)
-    except lifecycle.DrainFormatError:
+        plan_record.drain_from_annotation(raw)
+    except plan_record.DrainFormatError:
         return False
     return True
 
@@ -361,7 +361,7 @@ def test_a_failed_api_write_is_reported_to_the_sdk(served):
 
 
 # ------------------------------------------------------------------------- hooks
-REQUEST = lifecycle.DrainRequest(plan="p1", requested=NOW, deadline=4_000_000_000.0)
+REQUEST = plan_record.DrainRequest(plan="p1", requested=NOW, deadline=4_000_000_000.0)
 
 
 def test_exec_hook_runs_the_command_and_the_cancel_command(tmp_path):

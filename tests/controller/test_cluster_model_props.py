@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.controller.cluster_model import ClusterModel
 from ckpt_preempt.controller.watch import LoggedStore
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle, plan_cache
+from ckpt_preempt.policies import plan_cache, plan_record
 from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import UnknownCheckpoint
@@ -58,7 +58,7 @@ def make_pod(w: World, key: str, d: st.DataObject) -> Any:
     if d.draw(st.integers(0, 5)) == 0:
         annotations[ann.PREEMPTIBLE] = "maybe"
     if d.draw(st.integers(0, 9)) == 0:
-        annotations[lifecycle.PLAN_ANNOTATION] = "legacy"
+        annotations[plan_record.PLAN_ANNOTATION] = "legacy"
     labels = {"app": d.draw(st.sampled_from(["x", "y"]))}
     gang = d.draw(st.sampled_from([None, None, "g1", "g2"]))
     if gang:
@@ -68,7 +68,7 @@ def make_pod(w: World, key: str, d: st.DataObject) -> Any:
             gpus=d.draw(st.sampled_from([0, 1, 2, 4, 8])), priority=d.draw(st.integers(0, 3)),
             started=T0 - d.draw(st.sampled_from([60, 3600, 7200])), annotations=annotations,
             labels=labels, pending=d.draw(st.booleans()), deleting=d.draw(st.integers(0, 6)) == 0,
-            gates=d.draw(st.sampled_from([(), (convert.ADMISSION_GATE,)])))
+            gates=d.draw(st.sampled_from([(), (records.ADMISSION_GATE,)])))
     if d.draw(st.integers(0, 6)) == 0:
         p = replace(p, phase=d.draw(st.sampled_from(["Succeeded", "Failed"])))
     return p
@@ -147,7 +147,7 @@ def check(w: World) -> None:
     assert view.pending == tuple(p for p in live if not p.node and not p.deleting)
     assert view.terminating == {p.uid for p in live if p.deleting}
     assert view.plan_annotated == tuple(p for p in live
-                                        if lifecycle.PLAN_ANNOTATION in p.annotations)
+                                        if plan_record.PLAN_ANNOTATION in p.annotations)
     # what the planner's caches are told changed covers every node that did
     if w.previous is not None and got.changed_nodes is not None:
         assert plan_cache.changed_nodes(w.previous, r) <= got.changed_nodes

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import config, convert
+from ckpt_preempt.controller import config, convert, records
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import bound, gangs, preemption
 from ckpt_preempt.policies.model import (
@@ -54,7 +54,7 @@ def pod_json(name="p", *, ns="team", gpus=None, node=None, annotations=None, lab
 def node_json(name="n", *, gpus=8, topology=None, taints=None, labels=None) -> dict:
     alloc = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}
     meta = {"name": name, "labels": labels or {},
-            "annotations": {convert.TOPOLOGY_ANNOTATION: topology} if topology else {}}
+            "annotations": {records.TOPOLOGY_ANNOTATION: topology} if topology else {}}
     return {"metadata": meta, "spec": {"taints": taints or []},
             "status": {"allocatable": alloc}}
 
@@ -67,11 +67,11 @@ def node_json(name="n", *, gpus=8, topology=None, taints=None, labels=None) -> d
     pytest.param(pod_json(requests=False), None, id="no requests at all"),
 ])
 def test_requests(pod, want):
-    assert convert.pod_info(pod).requests == want
+    assert records.pod_info(pod).requests == want
 
 
 def test_pod_info_keeps_only_what_planning_needs():
-    p = convert.pod_info(pod_json(annotations={"ckpt-preempt.io/checkpoint": "periodic"},
+    p = records.pod_info(pod_json(annotations={"ckpt-preempt.io/checkpoint": "periodic"},
                                   unschedulable=True, policy="Never", gates=["x"]))
     assert p.annotations == {"ckpt-preempt.io/checkpoint": "periodic"}
     assert p.unschedulable and p.preemption_policy == "Never" and p.gates == ("x",)
@@ -80,7 +80,7 @@ def test_pod_info_keeps_only_what_planning_needs():
 
 def test_pod_info_keeps_every_gang_conventions_annotations():
     ours = {c.name_key: "g" for c in gangs.CONVENTIONS} | {ann.MIN_RUNTIME: "1m"}
-    p = convert.pod_info(pod_json(annotations={**ours, "example.com/other": "x"}))
+    p = records.pod_info(pod_json(annotations={**ours, "example.com/other": "x"}))
     assert p.annotations == ours
 
 
@@ -93,7 +93,7 @@ def test_pod_info_keeps_every_gang_conventions_annotations():
     pytest.param([], None, id="no owners"),
 ])
 def test_pod_info_owner_uid(owners, want):
-    p = convert.pod_info(pod_json(owners=owners))
+    p = records.pod_info(pod_json(owners=owners))
     assert p.owner_uid == want
     pod, _ = convert.to_pod(p, NOW, ann.Limits(), True)
     assert pod.owner_uid == want and pod.workload == (want or p.uid)
@@ -101,13 +101,13 @@ def test_pod_info_owner_uid(owners, want):
 
 def test_snapshot_turns_bad_input_into_problems_and_safe_choices():
     pods = [
-        convert.pod_info(pod_json("bad", node="n", gpus=8, annotations={
+        records.pod_info(pod_json("bad", node="n", gpus=8, annotations={
             "ckpt-preempt.io/last-checkpoint": "yesterday",
             "ckpt-preempt.io/checkpoint": "on-request"})),
-        convert.pod_info(pod_json("noreq", node="n", requests=False)),
-        convert.pod_info(pod_json("elsewhere", ns="other", node="n", gpus=1)),
+        records.pod_info(pod_json("noreq", node="n", requests=False)),
+        records.pod_info(pod_json("elsewhere", ns="other", node="n", gpus=1)),
     ]
-    nodes = [convert.node_info(node_json("n", topology="{not json"))]
+    nodes = [records.node_info(node_json("n", topology="{not json"))]
     out = convert.snapshot(now=NOW, nodes=nodes, pods=pods, pdbs=[],
                            scope=convert.Scope(namespaces=frozenset({"team"})),
                            limits=ann.Limits())
@@ -118,13 +118,13 @@ def test_snapshot_turns_bad_input_into_problems_and_safe_choices():
     assert "no resource requests" in out.problems["uid-noreq"][0]
     assert not by["elsewhere"].preemptible  # outside the scope: never a victim
     assert out.snapshot.nodes[0].topology is None and "n" in out.node_problems
-    assert convert.TOPOLOGY_ANNOTATION in out.node_problems["n"]
+    assert records.TOPOLOGY_ANNOTATION in out.node_problems["n"]
 
 
 def test_snapshot_carries_fairness_counts_and_the_unknown_checkpoint_policy():
-    pods = [convert.pod_info(pod_json("a", node="n", gpus=1, owners=[
+    pods = [records.pod_info(pod_json("a", node="n", gpus=1, owners=[
         {"uid": "job-a", "controller": True}]))]
-    nodes = [convert.node_info(node_json("n"))]
+    nodes = [records.node_info(node_json("n"))]
     lim = ann.Limits(unknown_checkpoint=UnknownCheckpoint(kind="assume", seconds=60.0))
     out = convert.snapshot(now=NOW, nodes=nodes, pods=pods, pdbs=[], scope=convert.Scope(),
                            limits=lim, recent_preemptions={"job-a": 2})
@@ -137,7 +137,7 @@ def test_snapshot_carries_fairness_counts_and_the_unknown_checkpoint_policy():
 def test_malformed_annotations_never_protect_through_the_controller_path():
     bad = {ann.PREEMPTIBLE: "nope", ann.MIN_RUNTIME: "forever",
            "scheduling.ai/gang-name": "-x", "scheduling.ai/gang-total": "many"}
-    p = convert.pod_info(pod_json("bad", node="n", gpus=1, annotations=bad))
+    p = records.pod_info(pod_json("bad", node="n", gpus=1, annotations=bad))
     pod, problems = convert.to_pod(p, NOW, ann.Limits(), True)
     assert pod.preemptible and pod.min_runtime == 0.0 and pod.gang is None
     assert len(problems) == 3  # the total is not read without a valid name
@@ -151,7 +151,7 @@ def test_malformed_annotations_never_protect_through_the_controller_path():
     pytest.param({"optOutNamespaces": ["*"]}, "team", "", True, id="everyone"),
 ])
 def test_opt_out_follows_the_config(cfg, ns, pc, honoured):
-    p = convert.pod_info(pod_json("p", ns=ns, node="n", priority_class=pc,
+    p = records.pod_info(pod_json("p", ns=ns, node="n", priority_class=pc,
                                   annotations={ann.PREEMPTIBLE: "false"}))
     pod, problems = convert.to_pod(p, NOW, convert.limits(config.parse(cfg)), True)
     assert pod.preemptible is not honoured and bool(problems) is not honoured
@@ -202,19 +202,19 @@ def pdb_json(selector, allowed=1) -> dict:
                  id="labels and expressions must all hold"),
 ])
 def test_pdb_selectors(selector, covered):
-    pods = [convert.pod_info(pod_json(n, node="n", labels={"app": n} if n != "none" else {}))
+    pods = [records.pod_info(pod_json(n, node="n", labels={"app": n} if n != "none" else {}))
             for n in ("x", "y", "none")]
-    pods.append(convert.pod_info(pod_json("x-elsewhere", ns="other", node="n",
+    pods.append(records.pod_info(pod_json("x-elsewhere", ns="other", node="n",
                                           labels={"app": "x"})))
     out = convert.snapshot(now=NOW, nodes=[], pods=pods,
-                           pdbs=[convert.pdb_info(pdb_json(selector))], scope=convert.Scope(),
+                           pdbs=[records.pdb_info(pdb_json(selector))], scope=convert.Scope(),
                            limits=ann.Limits())
     (b,) = out.snapshot.pdbs
     assert [p.name for p in out.snapshot.pods if b.covers(p)] == covered
 
 
 def test_for_preemptor_closes_nodes_and_holds_pods_each_with_its_reason():
-    nodes = {n["metadata"]["name"]: convert.node_info(n) for n in [
+    nodes = {n["metadata"]["name"]: records.node_info(n) for n in [
         node_json("ok", labels={"pool": "a"}),
         node_json("wrong-pool", labels={"pool": "b"}),
         node_json("tainted", labels={"pool": "a"},
@@ -230,11 +230,11 @@ def test_for_preemptor_closes_nodes_and_holds_pods_each_with_its_reason():
     pre["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
             {"key": "zone", "operator": "NotIn", "values": ["z2"]}]}]}}}
-    pods = [convert.pod_info(pod_json(n, node="ok", gpus=1)) for n in ("busy", "blocked", "free")]
-    pods.append(convert.pod_info(pre))
+    pods = [records.pod_info(pod_json(n, node="ok", gpus=1)) for n in ("busy", "blocked", "free")]
+    pods.append(records.pod_info(pre))
     conv = convert.snapshot(now=NOW, nodes=nodes.values(), pods=pods, pdbs=[],
                             scope=convert.Scope(), limits=ann.Limits())
-    snap = convert.for_preemptor(conv.snapshot, nodes, [convert.pod_info(pre)],
+    snap = convert.for_preemptor(conv.snapshot, nodes, [records.pod_info(pre)],
                                  reserved_nodes=frozenset({"held"}),
                                  busy_pods=frozenset({"uid-busy"}),
                                  blocked_pods=frozenset({"uid-blocked"}))
@@ -288,9 +288,9 @@ def test_required_node_affinity(terms, allowed):
     pre = pod_json("pre")
     pre["spec"]["affinity"] = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
-    info = convert.pod_info(pre)
+    info = records.pod_info(pre)
     got = [name for name, labels in nodes.items()
-           if convert.node_allows(convert.node_info(node_json(name, labels=labels)), [info])]
+           if convert.node_allows(records.node_info(node_json(name, labels=labels)), [info])]
     assert got == allowed
 
 
@@ -301,7 +301,7 @@ def test_required_node_affinity(terms, allowed):
                        max_size=2))
 def test_fuzzed_pods_convert_without_crashing_and_without_immunity(labels, annotations, owners):
     """The controller's path (API JSON → PodInfo → Pod) under the same fuzz as the builder."""
-    info = convert.pod_info(pod_json("f", node="n", gpus=1, labels=labels,
+    info = records.pod_info(pod_json("f", node="n", gpus=1, labels=labels,
                                      annotations=annotations, owners=owners))
     pod, problems = convert.to_pod(info, NOW, ann.Limits(), True)
     assert pod.preemptible and pod.min_runtime <= ann.Limits().max_min_runtime
@@ -315,16 +315,16 @@ def test_the_starvation_bound_from_the_config_holds_pods_with_its_reason():
     limit = convert.preemption_bound(cfg)
     assert (limit.max_preemptions, limit.window_seconds) == (2, 7200.0)
     assert not convert.preemption_bound(config.parse({"maxPreemptionsPerWindow": 0})).on
-    nodes = {"n": convert.node_info(node_json("n"))}
-    pods = [convert.pod_info(pod_json(n, node="n", gpus=4)) for n in ("hit", "fresh")]
+    nodes = {"n": records.node_info(node_json("n"))}
+    pods = [records.pod_info(pod_json(n, node="n", gpus=4)) for n in ("hit", "fresh")]
     pre = pod_json("pre", gpus=8, priority=100)
-    pods.append(convert.pod_info(pre))
+    pods.append(records.pod_info(pre))
     conv = convert.snapshot(now=NOW, nodes=nodes.values(), pods=pods, pdbs=[],
                             scope=convert.Scope(), limits=ann.Limits(),
                             preemption_history={"uid-hit": 2, "uid-fresh": 1})
     bounded = bound.pods_at_bound(conv.snapshot, limit)
     assert bounded == {"uid-hit"}
-    snap = convert.for_preemptor(conv.snapshot, nodes, [convert.pod_info(pre)],
+    snap = convert.for_preemptor(conv.snapshot, nodes, [records.pod_info(pre)],
                                  reserved_nodes=frozenset(), busy_pods=frozenset(),
                                  bounded_pods=bounded)
     assert {p.name: p.held for p in snap.pods} == {

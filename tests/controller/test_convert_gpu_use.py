@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import gpu_use
 from tests.controller.test_convert import NOW, node_json, pod_json
@@ -27,8 +27,8 @@ def convert_node(value):
     for name in ("a", "b"):
         p = pod_json(name, node="n", gpus=4)
         p["status"]["startTime"] = "2027-01-15T07:00:00Z"
-        pods.append(convert.pod_info(p))
-    out = convert.snapshot(now=NOW, nodes=[convert.node_info(node)], pods=pods, pdbs=[],
+        pods.append(records.pod_info(p))
+    out = convert.snapshot(now=NOW, nodes=[records.node_info(node)], pods=pods, pdbs=[],
                            scope=convert.Scope(), limits=ann.Limits())
     return out.snapshot.nodes[0], out.node_problems
 

@@ -10,7 +10,7 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.config import Config, ConfigError, parse
 from ckpt_preempt.controller.disruption import EarlyWarning
 from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from tests.controller.fakes import T0, FakeCache, RecordingActions, node, pod
 from tests.controller.test_stepper import CKPT
 
@@ -38,7 +38,7 @@ def test_asks_the_on_request_pods_of_a_tainted_node_once_with_their_own_deadline
     assert call.plan.startswith("disruption/") and call.args["deadline"] == T0 + 60
     assert call.args["only_if_unchanged"]
     assert actions.event_reasons("team/a") == [Reason.DISRUPTION_CHECKPOINT_REQUESTED]
-    assert lifecycle.drain_requested(cache.pod_by_uid("uid-a").annotations, call.plan)
+    assert plan_record.drain_requested(cache.pod_by_uid("uid-a").annotations, call.plan)
     assert _step(ew, cache, T0 + 1, held={"held"}) == []  # it carries the request: once
     assert len(actions.of("request_checkpoint")) == 1
 

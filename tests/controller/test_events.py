@@ -11,8 +11,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller import actions as actions_mod
-from ckpt_preempt.controller.convert import PodInfo
 from ckpt_preempt.controller.events import MEANING, Reason
+from ckpt_preempt.controller.records import PodInfo
 from tests.controller import fakes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller.extender import Extender
 from ckpt_preempt.controller.extender_model import StaticView, build_view
 from ckpt_preempt.controller.extender_verbs import (
@@ -50,7 +50,7 @@ def pod_json(name, *, gpus=0, cpu="1", node=None, priority=0, started_ago=HOUR,
 def node_json(name, *, gpus=8, domains=None) -> dict:
     anns = {}
     if domains is not None:
-        anns[convert.TOPOLOGY_ANNOTATION] = json.dumps(
+        anns[records.TOPOLOGY_ANNOTATION] = json.dumps(
             {"schema": SCHEMA, "gpu_count": gpus, "nvlink_domains": domains})
     return {"metadata": {"name": name, "annotations": anns},
             "status": {"allocatable": {"cpu": "64", "memory": "512Gi",
@@ -58,7 +58,7 @@ def node_json(name, *, gpus=8, domains=None) -> dict:
 
 
 def serve(nodes, pods, **kw) -> tuple[Extender, str]:
-    view = build_view([convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods])
+    view = build_view([records.node_info(n) for n in nodes], [records.pod_info(p) for p in pods])
     ext = Extender(StaticView(view), **kw)
     host, port = ext.serve("127.0.0.1", 0)
     return ext, f"http://{host}:{port}"
@@ -265,8 +265,8 @@ class _Cache:
         import threading
 
         self.changed = threading.Event()
-        self.nodes, self.pods = _Items(nodes, convert.node_info), _Items(pods, convert.pod_info)
-        self.pdbs = _Items([], convert.pdb_info)
+        self.nodes, self.pods = _Items(nodes, records.node_info), _Items(pods, records.pod_info)
+        self.pdbs = _Items([], records.pdb_info)
         self.podgroups = _Items([], podgroup_info)
 
     def synced(self):
@@ -311,8 +311,8 @@ def test_preempt_answers_only_offered_victims_and_never_an_empty_list():
                     pods.append(pod_json(f"p{i}-{k}", gpus=g, node=f"n{i}",
                                          started_ago=data.draw(st.integers(60, 10 * 3600))))
                     on.setdefault(f"n{i}", []).append(f"uid-p{i}-{k}")
-        view = build_view([convert.node_info(n) for n in nodes],
-                          [convert.pod_info(p) for p in pods])
+        view = build_view([records.node_info(n) for n in nodes],
+                          [records.pod_info(p) for p in pods])
         all_uids = [u for us in on.values() for u in us]
         offered = {n: data.draw(st.lists(st.sampled_from(all_uids), unique=True, max_size=4))
                    for n in on if all_uids}
@@ -354,7 +354,7 @@ def test_prioritize_memo_scores_as_a_fresh_scorer_would(used, asks):
     nodes = [node_json(f"n{i}") for i in range(len(used))]
     pods = [pod_json(f"r{i}", gpus=g, cpu=str(c), node=f"n{i}")
             for i, (g, c) in enumerate(used) if g]
-    view = build_view([convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods])
+    view = build_view([records.node_info(n) for n in nodes], [records.pod_info(p) for p in pods])
     scorer = Scorer(budget_seconds=60.0)
     scorer.learn(view)
     names = [f"n{i}" for i in range(len(used))]
@@ -372,7 +372,7 @@ def test_only_scoring_new_node_states_counts_against_the_budget():
     from ckpt_preempt.controller.extender_verbs import Scorer, pending_pod
     nodes = [node_json(f"n{i}") for i in range(40)]
     pods = [pod_json(f"r{i}", gpus=1 + i % 4, cpu=str(1 + i % 7), node=f"n{i}") for i in range(40)]
-    view = build_view([convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods])
+    view = build_view([records.node_info(n) for n in nodes], [records.pod_info(p) for p in pods])
     fallbacks = []
     scorer = Scorer(budget_seconds=60.0, on_fallback=lambda: fallbacks.append(1))
     scorer.learn(view)
@@ -416,7 +416,7 @@ def test_a_bound_member_of_a_single_disruption_podgroup_may_go_alone():
                                         disruption=Disruption.SINGLE)}
     args = {"Pod": pod_json("p", gpus=4, priority=1000),
             "NodeNameToMetaVictims": _victims(n1=["g0"])}
-    infos = [convert.node_info(n) for n in nodes], [convert.pod_info(p) for p in pods]
+    infos = [records.node_info(n) for n in nodes], [records.pod_info(p) for p in pods]
     view = build_view(*infos, podgroups=groups)
     out, _ = preempt(view, args, PreemptSettings())
     assert out == {"NodeNameToMetaVictims": _victims(n1=["g0"])}

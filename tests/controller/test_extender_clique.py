@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import convert, records
 from ckpt_preempt.controller.extender_cliques import clique_rule
 from ckpt_preempt.controller.extender_model import build_view
 from ckpt_preempt.controller.extender_verbs import (
@@ -22,7 +22,8 @@ from ckpt_preempt.controller.extender_verbs import (
 )
 from ckpt_preempt.policies import cliques
 from ckpt_preempt.policies.annotations import Limits
-from ckpt_preempt.policies.model import RejectReason, Snapshot
+from ckpt_preempt.policies.model import RejectReason
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import CLIQUE_KEY, SCHEMA
 from tests.controller.test_extender import pod_json
 
@@ -40,7 +41,7 @@ def node(name: str, clique: str | None, *, cordoned: bool = False, taints=()) ->
     report = {"schema": SCHEMA, "gpu_count": 4, "nvlink_domains": [[0, 1, 2, 3]],
               CLIQUE_KEY: clique}
     return {"metadata": {"name": name,
-                         "annotations": {convert.TOPOLOGY_ANNOTATION: json.dumps(report)}},
+                         "annotations": {records.TOPOLOGY_ANNOTATION: json.dumps(report)}},
             "spec": {"unschedulable": cordoned, "taints": list(taints)},
             "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "4"}}}
 
@@ -66,9 +67,9 @@ def busy(on: str) -> dict:
 
 def view_of(pods: list[dict], nodes=NODES, cordoned=(), tainted=()):
     taint = {"key": "dedicated", "value": "other", "effect": "NoSchedule"}
-    return build_view([convert.node_info(node(n, c, cordoned=n in cordoned,
+    return build_view([records.node_info(node(n, c, cordoned=n in cordoned,
                                               taints=[taint] if n in tainted else []))
-                       for n, c in nodes.items()], [convert.pod_info(p) for p in pods])
+                       for n, c in nodes.items()], [records.pod_info(p) for p in pods])
 
 
 def run(pods: list[dict], pod: dict, nodes=NODES, cordoned=(), tainted=()) -> dict:
@@ -197,10 +198,10 @@ def test_without_the_rule_every_node_stays():
 
 
 def test_convert_reads_the_clique_from_the_hwprobe_report():
-    assert convert.to_node(convert.node_info(node("a1", CA)))[0].clique == CA
-    assert convert.to_node(convert.node_info(node("plain", None)))[0].clique is None
+    assert convert.to_node(records.node_info(node("a1", CA)))[0].clique == CA
+    assert convert.to_node(records.node_info(node("plain", None)))[0].clique is None
     bad = node("bad", "rack one")  # malformed: the whole report is ignored, with a warning
-    got, problem = convert.to_node(convert.node_info(bad))
+    got, problem = convert.to_node(records.node_info(bad))
     assert got.clique is None and got.topology is None and CLIQUE_KEY in problem
 
 
@@ -231,7 +232,7 @@ def test_the_first_members_clique_is_the_planners_and_holds_the_gang(layout, siz
     second = clique_rule(view_of([*pods, gang[0]], nodes, cordoned),
                          pending_pod({"Pod": gang[1]}))
     assert first == second
-    planned = [convert.to_pod(convert.pod_info(p), NOW, Limits(), True)[0]
+    planned = [convert.to_pod(records.pod_info(p), NOW, Limits(), True)[0]
                for p in [*gang, *pods]]
     members = planned[:size]
     snapshot = Snapshot(now=NOW, nodes=tuple(nv.node for nv in view.nodes.values()),

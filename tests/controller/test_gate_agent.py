@@ -6,7 +6,7 @@ gate's decision."""
 from __future__ import annotations
 
 from ckpt_preempt.policies import eviction_gate as gate
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt_sdk import State
 from tests.controller.test_agent import NOW, Pod, RecordingHook
@@ -26,7 +26,7 @@ def test_the_agent_acks_the_gates_request_and_the_gate_then_allows():
     assert first.verdict is gate.Verdict.REQUEST
     hook = RecordingHook()
     pod = Pod(hook)
-    pod.writer.annotations[lifecycle.DRAIN_ANNOTATION] = lifecycle.drain_to_annotation(
+    pod.writer.annotations[plan_record.DRAIN_ANNOTATION] = plan_record.drain_to_annotation(
         first.request)
     pod.seen()
     retry = gate.decide(_gated(pod.writer.annotations), now=NOW + 1, limits=LIMITS,
@@ -37,7 +37,7 @@ def test_the_agent_acks_the_gates_request_and_the_gate_then_allows():
     assert pod.writer.writes == [("ack", first.request.plan)]
     assert pod.states() == [(State.REQUESTED, first.request.plan),
                             (State.ACKED, first.request.plan)]
-    assert pod.writer.annotations[lifecycle.DONE_ANNOTATION] == first.request.plan
+    assert pod.writer.annotations[plan_record.DONE_ANNOTATION] == first.request.plan
     after = gate.decide(_gated(pod.writer.annotations), now=NOW + 2, limits=LIMITS,
                         first_refused=NOW, exempt_requester=False)
     assert after.allowed and first.request.plan in after.reason

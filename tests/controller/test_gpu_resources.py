@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import config, convert, gpu_resources
+from ckpt_preempt.controller import config, convert, gpu_resources, records
 from ckpt_preempt.controller.gpu_resources import GpuResources, mig_milli
 from ckpt_preempt.policies import cost, preemption, snapshot_io
-from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, Pod, Resources, Snapshot
+from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, Pod, Resources
+from ckpt_preempt.policies.snapshot import Snapshot
 from tests.controller import test_extender as ext
 
 NOW = 1_800_000_000.0
@@ -34,10 +35,10 @@ def test_mig_profiles_are_their_compute_slices_of_seven(name, want):
 
 
 def test_requests_count_configured_names_and_mig_fractions():
-    r = convert.pod_requests(pod_json({"cpu": "1", "amd.com/gpu": "2", "nvidia.com/gpu": "1",
+    r = records.pod_requests(pod_json({"cpu": "1", "amd.com/gpu": "2", "nvidia.com/gpu": "1",
                                        "nvidia.com/mig-2g.20gb": "2"})["spec"], AMD)
     assert (r.gpus, r.gpu_milli) == (3, 2 * 285)
-    default = convert.pod_requests(pod_json({"amd.com/gpu": "2"})["spec"])
+    default = records.pod_requests(pod_json({"amd.com/gpu": "2"})["spec"])
     assert (default.gpus, default.gpu_milli) == (0, 0)  # amd.com/gpu not configured
 
 
@@ -45,17 +46,17 @@ def test_init_containers_take_the_max_of_mig_slices_too():
     spec = pod_json({"nvidia.com/mig-1g.5gb": "1"})["spec"]
     spec["initContainers"] = [{"name": "i", "resources": {"requests": {
         "nvidia.com/mig-1g.5gb": "3"}}}]
-    assert convert.pod_requests(spec).gpu_milli == 3 * 142
+    assert records.pod_requests(spec).gpu_milli == 3 * 142
 
 
 def test_node_allocatable_counts_whole_gpus_and_mig_slices():
-    n = convert.node_info({"metadata": {"name": "n"}, "status": {"allocatable": {
+    n = records.node_info({"metadata": {"name": "n"}, "status": {"allocatable": {
         "cpu": "8", "amd.com/gpu": "4", "nvidia.com/mig-1g.10gb": "7"}}}, AMD)
     assert (n.allocatable.gpus, n.allocatable.gpu_milli) == (4, 7 * 142)
 
 
 def test_a_bad_gpu_quantity_plans_the_pod_as_requesting_nothing():
-    p = convert.pod_info(pod_json({"nvidia.com/mig-1g.5gb": "lots"}))
+    p = records.pod_info(pod_json({"nvidia.com/mig-1g.5gb": "lots"}))
     assert p.requests is None
 
 
@@ -159,8 +160,8 @@ def test_snapshot_documents_carry_mig_slices():
      {"nvidia.com/mig-3g.40gb": "1"}, None),  # a profile with none left is no other profile
 ])
 def test_a_mig_preemptor_only_uses_nodes_whose_slices_are_all_its_profile(alloc, asked, want):
-    n = convert.node_info({"metadata": {"name": "n"}, "status": {"allocatable": alloc}})
-    p = convert.pod_info(pod_json(asked))
+    n = records.node_info({"metadata": {"name": "n"}, "status": {"allocatable": alloc}})
+    p = records.pod_info(pod_json(asked))
     got = convert.node_exclusion(n, [p])
     assert (got.name if got else None) == want
 

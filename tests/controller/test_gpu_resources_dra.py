@@ -1,5 +1,5 @@
 """DRA GPUs: ResourceClaims and ResourceSlices as the cache reads them
-(controller/resource_claims.py), and a pod's claim names (convert.pod_info)."""
+(controller/resource_claims.py), and a pod's claim names (records.pod_info)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller import resource_claims as rc
 from ckpt_preempt.controller.gpu_resources import DEFAULT, GpuResources
 
@@ -57,9 +57,9 @@ def test_pod_claim_names_from_spec_and_status():
              {"name": "tmpl", "resourceClaimTemplateName": "t"},
              {"name": "not-yet", "resourceClaimTemplateName": "t"}]},
          "status": {"resourceClaimStatuses": [{"name": "tmpl", "resourceClaimName": "p-tmpl-x"}]}}
-    assert convert.pod_info(d).claims == ("p-tmpl-x", "shared")
+    assert records.pod_info(d).claims == ("p-tmpl-x", "shared")
     off = GpuResources(dra_drivers=frozenset(), device_classes=frozenset())
-    assert convert.pod_info(d, off).claims == ()
+    assert records.pod_info(d, off).claims == ()
 
 
 def slice_(name: str, node: str | None, n: int, *, driver=DRIVER, pool="p", gen=1) -> dict:
@@ -93,20 +93,20 @@ class Store:
 
 
 def test_pods_and_nodes_read_with_their_dra_gpus():
-    pod = convert.pod_info({
+    pod = records.pod_info({
         "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {
             "cpu": "1", "nvidia.com/gpu": "1"}}}],
             "resourceClaims": [{"name": "g", "resourceClaimName": "c1"},
                                {"name": "h", "resourceClaimName": "missing"}]}})
-    plain = convert.pod_info({"metadata": {"name": "q", "namespace": "ns", "uid": "v"},
+    plain = records.pod_info({"metadata": {"name": "q", "namespace": "ns", "uid": "v"},
                               "spec": {"containers": []}})
     claims = Store({"ns/c1": rc.claim_info(claim("c1", results=[DRIVER] * 2), DEFAULT)})
     pods = rc.PodsWithClaims(Store({"ns/p": pod, "ns/q": plain}), claims)
     assert pods.get("ns/p").requests.gpus == 3 and pods.get("ns/p").requests.cpu_milli == 1000
     assert pods.get("ns/q") is plain and pods.get("ns/none") is None
     assert pods.synced == "inner"  # the informer's own attributes pass through
-    node = convert.node_info({"metadata": {"name": "n1"}, "status": {"allocatable": {
+    node = records.node_info({"metadata": {"name": "n1"}, "status": {"allocatable": {
         "nvidia.com/gpu": "1"}}})
     nodes = rc.NodesWithSlices(Store({"n1": node}), Store({"s": rc.slice_info(
         slice_("s", "n1", 4), DEFAULT)}))

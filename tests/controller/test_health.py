@@ -12,7 +12,7 @@ from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.metrics import Metrics
 from ckpt_preempt.controller.reconcile import Reconciler
 from ckpt_preempt.policies import health as ph
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.health import GpuKey, Health, HealthReport
 from e2e.localcluster import free_port
 from tests.controller.fakes import T0, FakeCache, RecordingActions, node, pod
@@ -105,7 +105,7 @@ def test_a_failing_node_gets_no_plan_even_where_victims_lose_least():
                            health_checkpoint=False)
     rec.tick()
     (stored,) = rec.cache.plans.items()
-    assert lifecycle.plan_from_annotation(stored.raw).nodes == {"n2"}
+    assert plan_record.plan_from_annotation(stored.raw).nodes == {"n2"}
     assert not actions.of("request_checkpoint") or all(
         c.target == "team/w0" for c in actions.of("request_checkpoint"))
 
@@ -114,7 +114,7 @@ def test_unknown_health_changes_nothing():
     rec, actions, _ = _rig(_cluster(pre=True), ph.unknown("prometheus down"))
     rec.tick()
     (stored,) = rec.cache.plans.items()
-    assert lifecycle.plan_from_annotation(stored.raw).nodes == {"n1"}  # as without health
+    assert plan_record.plan_from_annotation(stored.raw).nodes == {"n1"}  # as without health
     assert "HealthCheckpointRequested" not in actions.event_reasons()
 
 
@@ -142,9 +142,9 @@ def test_a_degrading_node_asks_its_checkpointing_pods_once_and_evicts_nobody():
 
 def test_another_plans_request_is_never_replaced_and_dry_run_only_says_so():
     cache = _cluster(pre=False)
-    theirs = lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan="p-9", requested=T0,
+    theirs = plan_record.drain_to_annotation(plan_record.DrainRequest(plan="p-9", requested=T0,
                                                                   deadline=T0 + 60))
-    cache.change_pod("uid-v0", annotations={**CKPT, lifecycle.DRAIN_ANNOTATION: theirs})
+    cache.change_pod("uid-v0", annotations={**CKPT, plan_record.DRAIN_ANNOTATION: theirs})
     rec, actions, _ = _rig(cache, _report(n1=Health.FAILING))
     rec.tick()
     assert not actions.of("request_checkpoint")
@@ -167,14 +167,14 @@ def _proactive(cache: FakeCache, seen) -> tuple[health.ProactiveCheckpoint, Reco
 def test_a_request_built_from_a_stale_view_never_replaces_a_plan_request_written_meanwhile():
     cache = _cluster(pre=False)
     stale = cache.pod_by_uid("uid-v0")  # what the health pass read, before a plan asked
-    theirs = lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan="p-9", requested=T0,
+    theirs = plan_record.drain_to_annotation(plan_record.DrainRequest(plan="p-9", requested=T0,
                                                                   deadline=T0 + 60))
-    cache.change_pod("uid-v0", annotations={**CKPT, lifecycle.DRAIN_ANNOTATION: theirs})
+    cache.change_pod("uid-v0", annotations={**CKPT, plan_record.DRAIN_ANNOTATION: theirs})
     proactive, actions = _proactive(cache, stale)
     assert proactive.step(_report(n1=Health.DEGRADED), [stale], T0 + 1) == []
     (tried,) = actions.of("request_checkpoint")
     assert tried.args["only_if_unchanged"]
-    assert cache.pod_by_uid("uid-v0").annotations[lifecycle.DRAIN_ANNOTATION] == theirs
+    assert cache.pod_by_uid("uid-v0").annotations[plan_record.DRAIN_ANNOTATION] == theirs
     fresh = cache.pod_by_uid("uid-v0")  # the next pass sees the plan's request: it stands
     assert proactive.step(_report(n1=Health.DEGRADED), [fresh], T0 + 2) == []
     assert len(actions.of("request_checkpoint")) == 1
@@ -189,7 +189,7 @@ def test_a_pod_changed_only_elsewhere_since_it_was_read_is_asked_on_the_next_pas
     assert proactive.step(_report(n1=Health.DEGRADED), [stale], T0 + 1) == []
     fresh = cache.pod_by_uid("uid-v0")
     assert proactive.step(_report(n1=Health.DEGRADED), [fresh], T0 + 2) == ["team/v0"]
-    assert lifecycle.drain_requested(cache.pod_by_uid("uid-v0").annotations,
+    assert plan_record.drain_requested(cache.pod_by_uid("uid-v0").annotations,
                                      actions.of("request_checkpoint")[-1].plan)
     assert proactive.step(_report(n1=Health.DEGRADED), [cache.pod_by_uid("uid-v0")],
                           T0 + 3) == []  # asked once

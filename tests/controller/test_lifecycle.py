@@ -9,17 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.lifecycle import (
+from ckpt_preempt.policies import lifecycle, plan_record
+from ckpt_preempt.policies.lifecycle import Observed, PreemptorObs, StepKind, VictimObs
+from ckpt_preempt.policies.plan_record import (
     Mode,
-    Observed,
     PlannedPlacement,
     PlannedVictim,
     PlanRecord,
-    PreemptorObs,
     State,
-    StepKind,
-    VictimObs,
 )
 
 T0 = 1_800_000_000.0
@@ -266,11 +263,11 @@ def test_a_simulated_run_never_evicts_twice(victims, data):
 
 def test_plan_annotation_round_trips():
     record = make_plan(mode=Mode.ADMIT)
-    assert lifecycle.plan_from_annotation(lifecycle.plan_to_annotation(record)) == record
+    assert plan_record.plan_from_annotation(plan_record.plan_to_annotation(record)) == record
 
 
 def _mutated(**changes) -> str:
-    d = json.loads(lifecycle.plan_to_annotation(make_plan()))
+    d = json.loads(plan_record.plan_to_annotation(make_plan()))
     for k, v in changes.items():
         if v is ...:
             del d[k]
@@ -284,7 +281,7 @@ def _mutated(**changes) -> str:
     pytest.param("{not json", id="not JSON"),
     pytest.param("[]", id="not an object"),
     pytest.param(_mutated(state="Running"), id="unknown state"),
-    pytest.param(_mutated(v=lifecycle.SCHEMA + 1), id="future schema"),
+    pytest.param(_mutated(v=plan_record.SCHEMA + 1), id="future schema"),
     pytest.param(_mutated(v=1), id="the old pod-annotation schema"),
     pytest.param(_mutated(bindBy=...), id="bindBy missing"),
     pytest.param(_mutated(victims=...), id="victims missing"),
@@ -310,23 +307,23 @@ def _mutated(**changes) -> str:
     pytest.param(_mutated(lostGpuSeconds=True), id="cost is a bool"),
 ])
 def test_malformed_plan_is_rejected(raw):
-    with pytest.raises(lifecycle.PlanFormatError):
-        lifecycle.plan_from_annotation(raw)
+    with pytest.raises(plan_record.PlanFormatError):
+        plan_record.plan_from_annotation(raw)
 
 
 def test_drain_annotation_round_trips_and_is_strict():
-    d = lifecycle.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 30)
-    raw = lifecycle.drain_to_annotation(d)
-    assert lifecycle.drain_from_annotation(raw) == d
-    assert lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: raw}, "p-1")
-    assert not lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: raw}, "p-2")
-    assert not lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: "garbage"}, "p-1")
+    d = plan_record.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 30)
+    raw = plan_record.drain_to_annotation(d)
+    assert plan_record.drain_from_annotation(raw) == d
+    assert plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: raw}, "p-1")
+    assert not plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: raw}, "p-2")
+    assert not plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: "garbage"}, "p-1")
     for bad in ['{"plan":"p"}', '{"plan":"P!","requested":"x","deadline":"y"}', "1"]:
-        with pytest.raises(lifecycle.DrainFormatError):
-            lifecycle.drain_from_annotation(bad)
+        with pytest.raises(plan_record.DrainFormatError):
+            plan_record.drain_from_annotation(bad)
 
 
 def test_ack_must_name_this_plan():
-    assert lifecycle.acked({lifecycle.DONE_ANNOTATION: "p-1"}, "p-1")
-    assert not lifecycle.acked({lifecycle.DONE_ANNOTATION: "p-0"}, "p-1")
-    assert not lifecycle.acked({}, "p-1")
+    assert plan_record.acked({plan_record.DONE_ANNOTATION: "p-1"}, "p-1")
+    assert not plan_record.acked({plan_record.DONE_ANNOTATION: "p-0"}, "p-1")
+    assert not plan_record.acked({}, "p-1")

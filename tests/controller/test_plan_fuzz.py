@@ -31,9 +31,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import lifecycle, plan_record
 from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.lifecycle import (
+from ckpt_preempt.policies.plan_record import (
     DrainFormatError,
     DrainRequest,
     Mode,
@@ -59,7 +59,7 @@ IDS = st.builds(str.__add__, _ALNUM, st.text(alphabet="ab09-", max_size=20))
 NAMES = _ALNUM | st.builds(lambda a, mid, b: a + mid + b, _ALNUM,
                            st.text(alphabet="az09-.", max_size=20), _ALNUM)
 UIDS = st.text(alphabet="aZ09-", min_size=1, max_size=20)
-WORKLOADS = st.text(max_size=40)  # any string up to lifecycle.MAX_WORKLOAD_KEY
+WORKLOADS = st.text(max_size=40)  # any string up to plan_record.MAX_WORKLOAD_KEY
 # Milliseconds within years 1970-2100: what the controller writes. Extreme years: see the end.
 MILLIS = st.integers(0, 4_102_444_800_000)
 
@@ -168,9 +168,9 @@ def dumps(data: st.DataObject, value) -> str:
 
 def assert_round_trips(r: PlanRecord) -> None:
     """What the parser accepted is written back unchanged and reads as the same record."""
-    text = lifecycle.plan_to_annotation(r)
-    again = lifecycle.plan_from_annotation(text)
-    assert lifecycle.plan_to_annotation(again) == text
+    text = plan_record.plan_to_annotation(r)
+    again = plan_record.plan_from_annotation(text)
+    assert plan_record.plan_to_annotation(again) == text
     assert replace(again, created=r.created, deadline=r.deadline, evict_by=r.evict_by,
                    bind_by=r.bind_by, lost_gpu_seconds=r.lost_gpu_seconds) == r
     for a, b in ((again.created, r.created), (again.deadline, r.deadline),
@@ -182,9 +182,9 @@ def assert_round_trips(r: PlanRecord) -> None:
 
 def assert_drain_round_trips(d: DrainRequest) -> None:
     """Written back (times to the millisecond) and read again: the same request."""
-    text = lifecycle.drain_to_annotation(d)
-    again = lifecycle.drain_from_annotation(text)
-    assert lifecycle.drain_to_annotation(again) == text
+    text = plan_record.drain_to_annotation(d)
+    again = plan_record.drain_from_annotation(text)
+    assert plan_record.drain_to_annotation(again) == text
     assert again.plan == d.plan
     assert abs(again.requested - d.requested) <= 0.001 + 1e-6
     assert abs(again.deadline - d.deadline) <= 0.001 + 1e-6
@@ -192,14 +192,14 @@ def assert_drain_round_trips(d: DrainRequest) -> None:
 
 def parse_plan(text: str) -> PlanRecord | None:
     try:
-        return lifecycle.plan_from_annotation(text)
+        return plan_record.plan_from_annotation(text)
     except PlanFormatError:
         return None
 
 
 def parse_drain(text: str) -> DrainRequest | None:
     try:
-        return lifecycle.drain_from_annotation(text)
+        return plan_record.drain_from_annotation(text)
     except DrainFormatError:
         return None
 
@@ -207,9 +207,9 @@ def parse_drain(text: str) -> DrainRequest | None:
 @examples(1000)
 @given(records())
 def test_valid_plans_round_trip(r):
-    text = lifecycle.plan_to_annotation(r)
-    parsed = lifecycle.plan_from_annotation(text)
-    assert lifecycle.plan_to_annotation(parsed) == text
+    text = plan_record.plan_to_annotation(r)
+    parsed = plan_record.plan_from_annotation(text)
+    assert plan_record.plan_to_annotation(parsed) == text
     assert_round_trips(parsed)
     assert parsed.id == r.id and parsed.placements == r.placements and parsed.victims == r.victims
 
@@ -233,7 +233,7 @@ def test_plan_parser_on_json_junk(data, junk):
 @examples(2000)
 @given(st.data(), SEEDS)
 def test_plan_parser_on_mutated_valid_bodies(data, r):
-    body = json.loads(lifecycle.plan_to_annotation(r))
+    body = json.loads(plan_record.plan_to_annotation(r))
     parsed = parse_plan(dumps(data, mutate(data, body)))
     event("accepted" if parsed is not None else "rejected")
     if parsed is not None:
@@ -243,10 +243,10 @@ def test_plan_parser_on_mutated_valid_bodies(data, r):
 @examples(1000)
 @given(drains)
 def test_valid_drain_requests_round_trip(d):
-    text = lifecycle.drain_to_annotation(d)
-    again = lifecycle.drain_from_annotation(text)
+    text = plan_record.drain_to_annotation(d)
+    again = plan_record.drain_from_annotation(text)
     assert again == d
-    assert lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: text}, d.plan)
+    assert plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: text}, d.plan)
 
 
 @examples(1000)
@@ -256,18 +256,18 @@ def test_drain_parser_on_arbitrary_text_and_junk(data, value):
     d = parse_drain(text)
     if d is not None:
         assert_drain_round_trips(d)
-    assert lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: text}, "p-1") in (True, False)
+    assert plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: text}, "p-1") in (True, False)
 
 
 @examples(1000)
 @given(st.data(), drains)
 def test_drain_parser_on_mutated_valid_bodies(data, d):
-    text = dumps(data, mutate(data, json.loads(lifecycle.drain_to_annotation(d))))
+    text = dumps(data, mutate(data, json.loads(plan_record.drain_to_annotation(d))))
     parsed = parse_drain(text)
     event("accepted" if parsed is not None else "rejected")
     if parsed is not None:
         assert_drain_round_trips(parsed)
-    asked = lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: text}, d.plan)
+    asked = plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: text}, d.plan)
     assert asked is (parsed is not None and parsed.plan == d.plan)
 
 
@@ -281,7 +281,7 @@ NAMESPACES = st.sampled_from(("team", "team", "elsewhere"))
 
 
 def _drain_body(plan_id: str) -> str:
-    return lifecycle.drain_to_annotation(DrainRequest(plan=plan_id, requested=T0 - 10,
+    return plan_record.drain_to_annotation(DrainRequest(plan=plan_id, requested=T0 - 10,
                                                       deadline=T0 + 50))
 
 
@@ -291,9 +291,9 @@ POD_ANNOTATIONS = st.fixed_dictionaries({}, optional={
     ann.LAST_CHECKPOINT: st.sampled_from([rfc3339(T0 - 300), rfc3339(T0 - 7200), "today"]),
     ann.MIN_RUNTIME: st.sampled_from(["0", "30m", "2h", "junk"]),
     ann.PREEMPTIBLE: st.sampled_from(["false", "true", "nah"]),
-    lifecycle.DRAIN_ANNOTATION: st.sampled_from(PLAN_IDS).map(_drain_body)
+    plan_record.DRAIN_ANNOTATION: st.sampled_from(PLAN_IDS).map(_drain_body)
     | JUNK.map(json.dumps),
-    lifecycle.DONE_ANNOTATION: st.sampled_from((*PLAN_IDS, "p-9")),
+    plan_record.DONE_ANNOTATION: st.sampled_from((*PLAN_IDS, "p-9")),
 })
 
 
@@ -500,11 +500,11 @@ def test_a_huge_integer_is_a_format_error(parse):
 
 def test_drain_requested_is_false_for_a_huge_integer():
     raw = '{"plan":"p-1","requested":' + HUGE + ',"deadline":1}'
-    assert lifecycle.drain_requested({lifecycle.DRAIN_ANNOTATION: raw}, "p-1") is False
+    assert plan_record.drain_requested({plan_record.DRAIN_ANNOTATION: raw}, "p-1") is False
 
 
 def test_an_integer_beyond_float_range_is_a_format_error():
-    body = json.loads(lifecycle.plan_to_annotation(_seed(State.DRAINING, Mode.NOMINATE, 1)))
+    body = json.loads(plan_record.plan_to_annotation(_seed(State.DRAINING, Mode.NOMINATE, 1)))
     body["lostGpuSeconds"] = 10**400
     assert parse_plan(json.dumps(body)) is None
 
@@ -514,18 +514,18 @@ EDGE_TIMES = [("created", "0001-01-01T00:30:00+01:00"), ("bindBy", "9999-12-31T2
 
 @pytest.mark.parametrize(("key", "value"), EDGE_TIMES, ids=["year 1 +01:00", "year 9999 -01:00"])
 def test_a_time_that_cannot_be_written_back_is_rejected(key, value):
-    body = json.loads(lifecycle.plan_to_annotation(_seed(State.DRAINING, Mode.NOMINATE, 1)))
+    body = json.loads(plan_record.plan_to_annotation(_seed(State.DRAINING, Mode.NOMINATE, 1)))
     if key == "created":
         body.update(created=value, deadline=value, evictBy=value, bindBy=value)
     else:
         body[key] = value
     r = parse_plan(json.dumps(body))
-    assert r is None or lifecycle.plan_from_annotation(lifecycle.plan_to_annotation(r)) == r
+    assert r is None or plan_record.plan_from_annotation(plan_record.plan_to_annotation(r)) == r
 
 
 @pytest.mark.parametrize("key", ["id", "uid", "node", "namespace"])
 def test_a_trailing_newline_is_not_part_of_a_valid_name(key):
-    body = json.loads(lifecycle.plan_to_annotation(_seed(State.DRAINING, Mode.NOMINATE, 1)))
+    body = json.loads(plan_record.plan_to_annotation(_seed(State.DRAINING, Mode.NOMINATE, 1)))
     if key == "id":
         body["id"] += "\n"
     else:
@@ -539,4 +539,4 @@ def test_a_trailing_newline_is_not_part_of_a_valid_name(key):
 ])
 def test_times_far_from_1970_round_trip_to_the_millisecond(when):
     body = json.dumps({"plan": "a", "requested": when, "deadline": when})
-    assert_drain_round_trips(lifecycle.drain_from_annotation(body))
+    assert_drain_round_trips(plan_record.drain_from_annotation(body))

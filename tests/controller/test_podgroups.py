@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert, podgroups, reconcile
+from ckpt_preempt.controller import convert, podgroups, reconcile, records
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle, native_gangs, oracle, preemption
+from ckpt_preempt.policies import native_gangs, oracle, plan_record, preemption
 from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
 from tests.controller.test_convert import NOW, pod_json
 
@@ -55,16 +55,16 @@ def test_podgroup_trim_never_raises_and_bounds_min_count(spec):
 
 
 def test_pod_names_its_group_by_scheduling_group_or_workload_ref():
-    assert convert.pod_info(member("a")).pod_group == "g"
+    assert records.pod_info(member("a")).pod_group == "g"
     ref = {"name": "w", "podGroup": "workers", "podGroupReplicaKey": "r1"}
-    assert convert.pod_info(member("b", workload_ref=ref)).pod_group == "w/workers/r1"
-    assert convert.pod_info(member("c", workload_ref={"name": "w", "podGroup": "p"})
+    assert records.pod_info(member("b", workload_ref=ref)).pod_group == "w/workers/r1"
+    assert records.pod_info(member("c", workload_ref={"name": "w", "podGroup": "p"})
                             ).pod_group == "w/p"
-    assert convert.pod_info(member("d", group=None)).pod_group is None
+    assert records.pod_info(member("d", group=None)).pod_group is None
     for bad in ({"podGroupName": ""}, {"podGroupName": "a/b"}, {"podGroupName": 3}, "x"):
         d = member("e", group=None)
         d["spec"]["schedulingGroup"] = bad
-        assert convert.pod_info(d).pod_group is None
+        assert records.pod_info(d).pod_group is None
 
 
 @given(ref=st.text(max_size=30), known=st.booleans(), single=st.booleans(),
@@ -93,13 +93,13 @@ def _snapshot(mode: str | None, *, labelled: bool = False):
     (8 GPUs). All started an hour ago; members checkpointed just now, `solo` never."""
     from tests.controller.fakes import node
 
-    pods = [convert.pod_info(_started_an_hour_ago(member(
+    pods = [records.pod_info(_started_an_hour_ago(member(
         f"v-{i}", node=f"n{i // 2}", gpus=4,
         labels={"scheduling.ai/gang-name": "other"} if labelled else None,
         annotations={"ckpt-preempt.io/last-checkpoint": "2027-01-15T08:00:00Z"})))
         for i in range(4)]
-    pods.append(convert.pod_info(_started_an_hour_ago(pod_json("solo", node="n2", gpus=8))))
-    pods.append(convert.pod_info(pod_json("pre", gpus=8, priority=1000)))
+    pods.append(records.pod_info(_started_an_hour_ago(pod_json("solo", node="n2", gpus=8))))
+    pods.append(records.pod_info(pod_json("pre", gpus=8, priority=1000)))
     groups = {} if mode is None else {"team/g": podgroups.podgroup_info(group_json(mode=mode))}
     conv = convert.snapshot(now=NOW, nodes=[node(f"n{i}") for i in range(3)], pods=pods,
                             pdbs=[], scope=convert.Scope(), limits=ann.Limits(),
@@ -148,8 +148,8 @@ def _compare_snapshot(workload: list[dict]):
         d["metadata"]["creationTimestamp"] = d["status"]["startTime"] = _ago(w["started"])
         if w["ckpt"] is not None:
             d["metadata"]["annotations"]["ckpt-preempt.io/last-checkpoint"] = _ago(w["ckpt"])
-        pods.append(convert.pod_info(d))
-    pods += [convert.pod_info(member(f"big-{i}", group="big", gpus=8, priority=1000))
+        pods.append(records.pod_info(d))
+    pods += [records.pod_info(member(f"big-{i}", group="big", gpus=8, priority=1000))
              for i in (0, 1)]
     groups = {f"team/{g}": podgroups.podgroup_info(group_json(g, min_count=2))
               for g in ("ga", "gb", "big")}
@@ -237,7 +237,7 @@ def test_min_count_is_a_minimum_more_members_are_admitted_together(members, admi
                                     disruption=Disruption.ALL))
     rig = Rig(cache)
     rig.tick(T0)
-    plans = [lifecycle.plan_from_annotation(o.raw) for o in cache.plans.items()]
+    plans = [plan_record.plan_from_annotation(o.raw) for o in cache.plans.items()]
     assert sum(len(p.placements) for p in plans) == admitted
     assert len(plans) == (1 if admitted else 0)  # the whole group in one plan, or none yet
     assert "GangTotalMismatch" not in rig.actions.event_reasons()

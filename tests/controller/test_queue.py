@@ -6,10 +6,10 @@ import gc
 
 import pytest
 
-from ckpt_preempt.controller import convert
+from ckpt_preempt.controller import records
 from ckpt_preempt.controller.preemptors import Candidate
 from ckpt_preempt.controller.reconcile import cycle_objects_frozen
-from ckpt_preempt.policies.lifecycle import Mode
+from ckpt_preempt.policies.plan_record import Mode
 from tests.controller.test_convert import pod_json
 
 
@@ -18,7 +18,7 @@ def cand(name, *, priority=0, size=1, created="2027-01-15T08:00:00Z") -> Candida
     for i in range(size):
         d = pod_json(f"{name}-{i}", priority=priority)
         d["metadata"]["creationTimestamp"] = created
-        members.append(convert.pod_info(d))
+        members.append(records.pod_info(d))
     return Candidate(mode=Mode.NOMINATE, key=name, members=tuple(members))
 
 

@@ -19,9 +19,9 @@ from ckpt_preempt.controller import reconcile
 from ckpt_preempt.controller.actions import NotLeader
 from ckpt_preempt.controller.watch import StoredPlan
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import lifecycle, plan_record
 from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.lifecycle import Mode, State
+from ckpt_preempt.policies.plan_record import Mode, State
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod, reservation
 from tests.controller.test_stepper import (
     CKPT,
@@ -46,9 +46,9 @@ def cluster(*extra, pre=True, **pre_kw) -> FakeCache:
     return FakeCache(nodes=[node("n1"), node("n2")], pods=pods)
 
 
-def only_plan(rig: Rig) -> lifecycle.PlanRecord:
+def only_plan(rig: Rig) -> plan_record.PlanRecord:
     (obj,) = rig.cache.plans.items()
-    return lifecycle.plan_from_annotation(obj.raw)
+    return plan_record.plan_from_annotation(obj.raw)
 
 
 # ------------------------------------------------------------------------------- new plans
@@ -218,7 +218,7 @@ def test_dry_run_over_a_stored_draining_plan_writes_nothing_but_events():
 
 
 def _bodies() -> list:
-    good = lifecycle.plan_to_annotation(plan())
+    good = plan_record.plan_to_annotation(plan())
     return [
         pytest.param("ckpt-plan-p-1", "{not json", id="not JSON"),
         pytest.param("ckpt-plan-p-1", None, id="no plan data"),
@@ -234,7 +234,7 @@ def _bodies() -> list:
 @pytest.mark.parametrize(("name", "raw"), _bodies())
 def test_an_unreadable_stored_plan_is_never_acted_on(name, raw, caplog):
     cache = world(plan(), lambda c: c.change_pod("uid-v0", annotations={
-        **CKPT, lifecycle.DONE_ANNOTATION: PLAN}))
+        **CKPT, plan_record.DONE_ANNOTATION: PLAN}))
     cache.plans.objects.clear()
     cache.plans.put(StoredPlan(name=name, resource_version="5", raw=raw))
     cache.change_pod("uid-pre", unschedulable=False)  # not a preemptor of its own
@@ -248,7 +248,7 @@ def test_an_unreadable_stored_plan_is_never_acted_on(name, raw, caplog):
 
 
 def test_a_plan_body_with_a_huge_integer_is_unreadable_not_a_crash():
-    good = lifecycle.plan_to_annotation(plan())
+    good = plan_record.plan_to_annotation(plan())
     cache = world(plan())
     cache.plans.put(StoredPlan(name="ckpt-plan-p-1", resource_version="5",
                                raw=good.replace('"lostGpuSeconds":0.0',
@@ -259,12 +259,12 @@ def test_a_plan_body_with_a_huge_integer_is_unreadable_not_a_crash():
 
 
 def test_the_legacy_plan_annotation_gets_one_warning_and_nothing_is_evicted_for_it():
-    legacy = lifecycle.plan_to_annotation(replace(plan(State.EVICTING), id="forged"))
+    legacy = plan_record.plan_to_annotation(replace(plan(State.EVICTING), id="forged"))
     cache = cluster(pre=False)
     cache.pods.put(pod("forger", node="n2", gpus=0, annotations={
-        lifecycle.PLAN_ANNOTATION: legacy}))
+        plan_record.PLAN_ANNOTATION: legacy}))
     cache.pods.put(pod("outsider", ns="elsewhere", node="n2", gpus=0, annotations={
-        lifecycle.PLAN_ANNOTATION: legacy}))
+        plan_record.PLAN_ANNOTATION: legacy}))
     rig = Rig(cache)
     for t in (0, 10, 200):
         rig.tick(T0 + t)
@@ -352,10 +352,10 @@ def test_in_dry_run_the_real_actions_and_the_fake_write_only_events():
             {"name": reconcile.ADMISSION_GATE}]}}
     fake = RecordingActions(dry_run=True)
     gated = pod("pre", priority=1000, gates=(reconcile.ADMISSION_GATE,))
-    victim = pod("v0", node="n1", annotations={lifecycle.DRAIN_ANNOTATION: (
-        lifecycle.drain_to_annotation(lifecycle.DrainRequest(plan="p-1", requested=T0,
+    victim = pod("v0", node="n1", annotations={plan_record.DRAIN_ANNOTATION: (
+        plan_record.drain_to_annotation(plan_record.DrainRequest(plan="p-1", requested=T0,
                                                              deadline=T0 + 60)))})
-    req = lifecycle.DrainRequest(plan="p-2", requested=T0, deadline=T0 + 60)
+    req = plan_record.DrainRequest(plan="p-2", requested=T0, deadline=T0 + 60)
     for a in (real, fake):
         a.create_plan(plan())
         a.update_plan(plan(), "3")
@@ -377,7 +377,7 @@ def test_in_dry_run_the_real_actions_and_the_fake_write_only_events():
 
 
 def test_a_stored_plan_with_times_before_year_one_is_unreadable_and_the_preemptor_replanned():
-    body = json.loads(lifecycle.plan_to_annotation(plan()))
+    body = json.loads(plan_record.plan_to_annotation(plan()))
     body.update(created="0001-01-01T00:30:00+01:00", deadline="0001-01-01T00:30:00+01:00",
                 evictBy="0001-01-01T00:30:00+01:00", bindBy="0001-01-01T00:30:00+01:00")
     cache = cluster()
@@ -389,7 +389,7 @@ def test_a_stored_plan_with_times_before_year_one_is_unreadable_and_the_preempto
 
 
 def test_a_stored_plan_with_a_number_beyond_float_range_does_not_stop_the_loop():
-    body = json.loads(lifecycle.plan_to_annotation(replace(plan(), id="p-9")))
+    body = json.loads(plan_record.plan_to_annotation(replace(plan(), id="p-9")))
     body["lostGpuSeconds"] = 10**400
     cache = cluster()
     cache.plans.put(StoredPlan(name="ckpt-plan-p-9", resource_version="5",
@@ -413,6 +413,6 @@ def test_the_starvation_bound_counts_the_stored_plans(most, victims):
     cache.store_plan(done)
     rig = Rig(cache, max_preemptions_per_window=most)
     rig.tick(T0)
-    new = [lifecycle.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
+    new = [plan_record.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
     (made,) = [r for r in new if r.id != "ckpt-plan-old"]
     assert {v.uid for v in made.victims} == victims

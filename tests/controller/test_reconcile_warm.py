@@ -5,7 +5,7 @@ that never warmed makes."""
 from __future__ import annotations
 
 from ckpt_preempt.controller import reconcile
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 
@@ -35,7 +35,7 @@ def test_idle_passes_fill_the_caches_and_the_next_plan_is_the_same(monkeypatch):
     for rig in (warm, cold):
         rig.cache.pods.put(pod("hi", priority=1000, pending=True))
         rig.tick(T0 + 2.0)
-    (a,), (b,) = ([lifecycle.plan_from_annotation(s.raw) for s in rig.cache.plans.items()]
+    (a,), (b,) = ([plan_record.plan_from_annotation(s.raw) for s in rig.cache.plans.items()]
                   for rig in (warm, cold))
     assert [v.name for v in a.victims] == [v.name for v in b.victims] == ["young"]
     assert [p.node for p in a.placements] == [p.node for p in b.placements] == ["n0"]

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.controller import config, convert
+from ckpt_preempt.controller import config, convert, records
 from ckpt_preempt.controller.config import DEFAULT_SCHEDULER, ConfigError
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies.annotations import rfc3339
@@ -42,8 +42,8 @@ def test_bad_scheduler_names_are_one_clear_line(value, message):
 def test_pod_info_reads_the_scheduler_name_and_defaults_it_like_the_api_server():
     spec = {"containers": [{"name": "c"}]}
     meta = {"name": "p", "namespace": "team", "uid": "u"}
-    assert convert.pod_info({"metadata": meta, "spec": spec}).scheduler_name == DEFAULT_SCHEDULER
-    got = convert.pod_info({"metadata": meta, "spec": {**spec, "schedulerName": OTHER}})
+    assert records.pod_info({"metadata": meta, "spec": spec}).scheduler_name == DEFAULT_SCHEDULER
+    got = records.pod_info({"metadata": meta, "spec": {**spec, "schedulerName": OTHER}})
     assert got.scheduler_name == OTHER
 
 

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller import config, convert
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.lifecycle import State
+from ckpt_preempt.policies.plan_record import State
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 
@@ -43,9 +43,9 @@ def _elastic_cluster(minimum: str = "2"):
     return FakeCache(nodes=[node(f"n{i}") for i in range(3)], pods=pods)
 
 
-def _plan(rig: Rig) -> lifecycle.PlanRecord:
+def _plan(rig: Rig) -> plan_record.PlanRecord:
     (obj,) = rig.cache.plans.items()
-    return lifecycle.plan_from_annotation(obj.raw)
+    return plan_record.plan_from_annotation(obj.raw)
 
 
 def test_a_shrink_asks_only_the_leaving_member_names_it_and_evicts_only_it():
@@ -56,8 +56,8 @@ def test_a_shrink_asks_only_the_leaving_member_names_it_and_evicts_only_it():
     assert victim.shrink and victim.drain
     (asked,) = rig.actions.of("request_checkpoint")
     assert asked.target == f"team/{victim.name}"
-    raw = rig.cache.pod_by_uid(victim.uid).annotations[lifecycle.DRAIN_ANNOTATION]
-    assert lifecycle.drain_from_annotation(raw).leaving == (victim.name,)
+    raw = rig.cache.pod_by_uid(victim.uid).annotations[plan_record.DRAIN_ANNOTATION]
+    assert plan_record.drain_from_annotation(raw).leaving == (victim.name,)
     rig.cache.ack(victim.uid, r.id)
     rig.tick(T0 + 5)
     assert rig.state(r.id) is State.EVICTING
@@ -75,7 +75,7 @@ def test_with_shrink_off_the_whole_elastic_gang_is_asked_and_evicted():
     rig.tick(T0)
     r = _plan(rig)
     assert len(r.victims) == 3 and not any(v.shrink for v in r.victims)
-    assert lifecycle.drain_request(r, r.victims[0].uid, T0).leaving == ()
+    assert plan_record.drain_request(r, r.victims[0].uid, T0).leaving == ()
 
 
 def test_a_malformed_min_members_keeps_the_gang_whole():
@@ -87,9 +87,9 @@ def test_a_malformed_min_members_keeps_the_gang_whole():
 @given(names=st.lists(st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?", fullmatch=True),
                       max_size=4, unique=True))
 def test_the_drain_request_round_trips_its_leaving_members(names):
-    req = lifecycle.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 60,
+    req = plan_record.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 60,
                                  leaving=tuple(names))
-    assert lifecycle.drain_from_annotation(lifecycle.drain_to_annotation(req)) == req
+    assert plan_record.drain_from_annotation(plan_record.drain_to_annotation(req)) == req
 
 
 @pytest.mark.parametrize("leaving", ['[]', '"job-0"', '[1]', '["job-0","job-0"]', '["Bad Name"]',
@@ -97,18 +97,18 @@ def test_the_drain_request_round_trips_its_leaving_members(names):
 def test_a_malformed_leaving_list_makes_the_request_unreadable(leaving):
     raw = ('{"plan":"p-1","requested":"2027-01-15T08:00:00Z",'
            f'"deadline":"2027-01-15T08:01:00Z","leaving":{leaving}}}')
-    with pytest.raises(lifecycle.DrainFormatError):
-        lifecycle.drain_from_annotation(raw)
+    with pytest.raises(plan_record.DrainFormatError):
+        plan_record.drain_from_annotation(raw)
 
 
 def test_a_plan_record_keeps_which_victims_leave_an_elastic_gang():
     rig = Rig(_elastic_cluster())
     rig.tick(T0)
     r = _plan(rig)
-    assert lifecycle.plan_from_annotation(lifecycle.plan_to_annotation(r)) == r
-    raw = lifecycle.plan_to_annotation(r).replace('"shrink":true', '"shrink":"yes"')
-    with pytest.raises(lifecycle.PlanFormatError):
-        lifecycle.plan_from_annotation(raw)
+    assert plan_record.plan_from_annotation(plan_record.plan_to_annotation(r)) == r
+    raw = plan_record.plan_to_annotation(r).replace('"shrink":true', '"shrink":"yes"')
+    with pytest.raises(plan_record.PlanFormatError):
+        plan_record.plan_from_annotation(raw)
 
 
 def test_the_agent_hands_the_leaving_members_to_the_hook_the_sdk_and_the_exec_env(tmp_path):
@@ -124,9 +124,9 @@ def test_the_agent_hands_the_leaving_members_to_the_hook_the_sdk_and_the_exec_en
             return False
 
     a = agent.CheckpointAgent(RecordingWriter(), hook=Hook(), clock=lambda: T0)
-    req = lifecycle.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 60,
+    req = plan_record.DrainRequest(plan="p-1", requested=T0, deadline=T0 + 60,
                                  leaving=("job-0", "job-2"))
-    a.observe({lifecycle.DRAIN_ANNOTATION: lifecycle.drain_to_annotation(req)})
+    a.observe({plan_record.DRAIN_ANNOTATION: plan_record.drain_to_annotation(req)})
     a.process_hooks()
     assert seen == [("job-0", "job-2")]
     status, events = a.changes(0, 0)

@@ -19,9 +19,15 @@ from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.actions import Conflict
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.lifecycle import Mode, PlannedPlacement, PlannedVictim, PlanRecord, State
+from ckpt_preempt.policies.plan_record import (
+    Mode,
+    PlannedPlacement,
+    PlannedVictim,
+    PlanRecord,
+    State,
+)
 from tests.controller.fakes import T0, FakeCache, Rig, node, pdb, pod, reservation
 
 CKPT = {ann.CHECKPOINT: "on-request", ann.CHECKPOINT_SECONDS: "60",
@@ -63,12 +69,12 @@ def world(record: PlanRecord, *changes: Change, extra=()) -> FakeCache:
 
 def asked(*names: str) -> Change:
     def change(c: FakeCache) -> None:
-        req = lifecycle.DrainRequest(plan=PLAN, requested=T0, deadline=T0 + 60)
+        req = plan_record.DrainRequest(plan=PLAN, requested=T0, deadline=T0 + 60)
         for n in names:
             p = c.pod_by_uid(f"uid-{n}")
             c.change_pod(p.uid, annotations={**p.annotations,
-                                             lifecycle.DRAIN_ANNOTATION:
-                                             lifecycle.drain_to_annotation(req)})
+                                             plan_record.DRAIN_ANNOTATION:
+                                             plan_record.drain_to_annotation(req)})
     return change
 
 
@@ -449,7 +455,7 @@ def test_a_drain_annotation_with_a_huge_integer_does_not_stall_the_plan():
     """Read as no request of this plan: the deadline still moves the plan on."""
     huge = '{"plan":"p-1","requested":' + "9" * 5000 + ',"deadline":1}'
     rig = Rig(world(plan(), changed("v0", annotations={**CKPT,
-                                                        lifecycle.DRAIN_ANNOTATION: huge})))
+                                                        plan_record.DRAIN_ANNOTATION: huge})))
     rig.tick(T0 + 60)
     assert rig.state(PLAN) is State.EVICTING
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.lifecycle import State
+from ckpt_preempt.policies.plan_record import State
 from tests.controller.fakes import T0, Rig
 from tests.controller.test_stepper import (
     EVICT_BOTH,
@@ -90,18 +90,18 @@ def test_a_victim_that_is_not_waited_for_still_aborts_when_it_goes():
 
 def test_wait_round_trips_and_plans_without_it_store_as_before():
     r = waiting_for("end")
-    assert lifecycle.plan_from_annotation(lifecycle.plan_to_annotation(r)) == r
+    assert plan_record.plan_from_annotation(plan_record.plan_to_annotation(r)) == r
     plain = plan()
-    assert '"wait"' not in lifecycle.plan_to_annotation(plain)
-    assert lifecycle.plan_from_annotation(lifecycle.plan_to_annotation(plain)) == plain
+    assert '"wait"' not in plan_record.plan_to_annotation(plain)
+    assert plan_record.plan_from_annotation(plan_record.plan_to_annotation(plain)) == plain
 
 
 @pytest.mark.parametrize("bad", ['"later"', "true", '""', "1"])
 def test_a_stored_wait_outside_the_schema_is_refused(bad):
-    raw = lifecycle.plan_to_annotation(waiting_for("end")).replace('"wait":"end"',
+    raw = plan_record.plan_to_annotation(waiting_for("end")).replace('"wait":"end"',
                                                                     f'"wait":{bad}')
-    with pytest.raises(lifecycle.PlanFormatError):
-        lifecycle.plan_from_annotation(raw)
+    with pytest.raises(plan_record.PlanFormatError):
+        plan_record.plan_from_annotation(raw)
 
 
 def test_the_reconciler_stores_a_plan_that_waits_and_evicts_after_the_checkpoint():

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from ckpt_preempt.controller import config, convert
 from ckpt_preempt.controller.actions import NotLeader
 from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
-from ckpt_preempt.policies import lifecycle
-from ckpt_preempt.policies.lifecycle import State
+from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.plan_record import State
 from tests.controller.fakes import T0, Call, FakeCache, Rig, node, pod
 
 # ------------------------------------------------------------------------------------ Lanes
@@ -213,8 +213,8 @@ class Oracle:
         self.evicted.append(call.args["uid"])
 
 
-def stored(rig: Rig) -> list[lifecycle.PlanRecord]:
-    return [lifecycle.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
+def stored(rig: Rig) -> list[plan_record.PlanRecord]:
+    return [plan_record.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
 
 
 def test_a_burst_is_written_side_by_side_and_each_victim_is_evicted_once_in_its_plan():

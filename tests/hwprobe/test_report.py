@@ -5,14 +5,8 @@ import json
 import jsonschema
 import pytest
 
-from ckpt_preempt.hwprobe.report import (
-    ANNOTATION,
-    annotation,
-    full_report,
-    json_schema,
-    labels,
-    matrix,
-)
+from ckpt_preempt.hwprobe.report import annotation, full_report, json_schema, labels, matrix
+from ckpt_preempt.policies.topology import ANNOTATION
 from tests.hwprobe import layouts
 
 LAYOUTS = {

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 from ckpt_preempt.hwprobe import serve
 from ckpt_preempt.hwprobe.errors import NvmlUnavailable, PublishError
 from ckpt_preempt.hwprobe.publish import node_patch
-from ckpt_preempt.hwprobe.report import ANNOTATION
 from ckpt_preempt.hwprobe.verify import load_spec
+from ckpt_preempt.policies.topology import ANNOTATION
 from tests.hwprobe import layouts
 
 

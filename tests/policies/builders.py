@@ -11,8 +11,8 @@ from ckpt_preempt.policies.model import (
     Pod,
     PodDisruptionBudget,
     Resources,
-    Snapshot,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import NodeTopology, single_domain
 
 NOW = 1_000_000.0

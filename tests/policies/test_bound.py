@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import bound, cost_aware, kube_default, kube_workload, preemption, units
-from ckpt_preempt.policies.model import CheckpointMode, PodHold, RejectReason, Snapshot
+from ckpt_preempt.policies.model import CheckpointMode, PodHold, RejectReason
+from ckpt_preempt.policies.snapshot import Snapshot
 from tests.policies.builders import NOW, gpu_node, make_pod
 
 POLICIES = {

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import preemption, snapshot_io
-from ckpt_preempt.policies.model import NvlinkNeed, RejectReason, Snapshot
+from ckpt_preempt.policies.model import NvlinkNeed, RejectReason
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import (
     ANNOTATION,
     CLIQUE_KEY,

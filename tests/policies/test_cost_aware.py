@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ckpt_preempt.policies import cost_aware, preemption
-from ckpt_preempt.policies.model import CheckpointMode, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies.model import CheckpointMode, UnknownCheckpoint
+from ckpt_preempt.policies.snapshot import Snapshot
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 from tests.policies.test_properties import cases
 

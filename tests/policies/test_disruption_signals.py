@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import disruption_signals as ds
-from ckpt_preempt.policies import lifecycle
+from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.plan_record import (
     DONE_ANNOTATION,
     DRAIN_ANNOTATION,
@@ -82,7 +82,7 @@ def test_a_tainted_node_asks_its_checkpointing_pods_with_a_disruption_id_and_cap
     # the agent reads it, and its ack is recognised exactly as a plan's
     assert drain_from_annotation(drain_to_annotation(a.request)) == a.request
     ann = {DRAIN_ANNOTATION: drain_to_annotation(a.request), DONE_ANNOTATION: rnd.id}
-    assert lifecycle.drain_requested(ann, rnd.id) and lifecycle.acked(ann, rnd.id)
+    assert plan_record.drain_requested(ann, rnd.id) and plan_record.acked(ann, rnd.id)
 
 
 def test_flapping_within_the_window_is_not_asked_again_but_later_it_is():
@@ -149,7 +149,7 @@ def test_a_pod_is_asked_at_most_once_per_round_and_never_over_an_unacked_request
         out = ds.step(memory, [node("n1", *ts, cordoned=cordoned)], [p], now, SIGNALS, LIMITS)
         memory = out.memory
         for a in out.asks:
-            assert before is None or lifecycle.acked(p.annotations, before.plan)
+            assert before is None or plan_record.acked(p.annotations, before.plan)
             assert a.round.id not in asked_rounds
             assert now < a.request.deadline <= now + CAP
             asked_rounds.append(a.round.id)

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import cost, preemption, snapshot_io
 from ckpt_preempt.policies.gangs import CONVENTIONS
-from ckpt_preempt.policies.model import Node, Resources, Snapshot, UnknownCheckpoint
+from ckpt_preempt.policies.model import Node, Resources, UnknownCheckpoint
+from ckpt_preempt.policies.snapshot import Snapshot
 
 NOW = 1_796_202_000.0
 NAMESPACE = "ns"

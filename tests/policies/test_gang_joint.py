@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import gang_joint, oracle, preemption, units
-from ckpt_preempt.policies.model import Plan, Resources, Snapshot
+from ckpt_preempt.policies.model import Plan, Resources
 from ckpt_preempt.policies.preemption import PlannerConfig
+from ckpt_preempt.policies.snapshot import Snapshot
 from tests.policies.builders import gang, gpu_node, make_pod, pdb, pending, snapshot
 
 MEMBER_BY_MEMBER = PlannerConfig(joint_seeds=0)

@@ -22,9 +22,9 @@ from ckpt_preempt.policies.model import (
     PodHold,
     RejectReason,
     Resources,
-    Snapshot,
 )
 from ckpt_preempt.policies.plan_cache import PlanCache, Ring
+from ckpt_preempt.policies.snapshot import Snapshot
 from tests.policies import builders
 from tests.policies.builders import gpu_node, make_pod, pending
 from tests.policies.test_properties import BITS, NOW, PRIORITIES, running_pod, topologies

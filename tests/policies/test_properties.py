@@ -27,9 +27,9 @@ from ckpt_preempt.policies.model import (
     PodHold,
     RejectReason,
     Resources,
-    Snapshot,
     UnknownCheckpoint,
 )
+from ckpt_preempt.policies.snapshot import Snapshot
 from ckpt_preempt.policies.topology import NodeTopology
 
 NOW = 1_796_202_000.0

@@ -136,7 +136,7 @@ def test_scanner_flags(source):
                      id="formatting a given time"),
         pytest.param("def f(snapshot):\n    return snapshot.now", id="now comes from the data"),
         pytest.param("import json, re, zlib, heapq", id="pure standard library"),
-        pytest.param("from policies.model import Snapshot", id="own package"),
+        pytest.param("from policies.snapshot import Snapshot", id="own package"),
         pytest.param("from . import model", id="relative import"),
     ],
 )

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import preemption, shrink, units
+from ckpt_preempt.policies import cover, preemption, shrink, units
 from ckpt_preempt.policies.model import Resources
 from tests.policies.builders import gang, gpu_node, pdb, pending, snapshot
 
@@ -92,8 +92,8 @@ def test_the_cover_takes_at_most_one_unit_of_a_gang():
                           rendezvous_seconds=R)
     here = b.units_on("n0")
     assert sorted(len(u.pods) for u in here) == [1, 2, 3, 4]  # 3 shrinks and the whole gang
-    cover = units.min_cover(here, "n0", Resources(gpus=8), snap.pdbs)
-    assert cover is not None and len(cover.unit_ids) == 1 and cover.victims == 2
+    best = cover.min_cover(here, "n0", Resources(gpus=8), snap.pdbs)
+    assert best is not None and len(best.unit_ids) == 1 and best.victims == 2
 
 
 _gangs = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 4), st.integers(1, 8)),
