@@ -121,3 +121,55 @@ def vs_floor(cuts: Sequence[CutFloor], policy: str, *, seed: int = 1) -> stats.E
     return stats.bootstrap_ratio([r.policy_gpu_hours[policy] for r in positive],
                                  [r.floor_gpu_hours for r in positive], seed=seed)
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class FloorSummary:
+    """Each policy's loss ÷ the floor over a cell's cuts, and what went into it."""
+
+    label: str  # the cell
+    seeds: tuple[int, ...]  # the cell's seeds the cuts were taken from
+    nodes: int  # nodes per cut
+    cuts: int  # cuts made
+    contended: int  # cuts where anybody preempted or lost anything
+    positive: int  # of those, cuts whose floor is above zero (the ratios' n)
+    too_large: int  # cuts whose search passed the simulation budget (left out)
+    ratios: tuple[tuple[str, stats.Estimate | None], ...]  # (policy, loss ÷ floor)
+
+    def as_dict(self) -> dict:
+        return {"cell": self.label, "seeds": list(self.seeds), "nodes_per_cut": self.nodes,
+                "cuts": self.cuts, "contended_cuts": self.contended,
+                "positive_floor_cuts": self.positive, "cuts_too_large": self.too_large,
+                "vs_floor": {p: e.as_dict() if e else None for p, e in self.ratios}}
+
+    def lines(self, ours: Sequence[str] = ()) -> list[str]:
+        """What the ratios are, then one line per policy (``ours`` marked)."""
+        seeds = ("seeds " if len(self.seeds) > 1 else "seed ") + ", ".join(map(str, self.seeds))
+        head = (f"loss ÷ floor, median [95 % CI] over the {self.positive} of {self.cuts} seeded "
+                f"{self.nodes}-node cuts of {self.label} ({seeds}) where the floor is above "
+                f"0: the hindsight oracle's least loss (policies/sim/hindsight.py) on small "
+                f"instances of this cell's job mix, not this run's totals")
+        if self.too_large:
+            head += f"; {self.too_large} cuts too large to search, left out"
+        width = max((len(p) for p, _ in self.ratios), default=0) + 2
+        rows = [f"  {p.ljust(width)}{_text(e)}{'  (ours)' if p in ours else ''}"
+                for p, e in self.ratios]
+        return [head, *rows]
+
+
+def _text(e: stats.Estimate | None) -> str:
+    if e is None:
+        return "-"
+    return f"{e.median:.2f} [{e.low:.2f}, {e.high:.2f}]"
+
+
+def summarise(label: str, seeds: Sequence[int], cuts: Sequence[CutFloor],
+              policies: Sequence[str], *, nodes: int = CUT_NODES) -> FloorSummary:
+    """The cell's floor summary for ``policies`` from its ``cuts``."""
+    contended = [c for c in cuts if c.contended]
+    return FloorSummary(
+        label=label, seeds=tuple(seeds), nodes=nodes, cuts=len(cuts), contended=len(contended),
+        positive=sum(c.result is not None and c.result.floor_gpu_hours > FLOOR_EPS_GPU_HOURS
+                     for c in contended),
+        too_large=sum(c.result is None for c in cuts),
+        ratios=tuple((p, vs_floor(cuts, p)) for p in policies))
