@@ -5,7 +5,8 @@ By default: the bundled Alibaba openb trace (cluster-trace-gpu-v2023) on a seede
 protocol), with checkpoints and gangs from a seeded generator. ``--seeds N`` replays N seeds
 (from ``--seed``) and reports medians with 95 % bootstrap intervals; every ratio is against the
 strongest baseline of the cell (the baseline losing least). Every parameter is printed with the
-result.
+result. After the table, each policy's loss ÷ the hindsight floor over ``--floor-cuts`` seeded
+small cuts of the same cell (policies/sim/floor_cuts.py), computed in the run, not stored.
 
 ``--protocol fgd`` runs FGD's placement benchmark instead (policies/placement/benchmark.py, the
 same code as bench/placement.py): the openb node list, the pods shuffled per seed and topped up
