@@ -91,8 +91,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/lost_work.py
 	$(BIN)/python bench/fairness.py
 	$(BIN)/python bench/optimality.py
-	$(BIN)/python bench/floor.py --seeds 40 > bench/results/floor.json
-	$(BIN)/python bench/floor.py --seeds 40 --exact-reports > bench/results/floor_exact_reports.json
+	$(BIN)/python bench/floor.py --seeds 40 --styles all --procs 2 > bench/results/floor.json
+	$(BIN)/python bench/floor.py --seeds 40 --styles openb/stress,training/replay --exact-reports > bench/results/floor_exact_reports.json
 	$(BIN)/python bench/plan_latency.py
 	$(BIN)/python bench/plan_latency.py --size frontier
 	$(BIN)/python bench/extender_latency.py

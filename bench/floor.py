@@ -1,100 +1,49 @@
 """Benchmark: each policy's loss ÷ the hindsight floor (policies/sim/hindsight.py), on small
-instances.
+instances cut from every cell of the evidence run.
 
-Instances are cut, seeded, from two of the evidence run's cells, so they keep those cells'
-job mix (sizes, gangs, checkpoint modes and intervals, drain times, restores):
+What: for each cell of bench/evidence.py (its workload, protocol, scale and replay windows; the
+ablations excepted), one seeded cut per seed (``policies.sim.floor_cuts``: ``--nodes`` nodes,
+at most ``--jobs`` jobs of which 1 to ``--high`` are high-priority, so the cluster is full when
+the preemptors come: a contention test of the cell's job mix, not a replay of its timeline).
+The hindsight search gives each cut's floor; every registry policy runs on the same cut. Every
+cost is on (the simulator's defaults, ``SimConfig()``), preemptor delay included.
 
-- openb/stress: the openb trace under the stress protocol (``protocols.build``, scale 0.1);
-- training/replay: the synthetic training scenario under the replay protocol.
+Prints one JSON object: per cell, per policy, the median of loss ÷ floor over the cuts whose
+floor is above zero, with a bootstrap 95 % CI over cuts (``policies.sim.stats``), and the same
+for loss ÷ the per-cut best of the baselines (``planners.TIMING_BASELINES``: the four baselines
+and wait-then-evict), so both yardsticks are read on the same cuts; the share of cuts where the
+policy reaches the floor; and per cell the floor ÷ the strongest baseline (the baseline with
+the lowest median loss over the cell's cuts), i.e. the best any policy could do against it, and
+the floor ÷ the per-cut best baseline. Cuts where nobody preempted, and cuts whose search passed
+``--max-simulations``, are counted and left out.
 
-A cut keeps ``--nodes`` seeded nodes of the cell's cluster and draws, seeded and without
-replacement, the cell's jobs that fit those nodes: low-priority jobs of at least an hour (shorter
-ones would mostly be gone when the preemptors come) until their GPUs reach
-``LOW_FILL`` × the cut's GPUs (at most ``--jobs`` jobs in all), arriving uniformly in the first
-half hour, then 1 to ``--high`` high-priority jobs arriving uniformly in the hour after. Each
-job keeps the cell's size, gang, duration, checkpoint mode, interval, drain time and restore;
-its arrival is the cut's (so the cluster is full when the preemptors come: a cut is a
-contention test of the cell's job mix, not a replay of its timeline), and work done before the
-cut (a replay's pre-filled jobs) is dropped. There is no warm-up. Only cuts where some policy
-is charged anything count (the others, where nobody preempts, have nothing to compare); a
-cut whose search exceeds the simulation budget is counted as too large and left out
-(reported, not hidden).
-
-Prints one JSON object: per style, per policy, the median of loss ÷ floor over the instances
-whose floor is above zero, with a bootstrap 95 % CI over instances (``policies.sim.stats``),
-and the same for loss ÷ the per-instance best of the baselines (``planners.TIMING_BASELINES``:
-the four baselines and wait-then-evict), so both yardsticks are read on the same instances;
-the share of instances where the policy reaches the floor, and how many instances had a zero
-floor (and on how many of those each policy lost anything). Every cost is on (the simulator's
-defaults, ``SimConfig()``), preemptor delay included.
-
-Usage: python bench/floor.py [--seeds 20] [--nodes 2] [--jobs 32] [--high 4]
+How to run: python bench/floor.py [--seeds 40] [--styles CELL,...|all] [--procs 2]
+(``make bench`` writes bench/results/floor.json). ``--styles`` defaults to the cells with
+contention (stress and replay of each workload); ``all`` adds the steady cells.
+Target: none of its own; it says how far each policy is from the best reachable, and whether
+the issue's targets (ours ≤ 0.5 × the strongest baseline on openb, ≤ 0.3 on training) are
+reachable at all on these cuts.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import random
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
-from evidence import EVIDENCE_SCALE  # bench/evidence.py, next to this script
+from evidence import EVIDENCE_SCALE, cells  # bench/evidence.py, next to this script
 
 from ckpt_preempt.controller import trace_files
-from ckpt_preempt.policies.sim import hindsight, protocols, stats
+from ckpt_preempt.policies.sim import experiment, floor_cuts, hindsight, stats
 from ckpt_preempt.policies.sim.engine import SimConfig
 from ckpt_preempt.policies.sim.planners import KNOWN, TIMING_BASELINES
-from ckpt_preempt.policies.sim.trace import TraceNode
-from ckpt_preempt.policies.sim.workload import Job, Workload, offered_load
 
-STYLES = {"openb/stress": ("openb", "stress"), "training/replay": ("training", "replay")}
-LOW_FILL = 2.0  # low-priority GPUs drawn per GPU of the cut (assumption: enough to contend)
-FILL_SECONDS = 1800.0  # low-priority jobs arrive in the first half hour
-HIGH_SPAN_SECONDS = 3600.0  # high-priority jobs arrive in the hour after
-LOW_MIN_DURATION_SECONDS = 3600.0  # shorter low-priority jobs are gone before most preemptors
-FLOOR_EPS_GPU_HOURS = 1e-9  # a loss this close to the floor reaches it
-
-
-def _fits(job: Job, nodes: list[TraceNode]) -> bool:
-    """Whether every member could run on the cut's nodes at once, were they empty."""
-    sizes = sorted((m.gpus for m in job.members), reverse=True)
-    free = sorted((n.gpus for n in nodes), reverse=True)
-    return len(sizes) <= len(free) and all(g <= f for g, f in zip(sizes, free, strict=False))
-
-
-def cut(style: str, seed: int, *, nodes: int, jobs: int, high: int
-        ) -> tuple[Workload, list[TraceNode]]:
-    """The seeded small instance of ``style`` (see the module docstring)."""
-    workload, protocol = STYLES[style]
-    pods, trace_nodes = trace_files.load(workload)
-    w, used = protocols.build(workload=workload, protocol=protocol, seed=seed, pods=pods,
-                              nodes=trace_nodes, scale=EVIDENCE_SCALE)
-    rng = random.Random(f"floor-cut-{style}-{seed}")
-    kept = rng.sample(used, min(nodes, len(used)))
-    capacity = sum(n.gpus for n in kept)
-    lows = [j for j in w.jobs if not j.high and _fits(j, kept)
-            and j.duration >= LOW_MIN_DURATION_SECONDS]
-    highs = [j for j in w.jobs if j.high and _fits(j, kept)]
-    rng.shuffle(lows)
-    rng.shuffle(highs)
-    n_high = min(len(highs), rng.randint(1, high))
-    chosen, filled = [], 0.0
-    for j in lows:
-        if filled >= LOW_FILL * capacity or len(chosen) >= jobs - n_high:
-            break
-        chosen.append(replace(j, arrival=rng.uniform(0.0, FILL_SECONDS), done_before=0.0))
-        filled += j.gpu_share
-    chosen += [replace(j, arrival=FILL_SECONDS + rng.uniform(0.0, HIGH_SPAN_SECONDS),
-                       done_before=0.0) for j in highs[:n_high]]
-    chosen.sort(key=lambda j: (j.arrival, j.id))
-    chosen = [replace(j, id=k) for k, j in enumerate(chosen)]
-    window = max((j.arrival for j in chosen), default=0.0) + 1.0
-    return Workload(jobs=tuple(chosen), compress=w.compress,
-                    offered_load=offered_load(chosen, capacity, 0.0, window), extra_pods=0,
-                    window=window, capacity_gpus=capacity, params=w.params,
-                    protocol=w.protocol), kept
+CELLS = {c.label: c for c in cells(EVIDENCE_SCALE, quick=False) if not c.ablation}
+CONTENDED = tuple(label for label, c in CELLS.items() if c.protocol != "steady")
 
 
 def _choice_kinds(results: list[hindsight.HindsightResult]) -> dict[str, int]:
@@ -112,69 +61,91 @@ def _choice_kinds(results: list[hindsight.HindsightResult]) -> dict[str, int]:
     return kinds
 
 
-def measure(style: str, seeds: list[int], *, nodes: int, jobs: int, high: int,
-            max_simulations: int, cfg: SimConfig) -> dict:
-    """Floors and policy losses on ``style``'s cuts; the style's JSON section."""
-    rows, idle, too_large = [], 0, []
-    for seed in seeds:
-        w, kept = cut(style, seed, nodes=nodes, jobs=jobs, high=high)
-        try:
-            r = hindsight.floor(w, kept, cfg, max_simulations=max_simulations)
-        except hindsight.HindsightLimit:
-            too_large.append(seed)
-            continue
-        if max(r.policy_gpu_hours.values()) <= 0 and r.decisions == 0:
-            idle += 1  # nobody preempted: nothing to compare
-            continue
-        rows.append((seed, len(w.jobs), r))
-    out: dict = {"instances": len(rows), "seeds_without_preemption": idle,
+@functools.cache
+def _trace(workload: str):
+    return trace_files.load(workload)
+
+
+def cut_floor(task: tuple[str, int, int, int, int, int, SimConfig]
+              ) -> tuple[str, int, floor_cuts.CutFloor, float]:
+    """One cut's floor (in a worker process), and the CPU seconds it took."""
+    label, seed, nodes, jobs, high, max_simulations, cfg = task
+    started = time.process_time()
+    cell = CELLS[label]
+    pods, trace_nodes = _trace(cell.workload)
+    w, used = experiment.build(cell, seed, pods, trace_nodes)
+    c = floor_cuts.floor_of(w, used, cfg, floor_cuts.cut_key(label, seed), nodes=nodes,
+                            jobs=jobs, high=high, max_simulations=max_simulations)
+    return label, seed, c, time.process_time() - started
+
+
+def _est(e: stats.Estimate | None) -> dict | None:
+    return e.as_dict() if e else None
+
+
+def summarise(cuts: list[tuple[int, floor_cuts.CutFloor]], cpu_seconds: float) -> dict:
+    """One cell's JSON section from its (seed, cut) pairs."""
+    rows = [(seed, c) for seed, c in cuts if c.contended]
+    results = [c.result for _, c in rows]
+    too_large = [seed for seed, c in cuts if c.result is None]
+    positive = [r for r in results if r.floor_gpu_hours > floor_cuts.FLOOR_EPS_GPU_HOURS]
+    out: dict = {"instances": len(rows),
+                 "seeds_without_preemption": len(cuts) - len(rows) - len(too_large),
                  "seeds_too_large": len(too_large), "too_large": too_large,
-                 "instance_seeds": [seed for seed, _, _ in rows],
-                 "jobs_per_instance": [n for _, n, _ in rows],
-                 "floor_gpu_hours": [round(r.floor_gpu_hours, 4) for _, _, r in rows],
-                 "floor_search_decisions": [r.decisions for _, _, r in rows],
-                 "simulations": [r.simulations for _, _, r in rows],
-                 "floor_found_by": [r.found_by for _, _, r in rows],
-                 "floor_choices": _choice_kinds([r for _, _, r in rows]),
+                 "cpu_seconds": round(cpu_seconds, 1),
+                 "instance_seeds": [seed for seed, _ in rows],
+                 "jobs_per_instance": [c.jobs for _, c in rows],
+                 "floor_gpu_hours": [round(r.floor_gpu_hours, 4) for r in results],
+                 "floor_search_decisions": [r.decisions for r in results],
+                 "simulations": [r.simulations for r in results],
+                 "floor_found_by": [r.found_by for r in results],
+                 "floor_choices": _choice_kinds(results),
+                 "zero_floor_instances": len(results) - len(positive),
                  "policies": {}}
-    positive = [r for _, _, r in rows if r.floor_gpu_hours > FLOOR_EPS_GPU_HOURS]
-    zero = [r for _, _, r in rows if r.floor_gpu_hours <= FLOOR_EPS_GPU_HOURS]
-    out["zero_floor_instances"] = len(zero)
+    best = [min(r.policy_gpu_hours[b] for b in TIMING_BASELINES) for r in results]
     for name in KNOWN:
-        losses = [r.policy_gpu_hours[name] for r in positive]
-        floors = [r.floor_gpu_hours for r in positive]
-        est = stats.bootstrap_ratio(losses, floors, seed=1)
-        every = [r.policy_gpu_hours[name] for _, _, r in rows]
-        best = [min(r.policy_gpu_hours[b] for b in TIMING_BASELINES) for _, _, r in rows]
-        vs_best = stats.bootstrap_ratio(every, best, seed=1)
+        every = [r.policy_gpu_hours[name] for r in results]
         out["policies"][name] = {
-            "vs_floor": est.as_dict() if est else None,
-            "vs_best_baseline": vs_best.as_dict() if vs_best else None,
+            "vs_floor": _est(floor_cuts.vs_floor([c for _, c in rows], name)),
+            "vs_best_baseline": _est(stats.bootstrap_ratio(every, best, seed=1)),
             "reaches_floor": sum(r.policy_gpu_hours[name] <= r.floor_gpu_hours
-                                 + FLOOR_EPS_GPU_HOURS for _, _, r in rows),
-            "loses_on_zero_floor": sum(r.policy_gpu_hours[name] > FLOOR_EPS_GPU_HOURS
-                                       for r in zero),
-            "lost_gpu_hours": [round(r.policy_gpu_hours[name], 4) for _, _, r in rows],
+                                 + floor_cuts.FLOOR_EPS_GPU_HOURS for r in results),
+            "loses_on_zero_floor": sum(r.policy_gpu_hours[name] > floor_cuts.FLOOR_EPS_GPU_HOURS
+                                       for r in results
+                                       if r.floor_gpu_hours <= floor_cuts.FLOOR_EPS_GPU_HOURS),
+            "lost_gpu_hours": [round(x, 4) for x in every],
         }
+    if results:
+        strongest = min(TIMING_BASELINES, key=lambda b: (
+            stats.median([r.policy_gpu_hours[b] for r in results]), TIMING_BASELINES.index(b)))
+        floors = [r.floor_gpu_hours for r in results]
+        out["strongest_baseline"] = strongest
+        out["floor_vs_strongest"] = _est(stats.bootstrap_ratio(
+            floors, [r.policy_gpu_hours[strongest] for r in results], seed=1))
+        out["floor_vs_best_baseline"] = _est(stats.bootstrap_ratio(floors, best, seed=1))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=20, help="instances per style (seeds 1..N)")
-    ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--jobs", type=int, default=32)
-    ap.add_argument("--high", type=int, default=4, help="most high-priority jobs per instance")
-    ap.add_argument("--styles", default=",".join(STYLES))
+    ap.add_argument("--seeds", type=int, default=20, help="cuts per cell (seeds 1..N)")
+    ap.add_argument("--nodes", type=int, default=floor_cuts.CUT_NODES)
+    ap.add_argument("--jobs", type=int, default=floor_cuts.CUT_JOBS)
+    ap.add_argument("--high", type=int, default=floor_cuts.CUT_HIGH,
+                    help="most high-priority jobs per instance")
+    ap.add_argument("--styles", default=",".join(CONTENDED),
+                    help="cells, comma-separated, or 'all' (default: the stress and replay cells)")
+    ap.add_argument("--procs", type=int, default=1, help="worker processes")
     ap.add_argument("--max-simulations", type=int, default=hindsight.MAX_SIMULATIONS)
     ap.add_argument("--exact-reports", action="store_true",
                     help="no report lag or jitter and no failed or overrun drains: what is "
                          "left between a policy and the floor is foresight")
     args = ap.parse_args(argv)
-    styles = args.styles.split(",")
-    unknown = [s for s in styles if s not in STYLES]
-    if unknown or min(args.seeds, args.nodes, args.jobs, args.high, args.max_simulations) < 1:
-        print(f"floor.py: bad arguments (styles: {', '.join(STYLES)}; counts >= 1)",
+    styles = list(CELLS) if args.styles == "all" else args.styles.split(",")
+    unknown = [s for s in styles if s not in CELLS]
+    if unknown or min(args.seeds, args.nodes, args.jobs, args.high, args.max_simulations,
+                      args.procs) < 1:
+        print(f"floor.py: bad arguments (styles: {', '.join(CELLS)} or all; counts >= 1)",
               file=sys.stderr)
         return 2
     started = time.monotonic()
@@ -183,14 +154,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.exact_reports:
         cfg = replace(cfg, report_lag_seconds=0.0, report_jitter_seconds=0.0,
                       drain_failure_share=0.0, drain_overrun_share=0.0)
+    tasks = [(s, seed, args.nodes, args.jobs, args.high, args.max_simulations, cfg)
+             for s in styles for seed in seeds]
+    done: dict[str, list] = {s: [] for s in styles}
+    cpu = dict.fromkeys(styles, 0.0)
+    with ProcessPoolExecutor(max_workers=args.procs) as pool:
+        for label, seed, c, seconds in pool.map(cut_floor, tasks):
+            done[label].append((seed, c))
+            cpu[label] += seconds
+            print(f"\r{label} seed {seed} ({time.monotonic() - started:.0f} s)", end="",
+                  file=sys.stderr, flush=True)
+    print(file=sys.stderr)
     result = {"benchmark": "hindsight_floor", "seeds": seeds, "nodes": args.nodes,
               "max_jobs": args.jobs, "max_high_jobs": args.high,
-              "max_simulations": args.max_simulations,
+              "max_simulations": args.max_simulations, "scale": EVIDENCE_SCALE,
               "config": "exact reports, drains never fail" if args.exact_reports
               else "SimConfig() defaults",
-              "styles": {s: measure(s, seeds, nodes=args.nodes, jobs=args.jobs,
-                                    high=args.high, max_simulations=args.max_simulations, cfg=cfg)
-                         for s in styles}}
+              "styles": {s: summarise(done[s], cpu[s]) for s in styles}}
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(result))
     return 0

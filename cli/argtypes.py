@@ -63,6 +63,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (counts where 0 turns a thing off)."""
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """A finite number > 0 (intervals, loads, sizes)."""
     value = float(_number(text, float))

@@ -5,7 +5,8 @@ By default: the bundled Alibaba openb trace (cluster-trace-gpu-v2023) on a seede
 protocol), with checkpoints and gangs from a seeded generator. ``--seeds N`` replays N seeds
 (from ``--seed``) and reports medians with 95 % bootstrap intervals; every ratio is against the
 strongest baseline of the cell (the baseline losing least). Every parameter is printed with the
-result.
+result. After the table, each policy's loss ÷ the hindsight floor over ``--floor-cuts`` seeded
+small cuts of the same cell (policies/sim/floor_cuts.py), computed in the run, not stored.
 
 ``--protocol fgd`` runs FGD's placement benchmark instead (policies/placement/benchmark.py, the
 same code as bench/placement.py): the openb node list, the pods shuffled per seed and topped up
@@ -32,7 +33,7 @@ from ckpt_preempt.cli import argtypes
 from ckpt_preempt.cli.output import emit
 from ckpt_preempt.controller import trace_files
 from ckpt_preempt.policies.placement import benchmark
-from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
+from ckpt_preempt.policies.sim import engine, experiment, floor_cuts, planners, report, workload
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 NAME = "simulate"
@@ -63,6 +64,9 @@ COST_FLAGS = (
 FGD_PROTOCOL = "fgd"  # FGD's placement benchmark, not a preemption replay
 CHOICES = (*PROTOCOLS, FGD_PROTOCOL)
 FGD_FIRST_SEED = benchmark.protocol.PAPER_SEEDS[0]
+# small cuts of the simulated cell measured against the hindsight floor by default: about 5 s
+# on the default run's cell (openb/stress), where about half the cuts contend
+FLOOR_CUTS = 40
 LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (6, 2, 1, 2, 1, 2)), "x"),
                ((0, (1, 1)), "v"))  # one per policy, told apart in grayscale too
 
@@ -134,6 +138,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planner-restart-seconds", type=argtypes.non_negative_float,
                    help="what our search charges per evicted GPU for a restart, the "
                         "controller's restartCostSeconds (default: --restore-seconds)")
+    p.add_argument("--floor-cuts", type=argtypes.non_negative_int, default=FLOOR_CUTS,
+                   help="seeded small cuts of the simulated cell on which each policy's loss "
+                        "is divided by the hindsight floor (policies/sim/floor_cuts.py); 0: "
+                        "none (default %(default)s, seconds on openb, minutes on training)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="lost work over time per policy (the first seed); needs matplotlib")
@@ -305,7 +313,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2
+    floor = floor_summary(cell, seeds, policies, args.floor_cuts, pods, nodes)
     doc = result.as_dict()
+    if floor:
+        doc["floor"] = floor.as_dict()
     doc["generator"] = cell.params.describe() if cell.params else {}
     doc["wall_seconds"] = round(time.monotonic() - started, 1)
     plot_error = None
@@ -319,8 +330,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(json.dumps(doc, indent=2))
     else:
+        ours = [p for p in policies if p not in planners.TIMING_BASELINES]
         emit("\n".join([
             report.format_cell(result),
+            *(["", *floor.lines(ours), ""] if floor else []),
             "generator: " + ", ".join(f"{k}={v}" for k, v in doc["generator"].items()
                                       if k != "seed"),
             "simulator: " + ", ".join(f"{k}={v}" for k, v in doc["sim"].items()),
@@ -329,6 +342,20 @@ def run(args: argparse.Namespace) -> int:
         print(plot_error, file=sys.stderr)
         return 1
     return 0
+
+
+def floor_summary(cell: experiment.Cell, seeds: list[int], policies: list[str], cuts: int,
+                  pods: list | None, nodes: list) -> floor_cuts.FloorSummary | None:
+    """Each policy's loss ÷ the hindsight floor on ``cuts`` seeded small cuts of the cell (cut k
+    of the run's seeds in turn), computed now; None when ``cuts`` is 0."""
+    if cuts == 0:
+        return None
+    used_seeds = seeds[:cuts]
+    built = {seed: experiment.build(cell, seed, pods, nodes) for seed in used_seeds}
+    done = [floor_cuts.floor_of(*built[seed], cell.config,
+                                floor_cuts.cut_key(cell.label, seed, k))
+            for k in range(1, cuts + 1) for seed in [used_seeds[(k - 1) % len(used_seeds)]]]
+    return floor_cuts.summarise(cell.label, used_seeds, done, policies)
 
 
 def _plot(result: experiment.CellResult, path: Path) -> None:

@@ -96,6 +96,8 @@ SIM_NUMBERS = [  # every numeric flag of simulate, with a value its type refuses
     ("--restore-seconds", "-1", "must be a number >= 0"),
     ("--restore-job-gpu-seconds", "-300", "must be a number >= 0"),
     ("--replay-windows", "0", "must be an integer >= 1"),
+    ("--floor-cuts", "-1", "must be an integer >= 0"),
+    ("--floor-cuts", "many", "expected an integer, got 'many'"),
     ("--report-lag-seconds", "inf", "expected a finite number"),
     ("--report-jitter-seconds", "soon", "expected a number"),
     ("--drain-failure-share", "1.5", "must be a share between 0 and 1"),

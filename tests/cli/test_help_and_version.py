@@ -101,6 +101,7 @@ def test_unknown_log_levels_are_refused(text):
 
 @pytest.mark.parametrize(("parse", "text", "value"), [
     (argtypes.positive_int, "3", 3),
+    (argtypes.non_negative_int, "0", 0),
     (argtypes.positive_float, "0.5", 0.5),
     (argtypes.non_negative_float, "0", 0.0),
     (argtypes.fraction, "1", 1.0),
@@ -121,6 +122,7 @@ def test_value_parsers_accept(parse, text, value):
 
 @pytest.mark.parametrize(("parse", "text"), [
     (argtypes.positive_int, "0"), (argtypes.positive_int, "1.5"), (argtypes.positive_int, ""),
+    (argtypes.non_negative_int, "-1"), (argtypes.non_negative_int, "2.5"),
     (argtypes.positive_float, "0"), (argtypes.positive_float, "inf"),
     (argtypes.non_negative_float, "-0.1"), (argtypes.non_negative_float, "nan"),
     (argtypes.fraction, "1.01"), (argtypes.fraction, "-0.01"),

@@ -44,6 +44,33 @@ def test_simulate_json_and_plot_on_a_small_bundled_replay(tmp_path):
     assert by["checkpoint-aware"]["gangs_broken"] == 0
     assert by["kube-default"]["ratio_vs_kube_default"]["median"] == 1.0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    floor = doc["floor"]  # computed in this run, on the default number of cuts of its cell
+    assert floor["cell"] == "openb/stress" and floor["seeds"] == [2]
+    assert floor["cuts"] == cmd_simulate.FLOOR_CUTS
+    assert set(floor["vs_floor"]) == set(planners.POLICIES)
+
+
+def test_simulate_prints_each_policy_at_or_above_the_floor():
+    out = cli("simulate", "--scale", "0.03", "--window-hours", "1", "--seed", "1",
+              "--floor-cuts", "16")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    head = next(k for k, line in enumerate(lines) if line.startswith("loss ÷ floor"))
+    assert "of 16 seeded 2-node cuts of openb/stress (seed 1)" in lines[head]
+    assert "not this run's totals" in lines[head]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[head + 1:head + 7]}
+    assert set(rows) == set(planners.POLICIES)
+    for policy, (median, low, high, *mark) in rows.items():
+        low, high = float(low.strip("[,")), float(high.strip("]"))
+        assert 1.0 <= low <= float(median) <= high, policy  # the floor is a lower bound
+        assert mark == (["(ours)"] if policy not in planners.BASELINES else [])
+
+
+def test_simulate_without_floor_cuts_prints_no_floor():
+    out = cli("simulate", "--scale", "0.03", "--window-hours", "1", "--floor-cuts", "0",
+              "--policies", "kube-default", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "floor" not in json.loads(out.stdout)
 
 
 def test_simulate_two_seeds_prints_intervals_in_the_table():
