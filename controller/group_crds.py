@@ -193,12 +193,3 @@ class GroupObjects:
                     return
             self._stop.wait(self._discover_seconds if self._discovered.is_set() else 1.0)
 
-
-class FixedGroups:
-    """``GroupObjects``' reading side over a fixed mapping (tools and tests without a cluster)."""
-
-    def __init__(self, minimums: Mapping[str, int] | None = None) -> None:
-        self._minimums = dict(minimums or {})
-
-    def minimums(self) -> dict[str, int]:
-        return dict(self._minimums)

@@ -92,10 +92,6 @@ class PdbInfo:
     selector: str  # "null" (covers nothing), "empty" (policy/v1: the whole namespace), "set"
     disruptions_allowed: int
 
-    @property
-    def has_expressions(self) -> bool:
-        return bool(self.match_expressions)
-
 
 def _time(value: str | None) -> float | None:
     if not value:

@@ -8,7 +8,6 @@ no report. Labels hwprobe set earlier but no longer produces (e.g. ``clique``) a
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ckpt_preempt.hwprobe.errors import PublishError
@@ -63,9 +62,3 @@ def publish(api: Any, node: str, topo: Topology, *, verified: bool | None = None
     except HTTPError as err:
         raise PublishError(f"node {node}: API unreachable: {err}") from err
     return patch
-
-
-def published_value(api: Any, node: str) -> dict | None:
-    """The annotation currently on the Node, decoded (None when absent)."""
-    raw = (api.read_node(node).metadata.annotations or {}).get(ANNOTATION)
-    return json.loads(raw) if raw else None

@@ -21,7 +21,6 @@ from typing import Any
 
 from ckpt_preempt.controller import records
 from ckpt_preempt.controller.actions import Blocked, Conflict, NotLeader
-from ckpt_preempt.controller.group_crds import FixedGroups
 from ckpt_preempt.controller.records import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.controller.watch import ChangeLog, Changes, StoredPlan
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, plan_object_name
@@ -30,6 +29,16 @@ from ckpt_preempt.policies.annotations import RESERVED_TAINT, rfc3339
 from ckpt_preempt.policies.plan_record import PlanRecord
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+class FixedGroups:
+    """``group_crds.GroupObjects``' reading side over a fixed mapping."""
+
+    def __init__(self, minimums: Mapping[str, int] | None = None) -> None:
+        self._minimums = dict(minimums or {})
+
+    def minimums(self) -> dict[str, int]:
+        return dict(self._minimums)
 
 
 # --------------------------------------------------------------------------------- builders

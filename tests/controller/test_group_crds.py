@@ -84,11 +84,6 @@ def test_a_gated_gang_waits_for_its_podgroups_min_member(members, minimum, admit
     assert "GangTotalMismatch" not in rig.actions.event_reasons()
 
 
-def test_fixed_groups_reads_like_group_objects():
-    assert group_crds.FixedGroups({"team/volcano/a": 2}).minimums() == {"team/volcano/a": 2}
-    assert group_crds.FixedGroups().minimums() == {}
-
-
 # ----------------------------------------------------------------------------- discovery
 
 
