@@ -51,6 +51,7 @@ from tenacity import (
     stop_after_attempt,
     wait_random_exponential,
 )
+from urllib3.exceptions import HTTPError
 
 from ckpt_preempt.controller import write_bodies as bodies
 from ckpt_preempt.controller.events import Reason
@@ -77,6 +78,16 @@ class Conflict(Exception):
 
 class NotLeader(Exception):
     """This replica may not write now: it does not hold the Lease within its renew deadline."""
+
+
+class WriteFailed(Exception):
+    """The API server refused a write (``status``: its HTTP status) or could not be reached
+    (``status`` None: a timeout, a dropped connection). The one error type for the rest;
+    the client's own exception types never leave ``Actions``."""
+
+    def __init__(self, message: str, *, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _retryable(e: BaseException) -> bool:
@@ -148,7 +159,12 @@ class Actions:
             raise NotLeader(f"not the leader within its renew deadline; {verb} {target} "
                             "not sent")
         audit.info("%s %s", verb, target, extra={"audit": verb, "target": target, "plan": plan})
-        return call()
+        try:
+            return call()
+        except ApiException as e:
+            raise WriteFailed(f"{verb} {target}: {api_error(e)}", status=e.status) from e
+        except HTTPError as e:  # a timeout, a dropped connection: decided again later
+            raise WriteFailed(f"{verb} {target}: {type(e).__name__}: {e}", status=None) from e
 
     # ------------------------------------------------------------------------ stored plans
     def create_plan(self, record: plan_record.PlanRecord) -> str | None:

@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     from kubernetes.client.rest import ApiException
 
     from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller.actions import Conflict, api_error
+    from ckpt_preempt.controller.actions import Conflict, WriteFailed, api_error
 
     prog = "ckpt-preempt cleanup"
     logs.setup(args.log_level)
@@ -228,8 +228,8 @@ def run(args: argparse.Namespace) -> int:
         except StillRunning as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return 2
-        except (ApiException, Conflict) as e:
-            refused = isinstance(e, ApiException) and e.status == 403
+        except (ApiException, WriteFailed, Conflict) as e:  # its reads, its writes
+            refused = getattr(e, "status", None) == 403
             if (refused or isinstance(e, Conflict)) and deadline is not None \
                     and time.monotonic() < deadline:
                 time.sleep(1.0)  # policies still unloading, or an object changed: again

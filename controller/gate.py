@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.actions import Actions, WriteGuard, client_with_pool
+from ckpt_preempt.controller.actions import Actions, WriteFailed, WriteGuard, client_with_pool
 from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.gate_cache import PodCache
 from ckpt_preempt.controller.records import pod_info
@@ -255,13 +255,13 @@ class Gate:
                                                decode=False):
                 self._count("written")
                 self._event(info, decision)
-        except ApiException as e:
+        except WriteFailed as e:
             if e.status in (403, 404, 422):  # may not, gone, or refused: never ask it again
                 with self._lock:
                     if len(self._unwritable) >= UNWRITABLE_KEPT:
                         self._unwritable.clear()
                     self._unwritable.add(info.uid)
-            log.warning("drain request for %s not written: %s", info.key, e.reason)
+            log.warning("drain request for %s not written: %s", info.key, e)
             self._count("write-failed")
         except Exception as e:  # a timeout, a broken connection: the next retry asks again
             log.warning("drain request for %s not written: %s", info.key, e)

@@ -44,11 +44,8 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from kubernetes.client.rest import ApiException
-from urllib3.exceptions import HTTPError
-
 from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.actions import Actions, Conflict, NotLeader, api_error
+from ckpt_preempt.controller.actions import Actions, Conflict, NotLeader, WriteFailed
 from ckpt_preempt.controller.advance import Memory, NewPlan, PlanStepper, World
 from ckpt_preempt.controller.cluster_model import ClusterModel, View
 from ckpt_preempt.controller.config import Config
@@ -188,9 +185,7 @@ class Reconciler:
             raise
         except Conflict as e:
             log.info("%s: %s; will re-read", what, e)
-        except ApiException as e:
-            log.warning("%s: %s", what, api_error(e))
-        except HTTPError as e:  # a timeout, a dropped connection: decided again next pass
+        except WriteFailed as e:  # refused, timed out, unreachable: decided again next pass
             log.warning("%s: %s", what, e)
         except Exception:
             log.exception("%s: step failed", what)
@@ -312,8 +307,8 @@ class Reconciler:
                 if isinstance(e, NotLeader):
                     raise
                 continue
-            except ApiException as e:
-                log.warning("%s: plan not stored: %s", cand.key, api_error(e))
+            except WriteFailed as e:
+                log.warning("%s: plan not stored: %s", cand.key, e)
                 continue
             if made is None:
                 continue

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.actions import Conflict
+from ckpt_preempt.controller.actions import Conflict, WriteFailed
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import rfc3339
@@ -392,7 +391,8 @@ def test_a_blocked_eviction_warns_once_aborts_at_evict_by_and_the_victim_is_skip
                  id="Conflict on Draining -> Evicting"),
     pytest.param(plan(State.PLANNED), (), lambda: Conflict("changed"),
                  id="Conflict on Planned -> Draining"),
-    pytest.param(plan(), (asked("v0"), acked("v0")), lambda: ApiException(status=500),
+    pytest.param(plan(), (asked("v0"), acked("v0")),
+                 lambda: WriteFailed("update-plan: 500", status=500),
                  id="500 on Draining -> Evicting"),
 ])
 def test_a_failed_plan_update_does_nothing_else_that_pass_and_resumes_next(record, changes,
@@ -425,10 +425,10 @@ def test_an_update_guarded_by_a_stale_resource_version_is_a_conflict():
 
 def test_an_api_error_on_an_eviction_ends_the_plans_pass_and_the_next_pass_retries_it():
     rig = Rig(world(plan(State.EVICTING), steered))
-    rig.actions.fail("evict", lambda: ApiException(status=403, reason="Forbidden"),
+    rig.actions.fail("evict", lambda: WriteFailed("evict: 403 Forbidden", status=403),
                      target="team/v0", times=1)
     first = rig.tick(T0 + 70)
-    assert [c.outcome for c in first if c.verb == "evict"] == ["ApiException"]
+    assert [c.outcome for c in first if c.verb == "evict"] == ["WriteFailed"]
     rig.tick(T0 + 75)
     assert [c.target for c in rig.actions.of("evict")] == ["team/v0", "team/v1"]
     assert rig.state(PLAN) is State.EVICTING
@@ -444,7 +444,8 @@ def test_one_plan_failing_does_not_stop_the_others():
         victims=(PlannedVictim(uid="uid-w0", namespace="team", name="w0", node="n2",
                                drain=False),)))
     rig = Rig(cache)
-    rig.actions.fail("update_plan", lambda: ApiException(status=500), target=PLAN)
+    rig.actions.fail("update_plan", lambda: WriteFailed("update-plan: 500", status=500),
+                     target=PLAN)
     rig.tick(T0 + 10)
     assert rig.state(PLAN) is State.DRAINING
     assert rig.state("p-2") is State.EVICTING
