@@ -103,27 +103,47 @@ class RunResult:
         return 100.0 * self.curve[-1][1] / self.total_gpu_milli
 
 
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # gpu_spec optional
+
+
+def _rows(text: str, what: str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) of a CSV list; ValueError with one line if a column is missing."""
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in columns if c not in (reader.fieldnames or ())]
+    if missing:
+        raise ValueError(f"not an openb {what} list: column {', '.join(missing)} missing")
+    return [(number, row) for number, row in enumerate(reader, start=2)]
+
+
+def _count(row: dict[str, str], column: str, what: str, line: int) -> int:
+    """The non-negative integer in ``column``; ValueError naming the line otherwise."""
+    text = (row.get(column) or "").strip()
+    if not text.isdigit():
+        raise ValueError(f"{what} list line {line}: {column} must be a whole number >= 0, "
+                         f"got {text!r}")
+    return int(text)
+
+
 def load_nodes(text: str) -> tuple[GpuNode, ...]:
-    """Nodes from an openb node list (sn, cpu_milli, memory_mib, gpu, model)."""
-    rows = sorted(csv.DictReader(text.splitlines()), key=lambda r: r["sn"])
-    return tuple(
-        new_node(row["sn"], row["model"], int(row["cpu_milli"]), int(row["memory_mib"]),
-                 int(row["gpu"]))
-        for row in rows
-    )
+    """Nodes from an openb node list (sn, cpu_milli, memory_mib, gpu, model), sorted by name;
+    ValueError naming the line for a bad row."""
+    nodes = [new_node(row["sn"], row["model"] or "", *(_count(row, c, "node", line)
+                                                       for c in NODE_COLUMNS[1:4]))
+             for line, row in _rows(text, "node", NODE_COLUMNS)]
+    return tuple(sorted(nodes, key=lambda n: n.name))
 
 
 def load_pods(text: str) -> tuple[PodShape, ...]:
-    """Pods from an openb pod list, sorted by name. gpu_milli is clamped to 0..1000 as the
-    simulator's csv-to-yaml step does (data/pod_csv_to_yaml.py)."""
-    rows = sorted(csv.DictReader(text.splitlines()), key=lambda r: r["name"])
+    """Pods from an openb pod list, sorted by name; ValueError naming the line for a bad row.
+    gpu_milli is clamped to 0..1000 as the simulator's csv-to-yaml step does
+    (data/pod_csv_to_yaml.py)."""
     out = []
-    for row in rows:
-        count = int(row["num_gpu"])
-        milli = min(max(int(row["gpu_milli"]), 0), MILLI_PER_GPU) if count else 0
+    for line, row in sorted(_rows(text, "pod", POD_COLUMNS), key=lambda r: r[1]["name"] or ""):
+        cpu, memory, count, milli = (_count(row, c, "pod", line) for c in POD_COLUMNS[1:])
+        milli = min(milli, MILLI_PER_GPU) if count else 0
         out.append(PodShape(
-            cpu_milli=int(row["cpu_milli"]), memory_mib=int(row["memory_mib"]),
-            gpu_count=count if milli else 0, gpu_milli=milli,
+            cpu_milli=cpu, memory_mib=memory, gpu_count=count if milli else 0, gpu_milli=milli,
             gpu_spec=(row.get("gpu_spec") or "") if milli else ""))
     return tuple(out)
 

@@ -61,6 +61,14 @@ def test_bad_input_is_one_line_and_exit_2(args, capsys):
     assert err.startswith("placement: ") and "\n" not in err
 
 
+def test_a_trace_with_a_bad_row_is_one_line_naming_it(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,2048,1,lots\n")
+    assert placement.main(["--trace", str(bad), "--seeds", "42"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "placement: pod list line 2: gpu_milli must be a whole number >= 0, got 'lots'"
+
+
 def test_loss_profile_splits_what_is_left_free():
     # One 2-GPU node: an 810-milli pod leaves 190 that only the rare 100-milli pod could use;
     # a whole-GPU pod takes the other GPU; the next whole-GPU pod fails.

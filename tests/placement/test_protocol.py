@@ -18,6 +18,7 @@ from ckpt_preempt.policies.placement.devices import (
     fits,
     new_node,
 )
+from ckpt_preempt.policies.placement.paper import PAPER_MEDIAN_130
 
 DATA = resources.files("ckpt_preempt.policies").joinpath("data")
 
@@ -208,3 +209,46 @@ def test_tuned_arrivals_keep_the_shuffle_and_stop_at_the_target(milli, counts, g
         assert kept + max(p.total_gpu_milli for p in removed.elements()) > target
     else:
         assert Counter(arrived[: len(pods)]) == Counter(pods)
+
+
+def _bundled_pod_lists() -> list[str]:
+    return sorted(f.name for f in DATA.iterdir()
+                  if f.name.startswith("openb_pod_list_") and f.name.endswith(".csv"))
+
+
+def test_every_trace_the_paper_reports_is_bundled():
+    assert set(PAPER_MEDIAN_130) <= set(_bundled_pod_lists())
+
+
+@pytest.mark.parametrize("name", _bundled_pod_lists())
+def test_every_bundled_pod_list_loads_one_shape_per_row(name):
+    text = DATA.joinpath(name).read_text()
+    pods = protocol.load_pods(text)
+    assert len(pods) == len(text.splitlines()) - 1
+    assert any(p.is_shared for p in pods)  # gpushare100 has no whole-GPU pods at all
+    assert all(0 <= p.gpu_milli <= MILLI_PER_GPU for p in pods)
+    models = {n.model for n in protocol.load_nodes(
+        DATA.joinpath("openb_node_list_gpu_node.csv").read_text())}
+    # a pinned pod names only models the cluster has (the gpuspecNN traces pin some)
+    assert all(set(p.gpu_spec.split("|")) <= models for p in pods if p.gpu_spec)
+
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    pytest.param(f"{POD_HEADER}\np0,1000,2048,1,500,\np1,1000,2048,1,half,\n",
+                 "pod list line 3: gpu_milli", id="not a number"),
+    pytest.param(f"{POD_HEADER}\np0,-5,2048,0,0,\n", "line 2: cpu_milli", id="negative"),
+    pytest.param(f"{POD_HEADER}\np0,1000,2048\n", "line 2: num_gpu", id="short row"),
+    pytest.param("name,cpu_milli\np0,1000\n", "column memory_mib, num_gpu, gpu_milli missing",
+                 id="missing columns"),
+])
+def test_a_bad_pod_row_is_refused_with_its_line(text, message):
+    with pytest.raises(ValueError, match=message):
+        protocol.load_pods(text)
+
+
+def test_a_bad_node_row_is_refused_with_its_line():
+    with pytest.raises(ValueError, match="node list line 2: gpu"):
+        protocol.load_nodes("sn,cpu_milli,memory_mib,gpu,model\nn0,96000,1024,eight,V100M32\n")
