@@ -394,8 +394,12 @@ def write_candidates(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(merged, indent=1) + "\n")
 
 
+PLOT_COLUMNS = 3  # traces per row of the plot
+
+
 def plot(reports: dict, path: Path) -> None:
-    """One row per trace: the whole curve, and a zoom on the saturated end."""
+    """One small panel per trace: allocation against arrived demand from 85 % (the saturated
+    end, where the policies differ), every policy, its median at 130 % in the legend."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -403,25 +407,30 @@ def plot(reports: dict, path: Path) -> None:
     except ImportError:
         print("placement: matplotlib missing (install the 'plot' extra); no plot", file=sys.stderr)
         return
-    fig, axes = plt.subplots(len(reports), 2, figsize=(12, 4.5 * len(reports)), squeeze=False)
-    for (trace, report), (full, zoom) in zip(sorted(reports.items()), axes, strict=True):
+    rows = -(-len(reports) // PLOT_COLUMNS)
+    fig, axes = plt.subplots(rows, PLOT_COLUMNS, figsize=(4.2 * PLOT_COLUMNS, 3.4 * rows),
+                             squeeze=False)
+    panels = [ax for row in axes for ax in row]
+    for (trace, report), ax in zip(sorted(reports.items()), panels, strict=False):
         for name, row in report["policies"].items():
             xs = sorted(int(b) for b in row["curve"])
-            ys = [row["curve"][str(b)] for b in xs]
-            for ax in (full, zoom):
-                ax.plot(xs, ys, label=f"{name} ({row['median_130']:.2f})")
-        for ax in (full, zoom):
-            ax.set_xlabel("arrived GPU demand (% of capacity)")
-            ax.set_ylabel("GPU allocation (%)")
-            ax.grid(alpha=0.3)
-        zoom.set_xlim(85, 131)
-        zoom.set_ylim(84, 100)
+            ax.plot(xs, [row["curve"][str(b)] for b in xs], linewidth=1,
+                    label=f"{name} {row['median_130']:.2f}")
         seeds = report["seeds"]
-        full.set_title(f"{trace}: median of seeds {seeds[0]}-{seeds[-1]}")
-        zoom.set_title("zoom; legend: median at 130 %")
-        zoom.legend(loc="lower right", fontsize=8)
+        short = trace.removeprefix("openb_pod_list_").removesuffix(".csv")
+        ax.set_title(f"{short} (seeds {seeds[0]}-{seeds[-1]})", fontsize=9)
+        ax.set_xlim(85, 131)
+        lowest = min(row["median_130"] for row in report["policies"].values())
+        ax.set_ylim(min(84, int(lowest) - 2), 100)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        ax.legend(loc="lower right", fontsize=6)
+    for ax in panels[len(reports):]:
+        ax.set_visible(False)
+    fig.supxlabel("arrived GPU demand (% of capacity)")
+    fig.supylabel("GPU allocation (%); legend: median at 130 %")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
