@@ -68,7 +68,7 @@ def cut(w: Workload, used: Sequence[TraceNode], key: str, *, nodes: int = CUT_NO
     highs = [j for j in w.jobs if j.high and fits(j, kept)]
     rng.shuffle(lows)
     rng.shuffle(highs)
-    n_high = min(len(highs), rng.randint(1, high))
+    n_high = min(len(highs), rng.randint(1, high), jobs)  # never more than ``jobs`` in all
     chosen, filled = [], 0.0
     for j in lows:
         if filled >= LOW_FILL * capacity or len(chosen) >= jobs - n_high:
