@@ -24,8 +24,10 @@ Guarantees (hypothesis properties in tests/policies/test_eviction_gate.py):
   is evicted at its deadline, not given a new one on every retry.
 - **Bad input frees, never protects.** A malformed drain annotation counts as none; malformed
   checkpoint annotations make the pod one that cannot checkpoint (allowed at once).
-- **An ack counts only for its own id.** ``checkpoint-done`` must name the standing request's
-  plan exactly; an ack of another disruption releases nothing.
+- **An ack counts only for its own id, and only while fresh.** ``checkpoint-done`` must name
+  the standing request's plan exactly; an ack of another disruption releases nothing. An ack
+  older than ``ACK_FRESH_HOLDS`` hold (an early warning's checkpoint at a cordon, the drain long
+  after) asks again, once: the new request is fresh when acknowledged.
 - **Same view, same answer.** The disruption id is derived from the pod's uid and the
   resourceVersion the decision was made at, so two gate replicas that read the same pod compute
   the same request; the write is conditional on that resourceVersion, so only one lands.
@@ -54,6 +56,13 @@ from ckpt_preempt.policies.plan_record import (
 # was cancelled, a plan long done): a new Eviction then starts a new one. An assumption, sized
 # to outlast kubectl drain's and the autoscalers' retries of one eviction by far.
 STALE_REQUEST_SECONDS = 3600.0
+# An acknowledged request lets Evictions through only while its checkpoint is fresh: until this
+# many of the pod's holds (its checkpoint-seconds, capped) after the request was made. Past
+# that, the work done since the checkpoint began exceeds what a new checkpoint may take, so an
+# Eviction asks again (an early warning at a cordon, the drain long after it); a drain right
+# after its cordon still passes on the cordon's ack. An assumption, not measured: the
+# simulator's gate compares the two losses exactly (policies/sim/disruptions.py).
+ACK_FRESH_HOLDS = 1.0
 
 
 class Verdict(enum.StrEnum):
@@ -135,17 +144,20 @@ def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: floa
     hard_until = (now if first_refused is None else min(first_refused, now)) + cap
     if now >= hard_until:
         return _allow(f"held for the maximum of {cap:.0f} s since the first refusal")
+    seconds = fields.checkpoint_seconds if fields.checkpoint_seconds is not None else cap
     standing = standing_request(pod.annotations)
-    if standing is not None and now <= standing.deadline + STALE_REQUEST_SECONDS:
-        if acked(pod.annotations, standing.plan):
+    fresh = standing is not None and now <= standing.deadline + STALE_REQUEST_SECONDS
+    if fresh and acked(pod.annotations, standing.plan):
+        if now <= standing.requested + ACK_FRESH_HOLDS * min(seconds, cap):
             return _allow(f"checkpoint acknowledged for {standing.plan}")
+        fresh = False  # the acknowledged checkpoint is stale: ask again
+    if fresh:
         until = min(standing.deadline, standing.requested + cap, hard_until)
         if now >= until:
             return _allow(f"the checkpoint deadline of {standing.plan} passed unacknowledged")
         return Decision(verdict=Verdict.REFUSE, until=until, reason=(
             f"waiting for the pod to checkpoint ({standing.plan}); retry, the eviction is "
             f"allowed on its acknowledgement or at {rfc3339(until)} at the latest"))
-    seconds = fields.checkpoint_seconds if fields.checkpoint_seconds is not None else cap
     until = min(now + min(seconds, cap), hard_until)
     if not math.isfinite(until) or until <= now:
         return _allow("no time to checkpoint within the maximum")

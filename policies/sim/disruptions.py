@@ -15,9 +15,9 @@ is compared in three worlds on the same seed:
   before a drain, the spot notice, the autoscaler's taint). The pod trains on after its
   checkpoint; when the Eviction comes, the gate lets it through at once if the work since that
   request is no more than what asking again would lose, else asks again. (An idealised gate:
-  the real one, ``policies.eviction_gate``, lets an Eviction through on any acknowledged
-  request up to ``STALE_REQUEST_SECONDS`` after its deadline, so a long lead time can make the
-  early warning lose more there than the gate alone.)
+  the real one, ``policies.eviction_gate``, cannot know how long the new checkpoint would
+  take, and asks again once the acknowledged request is older than ``ACK_FRESH_HOLDS`` of the
+  pod's checkpoint-seconds.)
 
 Which Evictions reach the gate (a modelling choice, stated): a maintenance drain is
 ``kubectl drain`` ``maintenance_lead_seconds`` after the cordon; a 120 s spot notice (AWS) is

@@ -93,6 +93,21 @@ def test_a_stale_request_from_an_earlier_disruption_starts_a_new_one():
     assert d.verdict is gate.Verdict.REQUEST and d.request.plan != "disruption/old"
 
 
+def test_a_fresh_ack_releases_and_one_older_than_a_hold_asks_again():
+    """An early warning's checkpoint at a cordon, the drain 20 minutes later: the work since
+    that checkpoint is worth more than a new one, so the pod is asked again."""
+    seconds = {"ckpt-preempt.io/checkpoint-seconds": "60"}
+    req = DrainRequest(plan="disruption/cordon", requested=NOW - 1200, deadline=NOW - 1140)
+    acked_pod = pod({**seconds, **with_request(req, ack="disruption/cordon")})
+    assert decide(acked_pod, now=NOW - 1200 + 60).allowed  # fresh: within one hold
+    d = decide(acked_pod)
+    assert d.verdict is gate.Verdict.REQUEST and d.request.plan != "disruption/cordon"
+    assert d.until == NOW + 60
+    again = pod({**seconds, **with_request(d.request, ack=d.request.plan)},
+                resource_version="43")
+    assert decide(again, now=NOW + 20, first_refused=NOW).allowed  # the new ack releases it
+
+
 def test_same_view_same_answer_and_a_new_version_a_new_id():
     assert decide(pod()) == decide(pod())
     assert decide(pod()).request.plan != decide(pod(resource_version="42")).request.plan
@@ -147,8 +162,26 @@ def test_a_standing_unacked_request_is_never_replaced_while_it_holds(p, elapsed)
             req = drain_from_annotation(standing) if standing else None
         except ValueError:
             req = None
-        # only when there is none, or it belongs to an earlier disruption
-        assert req is None or NOW + elapsed > req.deadline + gate.STALE_REQUEST_SECONDS
+        # only when there is none, it is acknowledged, or it belongs to an earlier disruption
+        done = p.annotations.get(DONE_ANNOTATION)
+        assert req is None or done == req.plan \
+            or NOW + elapsed > req.deadline + gate.STALE_REQUEST_SECONDS
+
+
+@given(hostile_pods(), st.floats(0, 10 * CAP))
+def test_an_acknowledged_request_never_holds_an_eviction_itself(p, elapsed):
+    """An ack releases at once while fresh; once stale the gate asks again with a new id,
+    never refuses in the acknowledged request's name."""
+    try:
+        req = drain_from_annotation(p.annotations.get(DRAIN_ANNOTATION, ""))
+    except ValueError:
+        return
+    if p.annotations.get(DONE_ANNOTATION) != req.plan:
+        return
+    d = decide(p, now=NOW + elapsed)
+    assert d.verdict is not gate.Verdict.REFUSE or req.plan not in d.reason
+    if d.verdict is gate.Verdict.REQUEST:
+        assert d.request.plan != req.plan
 
 
 @given(hostile_pods(), st.floats(0, CAP))
