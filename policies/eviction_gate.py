@@ -26,8 +26,8 @@ Guarantees (hypothesis properties in tests/policies/test_eviction_gate.py):
   checkpoint annotations make the pod one that cannot checkpoint (allowed at once).
 - **An ack counts only for its own id, and only while fresh.** ``checkpoint-done`` must name
   the standing request's plan exactly; an ack of another disruption releases nothing. An ack
-  older than ``ACK_FRESH_HOLDS`` hold (an early warning's checkpoint at a cordon, the drain long
-  after) asks again, once: the new request is fresh when acknowledged.
+  older than one hold and ``ACK_RETRY_SLACK_SECONDS`` (an early warning's checkpoint at a
+  cordon, the drain long after) asks again, once: the new request is fresh when acknowledged.
 - **Same view, same answer.** The disruption id is derived from the pod's uid and the
   resourceVersion the decision was made at, so two gate replicas that read the same pod compute
   the same request; the write is conditional on that resourceVersion, so only one lands.
@@ -56,13 +56,15 @@ from ckpt_preempt.policies.plan_record import (
 # was cancelled, a plan long done): a new Eviction then starts a new one. An assumption, sized
 # to outlast kubectl drain's and the autoscalers' retries of one eviction by far.
 STALE_REQUEST_SECONDS = 3600.0
-# An acknowledged request lets Evictions through only while its checkpoint is fresh: until this
-# many of the pod's holds (its checkpoint-seconds, capped) after the request was made. Past
-# that, the work done since the checkpoint began exceeds what a new checkpoint may take, so an
-# Eviction asks again (an early warning at a cordon, the drain long after it); a drain right
-# after its cordon still passes on the cordon's ack. An assumption, not measured: the
-# simulator's gate compares the two losses exactly (policies/sim/disruptions.py).
-ACK_FRESH_HOLDS = 1.0
+# An acknowledged request lets Evictions through only while its checkpoint is fresh: for one
+# hold (the pod's checkpoint-seconds, capped) after the request was made, plus the slack of an
+# eviction client's retries. Past that, the work done since the checkpoint began exceeds what a
+# new checkpoint may take, so an Eviction asks again (an early warning at a cordon, the drain
+# long after it); a drain right after its cordon still passes on the cordon's ack. The slack
+# outlasts kubectl drain's retry every 5 s (k8s.io/kubectl pkg/drain) several times over. An
+# assumption, not measured: the simulator's gate compares the two losses exactly
+# (policies/sim/disruptions.py).
+ACK_RETRY_SLACK_SECONDS = 30.0
 
 
 class Verdict(enum.StrEnum):
@@ -148,7 +150,7 @@ def decide(pod: GatedPod, *, now: float, limits: GateLimits, first_refused: floa
     standing = standing_request(pod.annotations)
     fresh = standing is not None and now <= standing.deadline + STALE_REQUEST_SECONDS
     if fresh and acked(pod.annotations, standing.plan):
-        if now <= standing.requested + ACK_FRESH_HOLDS * min(seconds, cap):
+        if now <= standing.requested + min(seconds, cap) + ACK_RETRY_SLACK_SECONDS:
             return _allow(f"checkpoint acknowledged for {standing.plan}")
         fresh = False  # the acknowledged checkpoint is stale: ask again
     if fresh:

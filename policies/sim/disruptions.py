@@ -16,8 +16,8 @@ is compared in three worlds on the same seed:
   checkpoint; when the Eviction comes, the gate lets it through at once if the work since that
   request is no more than what asking again would lose, else asks again. (An idealised gate:
   the real one, ``policies.eviction_gate``, cannot know how long the new checkpoint would
-  take, and asks again once the acknowledged request is older than ``ACK_FRESH_HOLDS`` of the
-  pod's checkpoint-seconds.)
+  take, and asks again once the acknowledged request is older than the pod's
+  checkpoint-seconds and ``ACK_RETRY_SLACK_SECONDS``.)
 
 Which Evictions reach the gate (a modelling choice, stated): a maintenance drain is
 ``kubectl drain`` ``maintenance_lead_seconds`` after the cordon; a 120 s spot notice (AWS) is

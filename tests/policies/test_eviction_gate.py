@@ -99,7 +99,8 @@ def test_a_fresh_ack_releases_and_one_older_than_a_hold_asks_again():
     seconds = {"ckpt-preempt.io/checkpoint-seconds": "60"}
     req = DrainRequest(plan="disruption/cordon", requested=NOW - 1200, deadline=NOW - 1140)
     acked_pod = pod({**seconds, **with_request(req, ack="disruption/cordon")})
-    assert decide(acked_pod, now=NOW - 1200 + 60).allowed  # fresh: within one hold
+    fresh_until = NOW - 1200 + 60 + gate.ACK_RETRY_SLACK_SECONDS
+    assert decide(acked_pod, now=fresh_until).allowed  # an ack, then a client's retries
     d = decide(acked_pod)
     assert d.verdict is gate.Verdict.REQUEST and d.request.plan != "disruption/cordon"
     assert d.until == NOW + 60
