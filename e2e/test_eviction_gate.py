@@ -13,6 +13,12 @@ import time
 
 import pytest
 
+from ckpt_preempt.policies.plan_record import (
+    DONE_ANNOTATION,
+    DRAIN_ANNOTATION,
+    DrainRequest,
+    drain_to_annotation,
+)
 from e2e import kube
 from e2e.test_eviction_gate_support import (
     ack,
@@ -150,3 +156,27 @@ def test_a_terminating_pod_is_not_asked_again(cluster, namespace, gpu_nodes, tmp
                                               {"metadata": {"finalizers": None}})
         _, err = proc.communicate(timeout=40)
     assert proc.returncode == 0, err
+
+
+def test_a_stale_acknowledged_checkpoint_is_asked_again_before_the_drain(
+        cluster, namespace, gpu_nodes, tmp_path):
+    """An early warning's checkpoint at a cordon an hour ago, acknowledged: the drain now would
+    lose the hour since, so the gate asks again (a new id) and the drain waits for that ack."""
+    (node,) = gpu_nodes(1)
+    _training_pod(cluster, namespace, node, seconds=20)
+    hour_ago = time.time() - 3600
+    early = DrainRequest(plan="disruption/cordon-an-hour-ago", requested=hour_ago,
+                         deadline=hour_ago + 20)
+    cluster.core.patch_namespaced_pod("train", namespace, {"metadata": {"annotations": {
+        DRAIN_ANNOTATION: drain_to_annotation(early), DONE_ANNOTATION: early.plan}}})
+    with running_gate(cluster, namespace, tmp_path / "gate", gate_config()):
+        proc = start_drain(cluster, node, timeout=60)
+        again = kube.wait_for("a new drain request", lambda: (
+            r if (r := drain_request(cluster, namespace, "train")) and r.plan != early.plan
+            else kube.NotYet(f"still {r and r.plan}")), timeout=20)
+        assert again.plan.startswith("disruption/") and again.requested > hour_ago + 3000
+        assert proc.poll() is None  # the drain waits for the new checkpoint
+        ack(cluster, namespace, "train", again.plan)
+        out, err = proc.communicate(timeout=40)
+    assert proc.returncode == 0, err
+    assert "pod/train evicted" in out
