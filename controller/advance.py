@@ -31,7 +31,7 @@ from ckpt_preempt.controller.records import ADMISSION_GATE, NodeInfo, PdbInfo, P
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, node_reserved_for
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import lifecycle, plan_record, preemption
-from ckpt_preempt.policies.lifecycle import StepKind
+from ckpt_preempt.policies.lifecycle import AbortCause, StepKind
 from ckpt_preempt.policies.native_gangs import NativeGroup
 from ckpt_preempt.policies.plan_record import Mode, PlanRecord, State
 
@@ -169,7 +169,8 @@ class PlanStepper:
         for _ in range(MAX_STEPS_PER_PASS):
             problem = lifecycle.check(r, self.live(r, world), self.caps, now)
             if problem:
-                self.abort(r, rv, f"plan no longer valid: {problem}", world)
+                self.abort(r, rv, AbortCause.PLAN_INVALID, f"plan no longer valid: {problem}",
+                           world)
                 return
             observed = self.observe(r, world)
             self._report_acks(r, observed, world)
@@ -177,7 +178,7 @@ class PlanStepper:
             if step.kind is StepKind.TRANSITION:
                 if step.to_state is State.ABORTED:
                     refused = r.state is State.EVICTING and now >= r.evict_by
-                    self.abort(r, rv, step.reason, world, block_victims=refused)
+                    self.abort(r, rv, step.cause, step.reason, world, block_victims=refused)
                     return
                 new = r.with_state(step.to_state, step.reason)
                 rv = self.actions.update_plan(new, rv)
@@ -194,7 +195,7 @@ class PlanStepper:
                                 or world.by_uid[v.uid].deleting for v in r.victims)
                 blocked = self.gang_pdb_problem(r, world) if first else None
                 if blocked:
-                    self.abort(r, rv, blocked, world, block_victims=True)
+                    self.abort(r, rv, AbortCause.GANG_PDB, blocked, world, block_victims=True)
                     return
                 self._evict(r, step.victims, world)
             elif step.kind is StepKind.STEER:
@@ -229,14 +230,17 @@ class PlanStepper:
                                              "lost_gpu_h": new.lost_gpu_hours})
         self.advance(r, rv, world)
 
-    def abort(self, r: PlanRecord, rv: str, reason: str, world: World, *,
+    def abort(self, r: PlanRecord, rv: str, cause: AbortCause, reason: str, world: World, *,
               block_victims: bool = False) -> None:
-        """``block_victims``: the victims could not be evicted (refused at evictBy, or a PDB
-        would split their gang), so re-plans pass over them for ``blockedVictimSeconds``."""
+        """``cause`` labels the abort metric; ``reason`` says it in words (the record, the
+        Events). ``block_victims``: the victims could not be evicted (refused at evictBy, or a
+        PDB would split their gang), so re-plans pass over them for ``blockedVictimSeconds``."""
         new = r.with_state(State.ABORTED, reason)
         self.book.wrote(new, self.actions.update_plan(new, rv))
-        log.info("plan %s: %s -> Aborted (%s)", r.id, r.state, reason, extra={"plan": r.id})
+        log.info("plan %s: %s -> Aborted (%s)", r.id, r.state, reason,
+                 extra={"plan": r.id, "cause": cause.value})
         self.metrics.plans.labels("aborted").inc()
+        self.metrics.plan_aborts.labels(cause.value).inc()
         anchor = world.by_uid.get(r.anchor.uid)
         if anchor is not None:
             self.actions.emit(anchor, Reason.PREEMPTION_ABORTED, f"plan {r.id}: {reason}",

@@ -24,6 +24,9 @@ class Metrics:
             buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200), registry=r)
         self.eviction_retries = Counter("ckpt_preempt_eviction_retries_total",
                                         "Eviction API calls retried after 429/5xx", registry=r)
+        self.plan_aborts = Counter("ckpt_preempt_plan_aborts_total",
+                                   "Plans aborted, by cause (policies/lifecycle.py AbortCause)",
+                                   ["cause"], registry=r)
         self.events = Counter("ckpt_preempt_events_total",
                               "Events written, by reason (controller/events.py says what each "
                               "means)", ["reason"], registry=r)

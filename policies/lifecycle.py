@@ -52,6 +52,19 @@ from ckpt_preempt.policies.plan_record import (
 )
 
 
+class AbortCause(enum.StrEnum):
+    """Why a plan ends Aborted: a closed set, so the controller can count aborts by cause."""
+
+    PREEMPTOR_GONE = "preemptor-gone"  # deleted, or replaced by a pod of another uid
+    PREEMPTOR_PLACED_ELSEWHERE = "preemptor-placed-elsewhere"  # bound without the plan
+    NOT_NEEDED = "not-needed"  # bound on the plan's node before any eviction
+    VICTIM_GONE = "victim-gone"  # a victim went away before its eviction
+    EVICTION_TIMEOUT = "eviction-timeout"  # victims still there at evictBy
+    BIND_TIMEOUT = "bind-timeout"  # victims gone, the preemptor not bound by bindBy
+    PLAN_INVALID = "plan-invalid"  # ``check`` failed: the plan may not act on what is live
+    GANG_PDB = "gang-pdb"  # evicting would split a gang under its PodDisruptionBudget
+
+
 class StepKind(enum.StrEnum):
     TRANSITION = "transition"  # write record.state = step.to_state (and nothing else)
     REQUEST_CHECKPOINT = "request-checkpoint"  # annotate step.victims with the drain request
@@ -97,20 +110,27 @@ class Step:
     victims: tuple[str, ...] = ()  # uids, in plan order
     reason: str = ""
     wait_until: float | None = None
+    cause: AbortCause | None = None  # set exactly when to_state is ABORTED
 
 
 def _transition(to: State, reason: str) -> Step:
     return Step(kind=StepKind.TRANSITION, to_state=to, reason=reason)
 
 
-def _preemptor_problem(record: PlanRecord, observed: Observed) -> str | None:
+def _abort(cause: AbortCause, reason: str) -> Step:
+    return Step(kind=StepKind.TRANSITION, to_state=State.ABORTED, reason=reason, cause=cause)
+
+
+def _preemptor_problem(record: PlanRecord,
+                       observed: Observed) -> tuple[AbortCause, str] | None:
     """A preemptor that is gone aborts the plan; one bound before ``Evicting`` fit without it."""
     for p in record.placements:
         seen = observed.preemptors.get(p.uid)
         if seen is None or seen.uid != p.uid:
-            return f"preemptor {p.namespace}/{p.name} is gone"
+            return AbortCause.PREEMPTOR_GONE, f"preemptor {p.namespace}/{p.name} is gone"
         if seen.node is not None and record.state is not State.EVICTING:
-            return f"preemptor {p.namespace}/{p.name} was scheduled on {seen.node} without it"
+            return (AbortCause.PREEMPTOR_PLACED_ELSEWHERE,
+                    f"preemptor {p.namespace}/{p.name} was scheduled on {seen.node} without it")
     return None
 
 
@@ -136,20 +156,20 @@ def next_step(record: PlanRecord, observed: Observed, now: float) -> Step:
         return Step(kind=StepKind.NONE)
     problem = _preemptor_problem(record, observed)
     if problem:
+        cause, why = problem
         rest = _broken_gang_rest(record, observed)
         if rest and now < record.evict_by:  # never leave a gang half-evicted
-            return Step(kind=StepKind.EVICT, victims=rest, reason=f"{problem}; evicting the "
+            return Step(kind=StepKind.EVICT, victims=rest, reason=f"{why}; evicting the "
                         "rest of the gangs this plan already broke")
-        return _transition(State.ABORTED, problem)
+        return _abort(cause, why)
 
     if record.state in (State.PLANNED, State.DRAINING):
         # a victim the plan waits for may end (or go) by itself: that is what it waits for
         gone = [v for v in record.victims if not v.wait and _alive(v, observed) is None]
         if gone:
             v = gone[0]
-            return _transition(
-                State.ABORTED, f"victim {v.namespace}/{v.name} went away before eviction; re-plan"
-            )
+            return _abort(AbortCause.VICTIM_GONE,
+                          f"victim {v.namespace}/{v.name} went away before eviction; re-plan")
     if record.state is State.PLANNED:
         return _transition(State.DRAINING, "plan stored; asking victims to checkpoint")
 
@@ -190,12 +210,12 @@ def _evicting_step(record: PlanRecord, observed: Observed, now: float) -> Step:
     bound = [(p, seen.node) for p, seen in pre if seen.node is not None]
     if bound and to_evict and len(to_evict) == len(record.victims):
         p, node = bound[0]  # nothing evicted yet, and it was scheduled anyway: not needed
-        return _transition(State.ABORTED, f"preemptor {p.namespace}/{p.name} was scheduled on "
-                           f"{node} before any eviction; the plan is not needed")
+        return _abort(AbortCause.NOT_NEEDED, f"preemptor {p.namespace}/{p.name} was scheduled "
+                      f"on {node} before any eviction; the plan is not needed")
     if to_evict:
         if now >= record.evict_by:
-            return _transition(State.ABORTED, f"{len(to_evict)} victim(s) still not evicted "
-                               "at the eviction timeout; re-plan")
+            return _abort(AbortCause.EVICTION_TIMEOUT, f"{len(to_evict)} victim(s) still not "
+                          "evicted at the eviction timeout; re-plan")
         if not all(seen.reserved for _, seen in pre):
             return Step(kind=StepKind.RESERVE, reason="reserving the freed node for the "
                         "preemptor before evicting")
@@ -210,8 +230,8 @@ def _evicting_step(record: PlanRecord, observed: Observed, now: float) -> Step:
         return _transition(State.DONE, "victims evicted and preemptor bound on a node this "
                            "plan freed")
     if now >= record.bind_by:
-        return _transition(State.ABORTED, "victims evicted but the preemptor was not bound "
-                           "by the bind timeout")
+        return _abort(AbortCause.BIND_TIMEOUT, "victims evicted but the preemptor was not "
+                      "bound by the bind timeout")
     if not all(seen.steered or seen.node for _, seen in pre):
         return Step(kind=StepKind.STEER, reason="victims evicted; steering the preemptor")
     return Step(kind=StepKind.WAIT, wait_until=record.bind_by,

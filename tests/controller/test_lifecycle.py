@@ -152,6 +152,7 @@ def test_next_step(record, observed, now, kind, to_state, victims):
     assert step.kind is kind, step
     assert step.to_state == to_state
     assert step.victims == victims
+    assert (step.cause is not None) == (to_state is State.ABORTED)
 
 
 # ------------------------------------------------------------------ properties over random runs
@@ -211,6 +212,16 @@ def test_preemptor_gone_aborts(world):
         assert step.kind is StepKind.NONE
     else:
         assert step.kind is StepKind.TRANSITION and step.to_state is State.ABORTED
+        assert step.cause is lifecycle.AbortCause.PREEMPTOR_GONE
+
+
+@settings(max_examples=400, deadline=None)
+@given(worlds())
+def test_an_abort_always_names_its_cause_and_nothing_else_does(world):
+    record, observed, now = world
+    step = lifecycle.next_step(record, observed, now)
+    aborts = step.kind is StepKind.TRANSITION and step.to_state is State.ABORTED
+    assert (step.cause is not None) == aborts, step
 
 
 @settings(max_examples=200, deadline=None)

@@ -495,3 +495,22 @@ def test_victims_never_refused_are_not_left_out_of_re_plans(record, changes):
     assert [c for c in rig.actions.of("evict") if c.plan == PLAN] == []
     assert any(set(c.args["victims"]) == {"uid-v0", "uid-v1"}
                for c in rig.actions.of("create_plan"))
+
+
+@pytest.mark.parametrize(("record", "changes", "at", "cause"), [
+    pytest.param(plan(State.EVICTING), (steered, gone("v0", "v1")), T0 + 480, "bind-timeout",
+                 id="not bound by bindBy"),
+    pytest.param(plan(), (asked("v0"), gone("v1")), T0 + 10, "victim-gone",
+                 id="victim gone before eviction"),
+    pytest.param(plan(), (asked("v0"), bound("pre", "n2")), T0 + 10,
+                 "preemptor-placed-elsewhere", id="preemptor scheduled elsewhere"),
+    pytest.param(plan(victims=(("v0", True), ("v1", True))), (asked("v0", "v1"), gone("pre")),
+                 T0 + 10, "preemptor-gone", id="preemptor gone"),
+])
+def test_an_abort_is_counted_by_its_cause(record, changes, at, cause):
+    rig = Rig(world(record, *changes))
+    rig.tick(at)
+    assert rig.state(PLAN) is State.ABORTED
+    count = rig.metrics.registry.get_sample_value
+    assert count("ckpt_preempt_plan_aborts_total", {"cause": cause}) == 1
+    assert count("ckpt_preempt_plans_total", {"outcome": "aborted"}) == 1
