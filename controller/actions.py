@@ -91,7 +91,9 @@ class WriteFailed(Exception):
 
 
 def _retryable(e: BaseException) -> bool:
-    return isinstance(e, ApiException) and (e.status == 429 or e.status >= 500)
+    """A refusal worth another attempt: 429 (a PDB, the API's rate limits) or a 5xx."""
+    return isinstance(e, WriteFailed) and e.status is not None \
+        and (e.status == 429 or e.status >= 500)
 
 
 def api_error(e: ApiException) -> str:
@@ -159,12 +161,22 @@ class Actions:
             raise NotLeader(f"not the leader within its renew deadline; {verb} {target} "
                             "not sent")
         audit.info("%s %s", verb, target, extra={"audit": verb, "target": target, "plan": plan})
+        return self._translated(verb, target, call)
+
+    @staticmethod
+    def _translated(verb: str, target: str, call: Callable[[], T]) -> T:
+        """``call()``, with the client's errors as ``WriteFailed``."""
         try:
             return call()
         except ApiException as e:
             raise WriteFailed(f"{verb} {target}: {api_error(e)}", status=e.status) from e
         except HTTPError as e:  # a timeout, a dropped connection: decided again later
             raise WriteFailed(f"{verb} {target}: {type(e).__name__}: {e}", status=None) from e
+
+    def _read(self, what: str, call: Callable[[], T]) -> T:
+        """A read a write depends on (the live object it patches): its errors are the
+        write's, ``WriteFailed``, so none of the client's types leave ``Actions``."""
+        return self._translated(f"read for {what}", "", call)
 
     # ------------------------------------------------------------------------ stored plans
     def create_plan(self, record: plan_record.PlanRecord) -> str | None:
@@ -291,9 +303,10 @@ class Actions:
             attempt()
         except RetryError as e:
             last = e.last_attempt.exception()
-            why = api_error(last) if isinstance(last, ApiException) else str(last)
+            cause = getattr(last, "__cause__", None)
+            why = api_error(cause) if isinstance(cause, ApiException) else str(last)
             raise Blocked(f"eviction of {pod.key} refused: {why}") from e
-        except ApiException as e:
+        except WriteFailed as e:
             if e.status in (404, 409):  # gone, or (uid precondition) another pod has the name
                 return False
             raise
@@ -331,8 +344,9 @@ class Actions:
         self._write("clear-nomination", pod.key, call, plan=plan_id)
 
     def _read_pod(self, pod: PodInfo) -> dict:
-        return self.core.api_client.sanitize_for_serialization(
-            self.core.read_namespaced_pod(pod.name, pod.namespace, _request_timeout=self.timeout))
+        return self.core.api_client.sanitize_for_serialization(self._read(
+            f"patch {pod.key}", lambda: self.core.read_namespaced_pod(
+                pod.name, pod.namespace, _request_timeout=self.timeout)))
 
     def pin(self, pod: PodInfo, node: str, plan_id: str = "") -> None:
         """Narrow required node affinity to `node` (allowed while the pod is gated)."""
@@ -381,15 +395,17 @@ class Actions:
     # ------------------------------------------------------------------- node reservation
     def reserve(self, node: str, plan_id: str) -> None:
         """Taint `node` with RESERVED_TAINT=<plan>:NoSchedule (pods already there stay)."""
-        live = self.core.read_node(node, _request_timeout=self.timeout)
+        live = self._read(f"reserve node/{node}",
+                          lambda: self.core.read_node(node, _request_timeout=self.timeout))
         taints = bodies.reserving_taints([t.to_dict() for t in live.spec.taints or []], plan_id)
         if taints is not None:
             self._patch_node("reserve", live, taints, plan_id)
 
     def unreserve(self, node: str, plan_id: str) -> None:
         try:
-            live = self.core.read_node(node, _request_timeout=self.timeout)
-        except ApiException as e:
+            live = self._read(f"unreserve node/{node}",
+                              lambda: self.core.read_node(node, _request_timeout=self.timeout))
+        except WriteFailed as e:
             if e.status == 404:
                 return
             raise

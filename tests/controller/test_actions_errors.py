@@ -68,3 +68,23 @@ def test_without_the_lease_nothing_is_sent():
     with pytest.raises(NotLeader):
         act.create_plan(plan())
     act.core.create_namespaced_config_map.assert_not_called()
+
+
+def test_an_eviction_refused_every_time_is_blocked_and_a_gone_pod_is_no_eviction():
+    from ckpt_preempt.controller.actions import Blocked
+    from tests.controller.fakes import pod
+
+    victim = pod("v0", node="n1")
+    act = _actions(None)
+    act.evict_attempts = 2
+    pdb = ApiException(status=429, reason="Too Many Requests")
+    act.core.create_namespaced_pod_eviction.side_effect = pdb
+    with pytest.raises(Blocked) as got:
+        act.evict(victim)
+    assert "refused: 429 Too Many Requests" in str(got.value)
+    assert act.core.create_namespaced_pod_eviction.call_count == 2  # retried
+    act.core.create_namespaced_pod_eviction.side_effect = ApiException(status=404)
+    assert act.evict(victim) is False
+    act.core.create_namespaced_pod_eviction.side_effect = ApiException(status=403)
+    with pytest.raises(WriteFailed):
+        act.evict(victim)
