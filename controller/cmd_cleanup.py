@@ -234,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
                     and time.monotonic() < deadline:
                 time.sleep(1.0)  # policies still unloading, or an object changed: again
                 continue
-            why = api_error(e) if isinstance(e, ApiException) else one_line(e)
+            api = e if isinstance(e, ApiException) else e.__cause__
+            why = api_error(api) if isinstance(api, ApiException) else one_line(e)
             hint = (" (the chart's admission policies let only the controller write these: "
                     "run after `helm uninstall`; docs/operations.md, Uninstall)") if refused else ""
             print(f"{prog}: {why}{hint}", file=sys.stderr)

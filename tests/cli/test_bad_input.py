@@ -133,7 +133,7 @@ ROWS = [
       says="unknown placement policy kube-default", id="simulate fgd preemption policy"),
     c("simulate", "--protocol", "fgd", "--workload", "training", says="replays an openb pod list",
       id="simulate fgd training"),
-    c("simulate", "--protocol", "fgd", "--pods", str(EXAMPLE), says="not an openb node or pod list",
+    c("simulate", "--protocol", "fgd", "--pods", str(EXAMPLE), says="not an openb pod list",
       id="simulate fgd not a pod list"),
     c("simulate", "--protocol", "fgd", "--plot", "x.png", says="bench/placement.py",
       id="simulate fgd plot"),
