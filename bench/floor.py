@@ -88,7 +88,7 @@ def summarise(cuts: list[tuple[int, floor_cuts.CutFloor]], cpu_seconds: float) -
     rows = [(seed, c) for seed, c in cuts if c.contended]
     results = [c.result for _, c in rows]
     too_large = [seed for seed, c in cuts if c.result is None]
-    positive = [r for r in results if r.floor_gpu_hours > floor_cuts.FLOOR_EPS_GPU_HOURS]
+    positive = [c.result for _, c in rows if c.positive]
     out: dict = {"instances": len(rows),
                  "seeds_without_preemption": len(cuts) - len(rows) - len(too_large),
                  "seeds_too_large": len(too_large), "too_large": too_large,

@@ -100,6 +100,11 @@ class CutFloor:
         r = self.result
         return r is not None and (max(r.policy_gpu_hours.values()) > 0 or r.decisions > 0)
 
+    @property
+    def positive(self) -> bool:
+        """Contended with a floor above zero: the cuts a ratio to the floor is taken over."""
+        return self.contended and self.result.floor_gpu_hours > FLOOR_EPS_GPU_HOURS
+
 
 def floor_of(w: Workload, used: Sequence[TraceNode], config: SimConfig, key: str, *,
              nodes: int = CUT_NODES, jobs: int = CUT_JOBS, high: int = CUT_HIGH,
@@ -116,8 +121,7 @@ def floor_of(w: Workload, used: Sequence[TraceNode], config: SimConfig, key: str
 def vs_floor(cuts: Sequence[CutFloor], policy: str, *, seed: int = 1) -> stats.Estimate | None:
     """``policy``'s loss ÷ the floor: the median over the cuts whose floor is above zero, with
     its bootstrap 95 % interval over those cuts (None: no such cut)."""
-    positive = [c.result for c in cuts if c.contended and c.result is not None
-                and c.result.floor_gpu_hours > FLOOR_EPS_GPU_HOURS]
+    positive = [c.result for c in cuts if c.positive]
     return stats.bootstrap_ratio([r.policy_gpu_hours[policy] for r in positive],
                                  [r.floor_gpu_hours for r in positive], seed=seed)
 
@@ -169,7 +173,6 @@ def summarise(label: str, seeds: Sequence[int], cuts: Sequence[CutFloor],
     contended = [c for c in cuts if c.contended]
     return FloorSummary(
         label=label, seeds=tuple(seeds), nodes=nodes, cuts=len(cuts), contended=len(contended),
-        positive=sum(c.result is not None and c.result.floor_gpu_hours > FLOOR_EPS_GPU_HOURS
-                     for c in contended),
+        positive=sum(c.positive for c in contended),
         too_large=sum(c.result is None for c in cuts),
         ratios=tuple((p, vs_floor(cuts, p)) for p in policies))
