@@ -32,7 +32,7 @@ from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
 from ckpt_preempt.controller import convert, records  # noqa: E402
 from ckpt_preempt.controller.cluster_model import ClusterModel  # noqa: E402
 from ckpt_preempt.controller.config import Config  # noqa: E402
-from ckpt_preempt.controller.watch import LoggedStore  # noqa: E402
+from ckpt_preempt.controller.informer import LoggedStore  # noqa: E402
 from ckpt_preempt.policies import annotations as ann  # noqa: E402
 
 NOW = 2_000_000_000.0

@@ -27,8 +27,8 @@ from typing import Protocol
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.cluster_nodes import NodesAndPdbs
+from ckpt_preempt.controller.informer import Changes
 from ckpt_preempt.controller.records import NodeInfo, PdbInfo, PodInfo
-from ckpt_preempt.controller.watch import Changes
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.health import Health

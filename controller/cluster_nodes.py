@@ -14,8 +14,8 @@ import bisect
 from collections.abc import Mapping
 
 from ckpt_preempt.controller import convert
+from ckpt_preempt.controller.informer import Changes
 from ckpt_preempt.controller.records import NodeInfo, PdbInfo
-from ckpt_preempt.controller.watch import Changes
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.model import ZERO, Node, Resources
 from ckpt_preempt.policies.snapshot import Snapshot

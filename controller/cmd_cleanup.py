@@ -123,7 +123,8 @@ class Cleanup:
 
     def _plans(self) -> None:
         from ckpt_preempt.controller import plans, watch
-        from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
+        from ckpt_preempt.controller.records import MANAGED_BY
+        from ckpt_preempt.controller.write_bodies import PLAN_PREFIX
 
         selector = "=".join(MANAGED_BY)
         for cm in self.core.list_namespaced_config_map(self.namespace,

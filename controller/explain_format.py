@@ -16,8 +16,7 @@ from collections.abc import Iterable
 from ckpt_preempt.policies import gangs
 from ckpt_preempt.policies.annotations import rfc3339
 from ckpt_preempt.policies.health import Health
-from ckpt_preempt.policies.model import Plan, VictimGroup
-from ckpt_preempt.policies.timing import Timing
+from ckpt_preempt.policies.model import Plan, Timing, VictimGroup
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_DIGITS = 4  # GPU-hours in documents: to 0.36 GPU-seconds

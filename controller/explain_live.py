@@ -27,8 +27,8 @@ from ckpt_preempt.controller import resource_claims as rc
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.health import explain_health
 from ckpt_preempt.controller.plans import load_all, recent_preemptions, restriction
+from ckpt_preempt.controller.records import MANAGED_BY
 from ckpt_preempt.controller.watch import stored_plan
-from ckpt_preempt.controller.write_bodies import MANAGED_BY
 from ckpt_preempt.policies import bound, kube_default, plan_record, preemption
 from ckpt_preempt.policies.health import NodeHealth
 from ckpt_preempt.policies.model import Plan

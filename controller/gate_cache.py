@@ -1,5 +1,5 @@
 """The eviction gate's watch cache of pods: what it needs of each pod, kept by one list + watch
-(``controller.watch.Informer``), so a review reads memory instead of the API server.
+(``controller.informer.Informer``), so a review reads memory instead of the API server.
 
 Each pod is kept trimmed (uid, resourceVersion, labels, our annotations, priority class,
 deletion), as the small dict ``controller.gate`` reads. A pod not in the cache (not synced yet,
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from kubernetes import client
 
-from ckpt_preempt.controller.watch import Informer
+from ckpt_preempt.controller.informer import Informer
 from ckpt_preempt.policies import annotations as ann
 
 DRAIN_LOG_SECONDS = 60.0  # the informer's change log is emptied this often (nobody reads it)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.watch import Informer
+from ckpt_preempt.controller.informer import Informer
 from ckpt_preempt.policies import gangs
 
 log = logging.getLogger("ckpt_preempt.group_crds")

@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.backoff import retrying
 from ckpt_preempt.controller.group_crds import DISCOVER_SECONDS
-from ckpt_preempt.controller.watch import Informer
+from ckpt_preempt.controller.informer import Informer
 from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
 
 log = logging.getLogger("ckpt_preempt.podgroups")

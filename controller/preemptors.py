@@ -25,8 +25,8 @@ from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.config import Config
 from ckpt_preempt.controller.events import Reason
 from ckpt_preempt.controller.records import ADMISSION_GATE, PodInfo
-from ckpt_preempt.policies import gangs, timing
-from ckpt_preempt.policies.model import Plan
+from ckpt_preempt.policies import gangs
+from ckpt_preempt.policies.model import Plan, When
 from ckpt_preempt.policies.plan_record import (
     MAX_WORKLOAD_KEY,
     Mode,
@@ -128,4 +128,4 @@ def _wait(plan: Plan, uid: str) -> str:
     w = None if plan.timing is None else plan.timing.wait_for(uid)
     if w is None:
         return ""
-    return "end" if w.when is timing.When.AFTER_END else "checkpoint"
+    return "end" if w.when is When.AFTER_END else "checkpoint"

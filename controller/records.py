@@ -27,6 +27,8 @@ from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 
 ADMISSION_GATE = ann.PREFIX + "admission"
 
+MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every stored plan
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PodInfo:

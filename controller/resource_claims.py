@@ -38,6 +38,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.gpu_resources import GpuResources
+from ckpt_preempt.controller.informer import Changes
 from ckpt_preempt.policies.model import Resources
 
 ABSENT_RETRY_SECONDS = 240  # while the API is not served, look again this often
@@ -166,10 +167,8 @@ class PodsWithClaims:
         return [_pod_with(p, self._claims.get) for p in self._pods.items()]
 
     def drain(self) -> Any:
-        """The pods' changes (``watch.Changes``) with their DRA GPUs, plus every pod whose
+        """The pods' changes (``informer.Changes``) with their DRA GPUs, plus every pod whose
         claims changed since the last drain (``controller.cluster_model`` reads this)."""
-        from ckpt_preempt.controller.watch import Changes
-
         pods, claims = self._pods.drain(), self._claims.drain()
         if pods.relist is not None:
             self._by_claim, self._claims_of = {}, {}
@@ -223,8 +222,6 @@ class NodesWithSlices:
     def drain(self) -> Any:
         """The nodes' changes with their DRA GPUs, plus every node whose DRA GPUs changed
         since the last drain."""
-        from ckpt_preempt.controller.watch import Changes
-
         nodes, slices = self._nodes.drain(), self._slices.drain()
         extra = node_gpus(self._slices.items()) if slices.relist is not None or \
             slices.changed else self._extra

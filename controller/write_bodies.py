@@ -14,12 +14,11 @@ A function that returns ``None`` means the object already says it: nothing is to
 
 from __future__ import annotations
 
-from ckpt_preempt.controller.records import ADMISSION_GATE, PodInfo
+from ckpt_preempt.controller.records import ADMISSION_GATE, MANAGED_BY, PodInfo
 from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 
 COMPONENT = "ckpt-preempt.io/controller"  # the Events' reporting controller
-MANAGED_BY = ("app.kubernetes.io/managed-by", "ckpt-preempt")  # label on every stored plan
 PLAN_STATE_LABEL = "ckpt-preempt.io/plan-state"
 PLAN_PREFIX = "ckpt-plan-"  # ConfigMap name = prefix + plan id
 EVENT_NOTE_CHARS = 1024  # the API server's limit on an events.k8s.io/v1 Event's note

@@ -28,7 +28,8 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.write_bodies import MANAGED_BY, PLAN_PREFIX
+from ckpt_preempt.controller.records import MANAGED_BY
+from ckpt_preempt.controller.write_bodies import PLAN_PREFIX
 from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import RESERVED_TAINT
 from e2e import chart, kube

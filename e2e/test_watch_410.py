@@ -15,8 +15,8 @@ import json
 import pytest
 from kubernetes import config
 
+from ckpt_preempt.controller.records import MANAGED_BY
 from ckpt_preempt.controller.watch import ClusterCache
-from ckpt_preempt.controller.write_bodies import MANAGED_BY
 from ckpt_preempt.policies import plan_record
 from e2e import kube
 from e2e.faultproxy import FaultProxy

@@ -14,14 +14,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ckpt_preempt.policies.gpu_use import GpuUse
 from ckpt_preempt.policies.health import Health
 from ckpt_preempt.policies.topology import NodeTopology
-
-if TYPE_CHECKING:
-    from ckpt_preempt.policies.timing import Timing
 
 
 class CheckpointMode(enum.StrEnum):
@@ -352,6 +348,44 @@ class NodeRejection:
     node: str
     reason: RejectReason
     detail: str = ""
+
+
+# When to preempt (policies.timing decides): the plan's choice and the victims it waits for.
+
+
+class When(enum.StrEnum):
+    """When a plan evicts."""
+
+    NOW = "now"
+    AFTER_CHECKPOINT = "after-checkpoint"  # right after a periodic victim's next checkpoint
+    AFTER_END = "after-end"  # once a victim has ended by itself
+
+
+@dataclass(frozen=True, kw_only=True)
+class VictimWait:
+    """A victim the plan waits for: its next checkpoint or its end, expected at ``expected``."""
+
+    uid: str
+    when: When
+    expected: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    """When a plan evicts and why. ``deadline``: evict whatever still runs then. The GPU-second
+    figures are expected totals (lost work + restarts + the preemptor's wait): of evicting at the
+    plan's drain deadline without waiting (``now_gpu_seconds``) and of the choice."""
+
+    when: When
+    deadline: float
+    waits: tuple[VictimWait, ...] = ()
+    expected_gpu_seconds: float = 0.0
+    now_gpu_seconds: float = 0.0
+    delay_gpu_seconds: float = 0.0  # the preemptor's GPUs × its wait, in the choice
+    reason: str = ""
+
+    def wait_for(self, uid: str) -> VictimWait | None:
+        return next((w for w in self.waits if w.uid == uid), None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,52 +30,16 @@ to a fixed time for the ones that declare an end, whatever the wait costs.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ckpt_preempt.policies.model import Plan, Pod, Victim
+from ckpt_preempt.policies.model import Plan, Pod, Timing, Victim, VictimWait, When
 from ckpt_preempt.policies.snapshot import Snapshot
 
 # Assumption: how late a checkpoint's last-checkpoint report, or a pod's end, is seen after it
 # happens (one annotation write, or kubelet's status update, then the watch); the simulator's
 # defaults are a 30 s report lag with up to 30 s of error (policies.sim.costs).
 MARGIN_SECONDS = 60.0
-
-
-class When(enum.StrEnum):
-    """When a plan evicts."""
-
-    NOW = "now"
-    AFTER_CHECKPOINT = "after-checkpoint"  # right after a periodic victim's next checkpoint
-    AFTER_END = "after-end"  # once a victim has ended by itself
-
-
-@dataclass(frozen=True, kw_only=True)
-class VictimWait:
-    """A victim the plan waits for: its next checkpoint or its end, expected at ``expected``."""
-
-    uid: str
-    when: When
-    expected: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class Timing:
-    """When a plan evicts and why. ``deadline``: evict whatever still runs then. The GPU-second
-    figures are expected totals (lost work + restarts + the preemptor's wait): of evicting at the
-    plan's drain deadline without waiting (``now_gpu_seconds``) and of the choice."""
-
-    when: When
-    deadline: float
-    waits: tuple[VictimWait, ...] = ()
-    expected_gpu_seconds: float = 0.0
-    now_gpu_seconds: float = 0.0
-    delay_gpu_seconds: float = 0.0  # the preemptor's GPUs × its wait, in the choice
-    reason: str = ""
-
-    def wait_for(self, uid: str) -> VictimWait | None:
-        return next((w for w in self.waits if w.uid == uid), None)
 
 
 def next_checkpoint(pod: Pod, now: float, margin: float) -> float | None:

@@ -45,8 +45,11 @@ from ckpt_preempt.policies.model import (
     Plan,
     Pod,
     Resources,
+    Timing,
     Victim,
     VictimGroup,
+    VictimWait,
+    When,
 )
 from ckpt_preempt.policies.sim import waits
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
@@ -54,7 +57,6 @@ from ckpt_preempt.policies.sim.planners import KNOWN, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Workload
 from ckpt_preempt.policies.snapshot import Snapshot
-from ckpt_preempt.policies.timing import Timing, VictimWait, When
 
 POLICY = "hindsight"
 MAX_SIMULATIONS = 5_000  # runs one search may make before it gives up (HindsightLimit)

@@ -21,8 +21,9 @@ from typing import Any
 
 from ckpt_preempt.controller import records
 from ckpt_preempt.controller.actions import Blocked, Conflict, NotLeader
+from ckpt_preempt.controller.informer import ChangeLog, Changes
 from ckpt_preempt.controller.records import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
-from ckpt_preempt.controller.watch import ChangeLog, Changes, StoredPlan
+from ckpt_preempt.controller.watch import StoredPlan
 from ckpt_preempt.controller.write_bodies import has_reservation_toleration, plan_object_name
 from ckpt_preempt.policies import plan_record
 from ckpt_preempt.policies.annotations import RESERVED_TAINT, rfc3339

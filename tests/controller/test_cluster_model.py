@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ckpt_preempt.controller import convert
 from ckpt_preempt.controller.cluster_model import ClusterModel
-from ckpt_preempt.controller.watch import Informer
+from ckpt_preempt.controller.informer import Informer
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies.annotations import rfc3339
 from tests.controller.fakes import T0, FakeCache, node, pod

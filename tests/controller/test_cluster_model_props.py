@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller import convert, records
 from ckpt_preempt.controller.cluster_model import ClusterModel
-from ckpt_preempt.controller.watch import LoggedStore
+from ckpt_preempt.controller.informer import LoggedStore
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import plan_cache, plan_record
 from ckpt_preempt.policies.annotations import rfc3339

@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.policies import annotations as ann
 from ckpt_preempt.policies import kube_default, preemption, timing
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model import CheckpointMode, When
 from ckpt_preempt.policies.preemption import PlannerConfig
-from ckpt_preempt.policies.timing import When
 from tests.policies.builders import NOW, gpu_node, make_pod, pending, snapshot
 
 CAP = 600.0  # the drain cap these tests plan under
