@@ -28,10 +28,10 @@ import json
 import random
 import time
 
-from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import Node, Pod, Resources
+from ckpt_preempt.policies.model.model import Node, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.placement import admission, fgd
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption
 
 NOW = 1_000_000.0
 SHAPES = (1, 1, 2, 2, 4, 8)  # GPUs of the running pods

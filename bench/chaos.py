@@ -61,10 +61,10 @@ import urllib3  # noqa: E402
 from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from ckpt_preempt.controller.records import ADMISSION_GATE  # noqa: E402
-from ckpt_preempt.policies import plan_record  # noqa: E402
-from ckpt_preempt.policies.annotations import RESERVED_TAINT  # noqa: E402
-from ckpt_preempt.policies.plan_record import PlanRecord, State  # noqa: E402
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE  # noqa: E402
+from ckpt_preempt.policies.lifecycle import plan_record  # noqa: E402
+from ckpt_preempt.policies.lifecycle.plan_record import PlanRecord, State  # noqa: E402
+from ckpt_preempt.policies.model.annotations import RESERVED_TAINT  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.faultproxy import FaultProxy, Faults  # noqa: E402
 from e2e.localcluster import (  # noqa: E402

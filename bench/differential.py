@@ -1,4 +1,5 @@
-"""Differential run: policies.kube_default against the real kube-scheduler on random clusters.
+"""Differential run: policies.baselines.kube_default against the real kube-scheduler on random
+clusters.
 
     .venv/bin/python bench/differential.py [--cases 200] [--seed 1] [--out PATH]
     .venv/bin/python bench/differential.py --workload [...]   # kube_workload, native PodGroups
@@ -52,8 +53,8 @@ from kubernetes import config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from bench import differential_workload  # noqa: E402
-from ckpt_preempt.policies import kube_default  # noqa: E402
-from ckpt_preempt.policies.model import (  # noqa: E402
+from ckpt_preempt.policies.baselines import kube_default  # noqa: E402
+from ckpt_preempt.policies.model.model import (  # noqa: E402
     LabelRequirement,
     Node,
     Pod,
@@ -62,7 +63,7 @@ from ckpt_preempt.policies.model import (  # noqa: E402
     Resources,
     breaks_budget,
 )
-from ckpt_preempt.policies.snapshot import Snapshot  # noqa: E402
+from ckpt_preempt.policies.model.snapshot import Snapshot  # noqa: E402
 from e2e import differential, kube  # noqa: E402
 from e2e.differential import Observation  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
@@ -232,7 +233,8 @@ EARLY_STOP = "pdb-charge-stops-at-first-break"
 def early_stop_nodes(snap: Snapshot, pre: Pod, nodes: set[str]) -> list[str]:
     """Nodes among `nodes` where stopping at a pod's first broken PDB, in some PDB list order
     (upstream's is a map's), changes which of the potential victims break a PDB, against
-    charging every PDB covering a pod (policies.model.breaks_budget). The scheduler's charge is
+    charging every PDB covering a pod (policies.model.model.breaks_budget). The scheduler's charge
+    is
     kube_default.scheduler_breaks_budget (its two matching rules included, which RULES did not
     explain when this is asked). No rewrite of the snapshot can mimic the order, so these are
     only suspects."""

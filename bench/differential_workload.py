@@ -1,4 +1,4 @@
-"""The ``--workload`` mode of bench/differential.py: policies.kube_workload against
+"""The ``--workload`` mode of bench/differential.py: policies.baselines.kube_workload against
 kube-scheduler's workload-aware preemption (GenericWorkload on) on random clusters with native
 PodGroups (e2e/differential_workload.py says what a case is and how it is observed).
 
@@ -37,9 +37,9 @@ import urllib3
 from kubernetes import config
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.policies import kube_workload
-from ckpt_preempt.policies.kube_default import KubeDefaultConfig
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.baselines import kube_workload
+from ckpt_preempt.policies.baselines.kube_default import KubeDefaultConfig
+from ckpt_preempt.policies.model.model import (
     LabelRequirement,
     Node,
     Pod,
@@ -47,7 +47,7 @@ from ckpt_preempt.policies.model import (
     RejectReason,
     Resources,
 )
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from e2e import differential_workload as dw
 from e2e import kube
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions

@@ -45,7 +45,7 @@ from pathlib import Path
 from evidence import _params, _progress, _trace  # bench/evidence.py, next to this script
 from harsh_world import SCALE  # openb's share: the harsh world's, for the same reason
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import disruptions as dis
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 from ckpt_preempt.policies.sim.disruption_sim import DisruptedSimulation

@@ -1,4 +1,5 @@
-"""What the early warning adds to every reconcile pass (controller/disruption.py), at scale.
+"""What the early warning adds to every reconcile pass (controller/planning/disruption.py), at
+scale.
 
 12,500 nodes of 8 GPUs (``--nodes``) with ``--pods-per-node`` running on-request pods each, as
 the watch cache keeps them (``records.node_info`` / ``pod_info``). Three states, each timed over
@@ -21,10 +22,10 @@ import statistics
 import time
 from dataclasses import replace
 
-from ckpt_preempt.controller import convert, records
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.disruption import EarlyWarning
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.controller.planning.disruption import EarlyWarning
+from ckpt_preempt.policies.lifecycle import plan_record
 
 T0 = 1_800_000_000.0
 

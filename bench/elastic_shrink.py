@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, planners, stats
 
 OURS = planners.DRAIN_POLICY

@@ -1,7 +1,7 @@
 """Benchmark: the eviction gate's latency under a burst of Evictions through the real API server.
 
 A local control plane (e2e/localcluster.py) or an existing one (``--kubeconfig``); ``--pods``
-pods that checkpoint on request in a fresh namespace; the gate (``controller.gate`` behind its
+pods that checkpoint on request in a fresh namespace; the gate (``controller.gate.gate`` behind its
 HTTPS server) in this process, and a ValidatingWebhookConfiguration pointing the API server at
 it. Then ``--evictions`` Evictions at once from ``--workers`` threads of a separate process (so
 the senders do not share this process' interpreter with the gate): every pod is evicted
@@ -42,10 +42,10 @@ if str(REPO) not in sys.path:
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from ckpt_preempt.controller import gate_server  # noqa: E402
-from ckpt_preempt.controller.gate import Gate, GateSettings  # noqa: E402
-from ckpt_preempt.controller.gate_cache import PodCache  # noqa: E402
-from ckpt_preempt.policies.eviction_gate import GateLimits  # noqa: E402
+from ckpt_preempt.controller.gate import gate_server  # noqa: E402
+from ckpt_preempt.controller.gate.gate import Gate, GateSettings  # noqa: E402
+from ckpt_preempt.controller.gate.gate_cache import PodCache  # noqa: E402
+from ckpt_preempt.policies.disruption.eviction_gate import GateLimits  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.localcluster import LocalCluster, find_testbin, free_port  # noqa: E402
 from e2e.test_eviction_gate_support import (  # noqa: E402

@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
-from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 from ckpt_preempt.policies.sim.workload import WorkloadParams

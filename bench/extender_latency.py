@@ -1,6 +1,6 @@
 """Benchmark: the scheduler extender's filter and prioritize latency at 5,000 nodes.
 
-The extender (``controller.extender``) serves on a local port; requests are real HTTP round
+The extender (``controller.extender.extender``) serves on a local port; requests are real HTTP round
 trips with ``nodeCacheCapable`` bodies (the pod object and node names), as kube-scheduler sends
 them. Its cache is filled with synthetic 8-GPU nodes (half of them with a hwprobe NVLink
 topology of two 4-GPU domains) and ~4 running pods per node of 1, 2, 4 or 8 GPUs.
@@ -26,10 +26,10 @@ import random
 import time
 
 from ckpt_preempt.cli import argtypes
-from ckpt_preempt.controller import records
-from ckpt_preempt.controller.extender import Extender
-from ckpt_preempt.controller.extender_model import StaticView, build_view
-from ckpt_preempt.policies.topology import SCHEMA
+from ckpt_preempt.controller.extender.extender import Extender
+from ckpt_preempt.controller.extender.extender_model import StaticView, build_view
+from ckpt_preempt.controller.kube import records
+from ckpt_preempt.policies.model.topology import SCHEMA
 
 GPUS_PER_NODE = 8
 PODS_PER_NODE = 4

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from evidence import EVIDENCE_SCALE, cells  # bench/evidence.py, next to this script
 
-from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, floor_cuts, hindsight, stats
 from ckpt_preempt.policies.sim.engine import SimConfig
 from ckpt_preempt.policies.sim.planners import KNOWN, TIMING_BASELINES

@@ -5,11 +5,11 @@ fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
 deploy/dcgm/health-counters.csv (15 series per GPU). Every 50th node misbehaves, so every kind
 of rule has something to find: critical and memory XIDs, and NVLink CRC errors, PCIe replays
 and thermal throttling that keep rising at every scrape. With `recorded` among the modes,
-Prometheus also loads the health recording rules (controller/health_promql.py, this window),
+Prometheus also loads the health recording rules (controller/health/health_promql.py, this window),
 evaluated every 15 s. Once Prometheus has scraped enough for the rate window, each mode
 (`healthQueryMode`: direct, recorded) runs ``--refreshes`` refreshes ``--spacing-ms`` apart
-through ``controller.health.PrometheusHealth.refresh`` (the controller's own code, then
-``policies.health.judge``).
+through ``controller.health.health.PrometheusHealth.refresh`` (the controller's own code, then
+``policies.model.health.judge``).
 
 Reported per mode: refresh wall time (p50, p99, max); ``fetch_critical``: the slowest query of
 a refresh (HTTP, Prometheus' evaluation and JSON decoding), ``fetch_sum``: all of them added;
@@ -42,15 +42,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from ckpt_preempt.controller.config import Config, HealthQueryMode  # noqa: E402
-from ckpt_preempt.controller.health import PrometheusHealth  # noqa: E402
-from ckpt_preempt.controller.health_promql import (  # noqa: E402
+from ckpt_preempt.controller.core.config import Config, HealthQueryMode  # noqa: E402
+from ckpt_preempt.controller.health.health import PrometheusHealth  # noqa: E402
+from ckpt_preempt.controller.health.health_promql import (  # noqa: E402
     RECORDED_REPORTING,
     RULES_GROUP,
     recording_rules,
     render,
 )
-from ckpt_preempt.policies import health as ph  # noqa: E402
+from ckpt_preempt.policies.model import health as ph  # noqa: E402
 from e2e.promstack import (  # noqa: E402
     DcgmFixtureExporter,
     PrometheusMissing,

@@ -4,7 +4,7 @@ A cluster of ``--racks`` GB200 NVL72 racks (18 compute trays of 4 GPUs each, one
 clique per rack), every GPU busy with 1-4-GPU training pods of random checkpoint ages. Each
 sample plans one pending gang of 2-8 four-GPU members, ``nvlink: required``, of higher
 priority, twice on the same pods: with the cliques on the nodes (the gang must stay in one rack,
-``policies.cliques``) and with them stripped (today's rule: any trays). Reports plan latency
+``policies.model.cliques``) and with them stripped (today's rule: any trays). Reports plan latency
 (median, p99, and their ratio, measured in this run), the lost work of both (the price of
 keeping the gang's NVLink), and checks that every feasible plan with cliques uses one rack.
 Prints one JSON line. Usage: python bench/nvlink_cliques.py [--racks 278] [--samples 10]
@@ -21,10 +21,10 @@ import sys
 import time
 from dataclasses import replace
 
-from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import Node, NvlinkNeed, Pod, Resources
-from ckpt_preempt.policies.snapshot import Snapshot
-from ckpt_preempt.policies.topology import single_domain
+from ckpt_preempt.policies.model.model import Node, NvlinkNeed, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.topology import single_domain
+from ckpt_preempt.policies.planner import preemption
 
 NOW = 2_000_000_000.0
 TRAYS_PER_RACK = 18  # GB200 NVL72: 18 compute trays of 4 GPUs

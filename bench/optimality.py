@@ -17,9 +17,10 @@ import random
 import statistics
 import time
 
-from ckpt_preempt.policies import oracle, preemption
-from ckpt_preempt.policies.model import CheckpointMode, Node, Pod, Resources
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.baselines import oracle
+from ckpt_preempt.policies.model.model import CheckpointMode, Node, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption
 
 NOW = 1_000_000.0
 

@@ -11,11 +11,12 @@ each sample plans on ``Snapshot.restricted()`` of it, the per-preemptor view, wh
 included: as in the controller, the target nodes and victims of the ``--active`` plans made
 just before are excluded from that view (each with its reason), as are 1 % of the nodes
 (tainted for this preemptor). The queue is planned twice in one run: with one
-``policies.plan_cache.PlanCache`` for the whole queue, as the controller plans a cycle
+``policies.planner.plan_cache.PlanCache`` for the whole queue, as the controller plans a cycle
 ("cached"), and without ("uncached"); both must give the same plans. "cold" builds and
 indexes a fresh snapshot per sample as well (``--cold``; off for ``frontier``).
 "first_cycle_warmed" plans the first queue again on a cache that idle passes filled ahead
-(``preemption.warm``, ``WARM_NODES_PER_PASS`` nodes a pass, as ``controller.reconcile`` does
+(``preemption.warm``, ``WARM_NODES_PER_PASS`` nodes a pass, as ``controller.planning.reconcile``
+does
 while no preemptor is due). "next_cycle" is the cycle after: ``--later`` seconds on, the first
 cycle's plans carried out (victims gone, preemptors running, their workloads counted as
 preempted), ``--churn`` of the running pods checkpointed since, and a new queue of
@@ -38,11 +39,18 @@ import time
 from dataclasses import replace
 from importlib import resources
 
-from ckpt_preempt.controller.reconcile import WARM_NODES_PER_PASS, cycle_objects_frozen
-from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import CheckpointMode, Node, Pod, PodHold, RejectReason, Resources
-from ckpt_preempt.policies.plan_cache import PlanCache, changed_nodes
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.controller.planning.reconcile import WARM_NODES_PER_PASS, cycle_objects_frozen
+from ckpt_preempt.policies.model.model import (
+    CheckpointMode,
+    Node,
+    Pod,
+    PodHold,
+    RejectReason,
+    Resources,
+)
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.plan_cache import PlanCache, changed_nodes
 
 NOW = 2_000_000_000.0
 FRONTIER_NODES = 12_500  # 8 GPUs each: 100k GPUs
@@ -138,7 +146,7 @@ def plan_queue(cycle: Snapshot, queue: list[list[Pod]], tainted: dict, active: i
     plans, views = [], []
     by_kind: dict[str, list[float]] = {"single_pod": [], "gang": []}
     cpu: dict[str, list[float]] = {"single_pod": [], "gang": []}
-    with cycle_objects_frozen():  # as controller.reconcile plans its queue
+    with cycle_objects_frozen():  # as controller.planning.reconcile plans its queue
         for pre in queue:
             recent = plans[-active:] if active else []
             closed = {**tainted, **{n: RejectReason.NODE_HELD
@@ -223,12 +231,12 @@ def main() -> None:
     again, _, cached, cached_cpu = plan_queue(cycle, queue, tainted, args.active, cfg,
                                               cached=True, cache=first)
     assert again == plans, "the caches must not change a plan"
-    # the first cycle once idle passes have worked ahead (controller.reconcile._warm): the
+    # the first cycle once idle passes have worked ahead (controller.planning.reconcile._warm): the
     # evictable pods of every node for the top priority band, WARM_NODES_PER_PASS a pass
     warmed, chunks = PlanCache(cycle), []
     while True:
         t0 = time.perf_counter()
-        with cycle_objects_frozen():  # as controller.reconcile warms
+        with cycle_objects_frozen():  # as controller.planning.reconcile warms
             if not preemption.warm(warmed, cfg, WARM_NODES_PER_PASS):
                 break
         chunks.append((time.perf_counter() - t0) * 1000)

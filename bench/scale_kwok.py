@@ -45,8 +45,8 @@ import yaml  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from ckpt_preempt.controller.write_bodies import MANAGED_BY  # noqa: E402
-from ckpt_preempt.policies import plan_record  # noqa: E402
+from ckpt_preempt.controller.writes.write_bodies import MANAGED_BY  # noqa: E402
+from ckpt_preempt.policies.lifecycle import plan_record  # noqa: E402
 from e2e import kube  # noqa: E402
 from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, free_port  # noqa: E402
 from e2e.test_controller_support import (  # noqa: E402
@@ -127,7 +127,7 @@ def list_to_ready(c: kube.Cluster, namespace: str, tmp: Path) -> dict:
     log = open(tmp / "controller.log", "wb")  # noqa: SIM115 (closed below)
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ckpt_preempt.controller.cmd_run", "--kubeconfig",
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cmd_run", "--kubeconfig",
          str(c.kubeconfig), "--config", str(cfg), "--identity", "scale", "--listen",
          f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)})

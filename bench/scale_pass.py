@@ -2,7 +2,7 @@
 full rebuild, at 4,278 nodes / 40k pods (the spot-GPU trace) and 12,500 nodes x 8 GPUs / 100k
 pods (bench/synthetic_cluster.py), when 0 % and 1 % of the pods changed since the last pass.
 
-"full": what the pass did before controller/cluster_model.py: read the cache, drop finished
+"full": what the pass did before controller/kube/cluster_model.py: read the cache, drop finished
 pods, build the pass's maps, ``convert.snapshot()`` and the Snapshot's indexes the planner
 uses. "incremental": ``ClusterModel.sync()`` + ``ClusterModel.snapshot()`` after the changes
 reached the store (half of the changed pods modified, a quarter finished and deleted, a quarter
@@ -29,11 +29,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
-from ckpt_preempt.controller import convert, records  # noqa: E402
-from ckpt_preempt.controller.cluster_model import ClusterModel  # noqa: E402
-from ckpt_preempt.controller.config import Config  # noqa: E402
-from ckpt_preempt.controller.informer import LoggedStore  # noqa: E402
-from ckpt_preempt.policies import annotations as ann  # noqa: E402
+from ckpt_preempt.controller.core.config import Config  # noqa: E402
+from ckpt_preempt.controller.kube import convert, records  # noqa: E402
+from ckpt_preempt.controller.kube.cluster_model import ClusterModel  # noqa: E402
+from ckpt_preempt.controller.kube.informer import LoggedStore  # noqa: E402
+from ckpt_preempt.policies.model import annotations as ann  # noqa: E402
 
 NOW = 2_000_000_000.0
 SIZES = {"small": (4278, 40_000), "large": (12_500, 100_000)}

@@ -3,7 +3,7 @@
 For each cell (openb/stress, openb/replay, training/replay at a small scale) and seed, replays
 one workload under every policy (``planners.POLICIES``) in three variants of the simulator:
 
-- ``bound on``: the defaults (``policies.bound``: at most 4 preemptions of one job per 24 h,
+- ``bound on``: the defaults (``policies.planner.bound``: at most 4 preemptions of one job per 24 h,
   every policy; the planner's fairness penalty doubles with the job's preemptions in that
   window);
 - ``bound off``: the same without the bound (``max_preemptions_per_window`` 0), penalty kept;
@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
-from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import engine, experiment, planners, stats
 
 CELLS = (("openb", "stress"), ("openb", "replay"), ("training", "replay"))

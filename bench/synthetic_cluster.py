@@ -12,9 +12,9 @@ import random
 from collections.abc import Iterator
 
 from bench.plan_latency import NOW, cluster
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.model import CheckpointMode, Pod, Resources
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.model import CheckpointMode, Pod, Resources
 
 GPU = "nvidia.com/gpu"
 GANG_NAME, GANG_TOTAL = "scheduling.ai/gang-name", "scheduling.ai/gang-total"
@@ -29,7 +29,7 @@ def node_json(name: str, *, gpus: int, cpus: int, memory_gib: int) -> dict:
 
 
 def pod_json(p: Pod, *, gang_total: int | None = None, rv: str = "1") -> dict:
-    """A bound, Running pod as the API server lists it (from a ``policies.model.Pod``)."""
+    """A bound, Running pod as the API server lists it (from a ``policies.model.model.Pod``)."""
     annotations = {ann.CHECKPOINT: str(p.checkpoint)}
     if p.last_checkpoint is not None:
         annotations[ann.LAST_CHECKPOINT] = rfc3339(p.last_checkpoint)

@@ -1,4 +1,5 @@
-"""When to preempt: checkpoint-aware-drain with timing (policies.timing) against the same policy
+"""When to preempt: checkpoint-aware-drain with timing (policies.planner.timing) against the same
+policy
 without it (the "timing off" ablation), the strongest baseline and kube-default.
 
 Cells: openb/stress and training/replay (small scale), and openb/stress with no declared ends
@@ -25,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 
 CELLS = (("openb", "stress"), ("training", "replay"))

@@ -190,7 +190,7 @@ def controller_command(deployment: dict, kubeconfig, config_file, port: int) -> 
     i = args.index("--listen") + 1
     assert args[i] == f"0.0.0.0:{container['ports'][0]['containerPort']}"
     args[i] = f"127.0.0.1:{port}"
-    return [sys.executable, "-m", "ckpt_preempt.controller.cli", *args]
+    return [sys.executable, "-m", "ckpt_preempt.controller.app.cli", *args]
 
 
 def run_helm(c: kube.Cluster, home: Path, *args: str,
@@ -264,7 +264,7 @@ def roll(c: kube.Cluster, ns: str, deployment: str, tmp: Path, tag: str, old: Re
 
 def writes(replicas: list[Replica], verb: str, target: str) -> int:
     """How many writes of `verb` on `target` the replicas sent: every write passes the one
-    choke point (controller/actions.py), which logs an audit line before sending it."""
+    choke point (controller/writes/actions.py), which logs an audit line before sending it."""
     n = 0
     for r in replicas:
         for line in r.log.read_text(errors="replace").splitlines():

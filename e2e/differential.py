@@ -1,4 +1,4 @@
-"""Differential check of ``policies.kube_default`` against the real kube-scheduler.
+"""Differential check of ``policies.baselines.kube_default`` against the real kube-scheduler.
 
 One case is a small random cluster (seeded): 2-12 fake nodes with 1-8 GPUs, 1-6 bound pods per
 node of a few lower priorities (some at the preemptor's own priority, which cannot be
@@ -8,7 +8,7 @@ kube-scheduler (default profile, DefaultPreemption on, no ckpt-preempt controlle
 what it did is read back from the API: the pods of the case that are gone or being deleted
 (kwok deletes a pod at once), the ``Preempted`` events, and the node the preemptor was bound to.
 The same state, listed right before the preemptor was created and converted as the controller
-converts it (``controller.convert``), goes to ``kube_default.plan``; ``classify`` compares.
+converts it (``controller.kube.convert``), goes to ``kube_default.plan``; ``classify`` compares.
 
     case = generate(seed, index)
     seen = run_case(cluster, case, run="r1")        # creates, observes, deletes the case
@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ckpt_preempt.controller import convert, records
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.policies.model import LabelRequirement, Pod
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.policies.model.model import LabelRequirement, Pod
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from e2e import kube
 
 PREEMPTOR = "preemptor"

@@ -1,4 +1,5 @@
-"""Differential check of ``policies.kube_workload`` against kube-scheduler's workload-aware
+"""Differential check of ``policies.baselines.kube_workload`` against kube-scheduler's
+workload-aware
 preemption (KEP-5710; the ``GenericWorkload`` gate, native PodGroups).
 
 One case is a small random cluster (seeded): 2-8 fake nodes of 1-8 GPUs and varied CPU and
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from ckpt_preempt.controller import convert, podgroups, records
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.policies.model import Pod
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.kube import convert, podgroups, records
+from ckpt_preempt.policies.model.model import Pod
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from e2e import kube
 from e2e.differential import (
     CLASS_WEIGHTS,

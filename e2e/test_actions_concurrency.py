@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from ckpt_preempt.controller import records
-from ckpt_preempt.controller.actions import Actions
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.kube import records
+from ckpt_preempt.controller.writes.actions import Actions
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 
 pytestmark = pytest.mark.e2e

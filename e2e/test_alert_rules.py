@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry
 
-from ckpt_preempt.controller import server
-from ckpt_preempt.controller.extender import ExtenderMetrics
-from ckpt_preempt.controller.metrics import Metrics
+from ckpt_preempt.controller.app import server
+from ckpt_preempt.controller.core.metrics import Metrics
+from ckpt_preempt.controller.extender.extender import ExtenderMetrics
 from ckpt_preempt.hwprobe.serve import Metrics as HwprobeMetrics
 from e2e import promstack
 from e2e.localcluster import free_port
@@ -81,7 +81,7 @@ def test_prometheus_evaluates_the_alerts_on_the_codes_own_exporters(prometheus):
     controller, extender = Metrics(), ExtenderMetrics()
     hwprobe = CollectorRegistry()
     HwprobeMetrics.create(hwprobe).verified.set(0)  # the node differs from its spec
-    # controller.leader stays 0: no replica leads
+    # controller.writes.leader stays 0: no replica leads
     served = [server.serve("127.0.0.1", free_port(), reg, healthy=lambda: True,
                            ready=lambda: True)
               for reg in (controller.registry, extender.registry, hwprobe)]

@@ -26,7 +26,7 @@ from bench.chaos import (
     check_gangs,
     plan_versions,
 )
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.faultproxy import CODES, NO_FAULTS, WRITE, FaultProxy, Faults
 from e2e.localcluster import ADMIN_TOKEN, read_audit

@@ -20,9 +20,9 @@ import yaml
 from kubernetes import client
 
 from ckpt_preempt.hwprobe.report import LABEL_PREFIX
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
-from ckpt_preempt.policies.topology import ANNOTATION
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
+from ckpt_preempt.policies.model.topology import ANNOTATION
 from e2e import chart, kube
 from e2e.test_controller_support import (
     HIGH_NEVER,

@@ -11,7 +11,7 @@ from dataclasses import fields
 import pytest
 import yaml
 
-from ckpt_preempt.controller import config
+from ckpt_preempt.controller.core import config
 from e2e import chart
 from e2e.test_trust_support import ADMISSION, CONTROLLER_RBAC, DEPLOY
 

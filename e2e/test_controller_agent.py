@@ -19,8 +19,8 @@ import pytest
 from kubernetes import config
 
 import ckpt_preempt_sdk as sdk
-from ckpt_preempt.controller import agent_process
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.agent import agent_process
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     free_port,

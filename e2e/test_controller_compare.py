@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_preempt.controller import explain_live
-from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.explain import explain_live
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_KUBE,
@@ -28,7 +28,7 @@ from e2e.test_controller_support import (
     running_controller,
 )
 
-CLI = "ckpt_preempt.controller.cli"
+CLI = "ckpt_preempt.controller.app.cli"
 pytestmark = pytest.mark.e2e
 HOUR = 3600.0
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,

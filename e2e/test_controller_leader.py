@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.controller.leader import LeaseElector
+from ckpt_preempt.controller.writes.leader import LeaseElector
 from e2e import kube
 
 pytestmark = pytest.mark.e2e

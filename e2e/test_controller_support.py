@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.runner import Controller
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.app.runner import Controller
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +76,8 @@ def start_controller_process(c: kube.Cluster, cfg: Config, tmp: Path, *, identit
     path.write_text(yaml.safe_dump(data))
     log = open(tmp / log_name, "wb")  # noqa: SIM115 (lives as long as the process)
     return subprocess.Popen(
-        [sys.executable, "-m", "ckpt_preempt.controller.cmd_run", "--kubeconfig", str(c.kubeconfig),
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cmd_run",
+         "--kubeconfig", str(c.kubeconfig),
          "--config", str(path), "--identity", identity, "--listen", listen],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -132,7 +133,8 @@ def start_agent(c: kube.Cluster, kubeconfig: Path, namespace: str, pod: str, tmp
                 *hook: str, port: int) -> subprocess.Popen:
     log = open(tmp / f"agent-{pod}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, "-m", "ckpt_preempt.controller.cmd_agent", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cmd_agent",
+         "--kubeconfig", str(kubeconfig),
          "--pod", pod, "--namespace", namespace, "--listen", f"127.0.0.1:{port}", *hook],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
 

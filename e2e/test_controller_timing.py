@@ -1,4 +1,4 @@
-"""Controller scenario: a plan that waits for its victim's declared end (policies.timing)
+"""Controller scenario: a plan that waits for its victim's declared end (policies.planner.timing)
 instead of evicting it, on a real control plane."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model import annotations as ann
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,

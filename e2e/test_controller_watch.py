@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.controller.watch import ClusterCache
+from ckpt_preempt.controller.kube.watch import ClusterCache
 from e2e import kube
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.records import ADMISSION_GATE
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,

@@ -1,4 +1,5 @@
-"""Early warning end to end (controller/disruption.py) on the local control plane: a node that
+"""Early warning end to end (controller/planning/disruption.py) on the local control plane: a node
+that
 shows a disruption signal gets its checkpointing pods asked to checkpoint before anyone evicts.
 
 - Karpenter's ``karpenter.sh/disrupted:NoSchedule`` taint: the on-request pod gets the drain
@@ -21,9 +22,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.controller.leader import LeaseElector
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.core.events import Reason
+from ckpt_preempt.controller.writes.leader import LeaseElector
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.test_controller_support import config_for, reasons, running_controller
 from e2e.test_trust_support import controller_rbac, extra_namespace, tenant

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.core.events import Reason
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.test_controller_support import (
     config_for,

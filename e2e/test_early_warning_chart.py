@@ -1,12 +1,12 @@
 """The chart carries the early-warning keys to the controller's config, and its schema refuses
-what controller/config.py would refuse (render only, with the test bench's helm)."""
+what controller/core/config.py would refuse (render only, with the test bench's helm)."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from ckpt_preempt.controller import config
+from ckpt_preempt.controller.core import config
 from e2e import chart
 
 pytestmark = pytest.mark.e2e
@@ -42,4 +42,4 @@ def test_schema_refuses_bad_early_warning_values(bad, says):
     except (config.ConfigError, yaml.YAMLError):
         pass
     else:
-        pytest.fail(f"controller/config.py accepts {bad}")
+        pytest.fail(f"controller/core/config.py accepts {bad}")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.policies.lifecycle.plan_record import (
     DONE_ANNOTATION,
     DRAIN_ANNOTATION,
     DrainRequest,

@@ -14,9 +14,9 @@ import uuid
 import pytest
 
 from bench.eviction_gate import burst
-from ckpt_preempt.controller import gate_server
-from ckpt_preempt.controller.gate import Gate, GateSettings
-from ckpt_preempt.policies.eviction_gate import GateLimits
+from ckpt_preempt.controller.gate import gate_server
+from ckpt_preempt.controller.gate.gate import Gate, GateSettings
+from ckpt_preempt.policies.disruption.eviction_gate import GateLimits
 from e2e import kube
 from e2e.localcluster import free_port
 from e2e.test_eviction_gate_support import drain_request, make_certs

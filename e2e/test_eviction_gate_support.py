@@ -24,7 +24,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.kubectl import kubectl
 from e2e.localcluster import free_port, kubeconfig_text
@@ -118,7 +118,7 @@ def running_gate(c: kube.Cluster, namespace: str, workdir: Path, config: dict,
     port = free_port()
     log = workdir / "gate.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ckpt_preempt.controller.cmd_gate",
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cmd_gate",
          "--kubeconfig", str(workdir / "kubeconfig"), "--config", str(workdir / "config.json"),
          "--tls-cert", str(cert), "--tls-key", str(key), "--listen", f"127.0.0.1:{port}",
          *flags],

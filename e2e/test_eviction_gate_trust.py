@@ -11,7 +11,7 @@ import time
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.test_eviction_gate_support import (
     ack,

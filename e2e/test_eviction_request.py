@@ -17,8 +17,8 @@ import time
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.controller import disruption_api
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.planning import disruption_api
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.test_controller_support import config_for, reasons, running_controller
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.controller import disruption_api
+from ckpt_preempt.controller.planning import disruption_api
 from e2e import kube
 from e2e.test_controller_support import config_for, running_controller
 

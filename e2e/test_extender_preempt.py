@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from ckpt_preempt.controller import explain_live
-from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.explain import explain_live
 from e2e import kube
 from e2e.test_controller_compare import WORKLOAD, _lost, _make
 from e2e.test_controller_support import HIGH_KUBE, HIGH_NEVER, exists, priority_classes

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from ckpt_preempt.controller.records import TOPOLOGY_ANNOTATION as TOPOLOGY
-from ckpt_preempt.policies.topology import SCHEMA
+from ckpt_preempt.controller.kube.records import TOPOLOGY_ANNOTATION as TOPOLOGY
+from ckpt_preempt.policies.model.topology import SCHEMA
 from e2e import kube
 from e2e.test_extender_support import (
     metric,

@@ -42,7 +42,7 @@ def running_extender(c: kube.Cluster, tmp: Path, *, log_name: str = "extender.lo
     """``ckpt-preempt extender`` on a free port; yields (process, url prefix) once /readyz is
     200 (its watch cache has synced)."""
     port = free_port()
-    args = [sys.executable, "-m", "ckpt_preempt.controller.cli", "extender",
+    args = [sys.executable, "-m", "ckpt_preempt.controller.app.cli", "extender",
             "--kubeconfig", str(c.kubeconfig), "--listen", f"127.0.0.1:{port}"]
     if config is not None:
         path = tmp / "extender-config.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.controller.records import ADMISSION_GATE
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,

@@ -1,6 +1,6 @@
 """GPU resources beyond ``nvidia.com/gpu`` on the local control plane: MIG slices count as their
 fraction of a GPU, and DRA pods count the GPUs their ResourceClaims hold or ask for
-(controller/gpu_resources.py, controller/resource_claims.py).
+(controller/core/gpu_resources.py, controller/kube/resource_claims.py).
 
 The DRA test runs the real path: a DeviceClass and a ResourceSlice published for a kwok node
 (driver ``gpu.nvidia.com``), pods with a ResourceClaimTemplate; kube-controller-manager's
@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import explain_live
+from ckpt_preempt.controller.explain import explain_live
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -32,7 +32,7 @@ from e2e.test_controller_support import (
 pytestmark = pytest.mark.e2e
 
 MIG = "nvidia.com/mig-3g.40gb"  # 3 of an A100/H100's 7 compute slices
-MIG_SHARE = 428 / 1000  # controller/gpu_resources.py: 3 * 1000 // 7 thousandths
+MIG_SHARE = 428 / 1000  # controller/core/gpu_resources.py: 3 * 1000 // 7 thousandths
 DRIVER = "gpu.nvidia.com"
 RUN_SECONDS = 4.0  # victims run this long before the preemptor comes
 

@@ -19,10 +19,10 @@ import urllib.request
 
 import pytest
 
-from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.controller.health import HEALTH_PLAN_PREFIX
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.health import Health
+from ckpt_preempt.controller.core.events import Reason
+from ckpt_preempt.controller.health.health import HEALTH_PLAN_PREFIX
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model.health import Health
 from e2e import kube, promstack
 from e2e.promstack import DcgmFixtureExporter
 from e2e.test_controller_support import (

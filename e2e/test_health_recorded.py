@@ -8,11 +8,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ckpt_preempt.controller import health_promql
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.health import PrometheusHealth
-from ckpt_preempt.policies import health as ph
-from ckpt_preempt.policies.health import Health
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.health import health_promql
+from ckpt_preempt.controller.health.health import PrometheusHealth
+from ckpt_preempt.policies.model import health as ph
+from ckpt_preempt.policies.model.health import Health
 from e2e import kube, promstack
 from e2e.promstack import DcgmFixtureExporter
 
@@ -97,7 +97,7 @@ def test_recorded_mode_gives_the_direct_modes_node_states(dcgm_exporter, prometh
         assert other_window.readiness_detail() == (
             f"health: prometheus readable (the recording rules' window is {WINDOW_SECONDS}s, "
             f"healthWindowSeconds {2 * WINDOW_SECONDS}s: regenerate them "
-            "(python -m ckpt_preempt.controller.health_promql))")
+            "(python -m ckpt_preempt.controller.health.health_promql))")
     finally:
         stop.set()
 

@@ -27,11 +27,11 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.records import MANAGED_BY
-from ckpt_preempt.controller.write_bodies import PLAN_PREFIX
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.annotations import RESERVED_TAINT
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.kube.records import MANAGED_BY
+from ckpt_preempt.controller.writes.write_bodies import PLAN_PREFIX
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model.annotations import RESERVED_TAINT
 from e2e import chart, kube
 from e2e.localcluster import read_audit
 from e2e.test_controller_support import (
@@ -92,7 +92,7 @@ def _let_go(c: kube.Cluster, ns: str, name: str) -> None:
 
 
 def _cleanup(c: kube.Cluster, ns: str, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.cli", "cleanup",
+    return subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.app.cli", "cleanup",
                            "--namespace", ns, "--kubeconfig", str(c.kubeconfig),
                            "--log-level", "warning", *flags],
                           cwd=REPO, capture_output=True, text=True, timeout=120,

@@ -81,7 +81,7 @@ def test_publish_to_a_missing_node_is_one_line_exit_2(cluster, nvml):
 
 
 def test_planner_reads_the_published_value(cluster, gpu_nodes, nvml):
-    from ckpt_preempt.policies import topology
+    from ckpt_preempt.policies.model import topology
     (node,) = gpu_nodes(1)
     publish(cluster, nvml, node, "h100-nvl", "--expect", "h100-nvl")
     raw = cluster.core.read_node(node).metadata.annotations[ANNOTATION]

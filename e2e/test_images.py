@@ -17,8 +17,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.topology import ANNOTATION
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model.topology import ANNOTATION
 from e2e import images, kube
 from e2e.test_chart_deploy import FAST, GPU_PRESENT
 from e2e.test_controller_support import (

@@ -1,10 +1,10 @@
-"""policies.kube_default against the real kube-scheduler on the same clusters.
+"""policies.baselines.kube_default against the real kube-scheduler on the same clusters.
 
 A short seeded run of e2e/differential.py's random clusters, classified by
 bench/differential.py (which runs 200+); kube-scheduler v1.37.2's PDB rules that differ from
 policy/v1 eviction, each on a hand-made cluster where they decide the victim; and, without a
 cluster, the generator's invariants and the classifier on hand-made snapshots. The same for
-policies.kube_workload against workload-aware preemption with native PodGroups
+policies.baselines.kube_workload against workload-aware preemption with native PodGroups
 (e2e/differential_workload.py, bench/differential.py --workload), on a control plane of its
 own with GenericWorkload on."""
 
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from bench import differential_workload as bench_workload
 from bench.differential import RULES, classify, predict
-from ckpt_preempt.policies.model import Node, Pod, Resources
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.model.model import Node, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from e2e import differential, differential_workload
 from e2e.differential import Case, NodeSpec, Observation, PdbSpec, PodSpec
 

@@ -10,7 +10,8 @@ PodGroup's priority, pods' preemptionPolicy PreemptLowerPriority); ours is the s
 preemptionPolicy Never, planned by the controller. A pod's lost work is its GPUs times the time
 since its last checkpoint (else since it started); a group that goes loses every member's.
 
-The simulator's model of that preemption (``policies.kube_workload``) runs on the same state,
+The simulator's model of that preemption (``policies.baselines.kube_workload``) runs on the same
+state,
 converted as the controller converts it; its victims are reported next to the real ones (not
 asserted: it places the gang by best fit and a seeded random tie-break, where the real
 scheduler runs its placement plugins, so the two can differ; see controller/README.md).
@@ -21,7 +22,7 @@ shared cores, 2026-12-04). Lost GPU-hours, kube-scheduler v1.37.2 then ckpt-pree
 6: 62.08/38.96, 7-10: equal (17.44, 18.32, 24.16, 15.2), 11: 89.76/61.92, 12: 10.48/10.48,
 13: 62.96/9.36, 14-16: equal (59.52, 11.92, 15.76), 17: 70.96/64.64, 18-20: equal (16.4,
 42.64, 36.88); 781.92 against 578.32 in all, never worse. Before joint gang plans
-(``policies.gang_joint``) ckpt-preempt lost more on seeds 1 (79.76), 10 (19.76), 14 (60.8)
+(``policies.planner.gang_joint``) ckpt-preempt lost more on seeds 1 (79.76), 10 (19.76), 14 (60.8)
 and 20 (39.76). kube-scheduler's own choice varies between runs where its candidates tie:
 seed 18 lost 68.24 in another run.
 """
@@ -38,9 +39,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.controller import convert, podgroups, records
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import kube_workload
+from ckpt_preempt.controller.kube import convert, podgroups, records
+from ckpt_preempt.policies.baselines import kube_workload
+from ckpt_preempt.policies.model import annotations as ann
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_KUBE,

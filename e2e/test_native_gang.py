@@ -11,9 +11,9 @@ import contextlib
 import pytest
 from kubernetes import client
 
-from ckpt_preempt.controller import explain_live
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.records import ADMISSION_GATE
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.explain import explain_live
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE
 from e2e import kube
 from e2e.test_controller_support import (
     HIGH_NEVER,
@@ -152,8 +152,8 @@ def test_native_victim_group_follows_its_disruption_mode(
 def test_controller_rbac_lets_the_cache_watch_podgroups(cluster, namespace):
     """With exactly deploy/rbac/controller.yaml's rules, the PodGroup informer lists and
     watches: a group created afterwards reaches the cache with its minCount and mode."""
-    from ckpt_preempt.controller.watch import ClusterCache
-    from ckpt_preempt.policies.native_gangs import Disruption
+    from ckpt_preempt.controller.kube.watch import ClusterCache
+    from ckpt_preempt.policies.model.native_gangs import Disruption
     from e2e.test_trust_support import controller_rbac
 
     with controller_rbac(cluster, namespace) as api:
@@ -177,7 +177,7 @@ def test_served_but_forbidden_podgroups_are_one_warning_and_an_empty_sync(cluste
     import logging
     import threading
 
-    from ckpt_preempt.controller import podgroups
+    from ckpt_preempt.controller.kube import podgroups
 
     caplog.set_level(logging.INFO, logger="ckpt_preempt.podgroups")
     api = cluster.client_for("ckpt-preempt-tenant")  # no RBAC binding at all here
@@ -199,7 +199,7 @@ def test_a_grant_given_after_start_is_seen_without_a_restart(cluster, namespace,
     import logging
     import threading
 
-    from ckpt_preempt.controller import podgroups
+    from ckpt_preempt.controller.kube import podgroups
 
     caplog.set_level(logging.INFO, logger="ckpt_preempt.podgroups")
     create_podgroup(cluster, namespace, "later", min_count=2, mode="all", priority_class="")

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ckpt_preempt.controller.watch import ClusterCache
+from ckpt_preempt.controller.kube.watch import ClusterCache
 from e2e import kube
 
 pytestmark = pytest.mark.e2e

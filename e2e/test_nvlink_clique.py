@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.controller.records import ADMISSION_GATE, TOPOLOGY_ANNOTATION
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE, TOPOLOGY_ANNOTATION
 from ckpt_preempt.hwprobe import report
 from ckpt_preempt.hwprobe.model import Fabric, Gpu, Pair, PcieLevel, Topology
 from e2e import kube

@@ -10,12 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.controller import convert, records
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import gpu_use, preemption
-from ckpt_preempt.policies.model import NvlinkNeed
-from ckpt_preempt.policies.preemption import PlannerConfig
-from ckpt_preempt.policies.topology import ANNOTATION as TOPOLOGY
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model import gpu_use
+from ckpt_preempt.policies.model.model import NvlinkNeed
+from ckpt_preempt.policies.model.topology import ANNOTATION as TOPOLOGY
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.hwprobe.podreslib import Server, pod, server_binary
 from tests.policies.builders import pending
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bench.scale_kwok import burst
-from ckpt_preempt.controller.config import Config
+from ckpt_preempt.controller.core.config import Config
 from e2e import kube
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""The incremental cluster model fed by real watches (controller/watch.py Informers against
+"""The incremental cluster model fed by real watches (controller/kube/watch.py Informers against
 the local control plane) equals a full rebuild of the same cache, after the initial list and
 after deletions, new pods (a pending gang among them), an annotation change and a node that
 goes with its pods still bound to it."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from bench.scale_kwok import create_nodes, fill
-from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.cluster_model import ClusterModel
-from ckpt_preempt.controller.watch import ClusterCache
-from ckpt_preempt.policies import annotations as ann
+from ckpt_preempt.controller.kube import convert
+from ckpt_preempt.controller.kube.cluster_model import ClusterModel
+from ckpt_preempt.controller.kube.watch import ClusterCache
+from ckpt_preempt.policies.model import annotations as ann
 from e2e import kube
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,5 @@
-"""values.yaml's config sets every key of controller/config.py, to its default. No cluster needed.
+"""values.yaml's config sets every key of controller/core/config.py, to its default. No cluster
+needed.
 That the rendered chart says what deploy/rbac and deploy/admission say is checked with helm
 itself: e2e/test_chart_render.py."""
 
@@ -8,7 +9,7 @@ from dataclasses import fields
 
 import yaml
 
-from ckpt_preempt.controller import config
+from ckpt_preempt.controller.core import config
 from e2e.test_trust_support import DEPLOY
 
 CHART = DEPLOY / "helm/ckpt-preempt"
@@ -25,4 +26,4 @@ def test_chart_values_set_every_config_key_validly():
     cfg = config.parse({**given, "leaseNamespace": NAMESPACE,
                         "planNamespace": NAMESPACE, "dryRun": False})
     assert cfg == config.Config(lease_namespace=NAMESPACE, plan_namespace=NAMESPACE), \
-        "values.yaml's config differs from controller/config.py's defaults"
+        "values.yaml's config differs from controller/core/config.py's defaults"

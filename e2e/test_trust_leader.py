@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.localcluster import read_audit
 from e2e.test_controller_support import (

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"

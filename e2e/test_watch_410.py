@@ -15,9 +15,9 @@ import json
 import pytest
 from kubernetes import config
 
-from ckpt_preempt.controller.records import MANAGED_BY
-from ckpt_preempt.controller.watch import ClusterCache
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.kube.records import MANAGED_BY
+from ckpt_preempt.controller.kube.watch import ClusterCache
+from ckpt_preempt.policies.lifecycle import plan_record
 from e2e import kube
 from e2e.faultproxy import FaultProxy
 from e2e.localcluster import ADMIN_TOKEN

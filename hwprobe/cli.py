@@ -21,8 +21,8 @@ from ckpt_preempt.cli import argtypes
 from ckpt_preempt.cli.output import emit
 from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable
 from ckpt_preempt.hwprobe.verify import reference_names
-from ckpt_preempt.policies import topology
-from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
+from ckpt_preempt.policies.model import topology
+from ckpt_preempt.policies.model.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 
 EXIT_OK, EXIT_DIFF, EXIT_ERROR = 0, 1, 2
 PROG = "hwprobe"

@@ -1,5 +1,5 @@
 """Which GPUs are in use: the kubelet's device IDs (``podresources``) mapped to the NVML
-indices hwprobe reads, as the Node annotation ``policies.gpu_use.ANNOTATION``. Pure.
+indices hwprobe reads, as the Node annotation ``policies.model.gpu_use.ANNOTATION``. Pure.
 
 Device IDs, as the NVIDIA device plugin hands them to the kubelet for ``nvidia.com/gpu``
 (github.com/NVIDIA/k8s-device-plugin internal/rm/devices.go@03973a97: ``BuildDevice`` sets
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Topology
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.gpu_use import SCHEMA
+from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.gpu_use import SCHEMA
 
 if TYPE_CHECKING:
     from ckpt_preempt.hwprobe.podresources import Answer

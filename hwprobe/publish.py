@@ -13,8 +13,8 @@ from typing import Any
 from ckpt_preempt.hwprobe.errors import PublishError
 from ckpt_preempt.hwprobe.model import Topology
 from ckpt_preempt.hwprobe.report import LABEL_PREFIX, annotation, labels
-from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
-from ckpt_preempt.policies.topology import ANNOTATION
+from ckpt_preempt.policies.model.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
+from ckpt_preempt.policies.model.topology import ANNOTATION
 
 
 def api_client(kubeconfig: str | None = None) -> Any:

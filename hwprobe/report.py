@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from ckpt_preempt.hwprobe.model import Topology
-from ckpt_preempt.policies.topology import (
+from ckpt_preempt.policies.model.topology import (
     CLIQUE_KEY,
 )
 

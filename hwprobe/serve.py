@@ -29,7 +29,7 @@ from ckpt_preempt.hwprobe.verify import Spec, verify
 
 log = logging.getLogger("ckpt_preempt.hwprobe.serve")
 # The gpu-use annotation is written again after this many seconds even when nothing changed,
-# so its time says the report is current (policies.gpu_use.MAX_AGE_SECONDS is three of these).
+# so its time says the report is current (policies.model.gpu_use.MAX_AGE_SECONDS is three of these).
 DEFAULT_GPU_USE_REFRESH = 300.0
 
 

@@ -6,7 +6,7 @@ extender's prioritize uses (``ours.Ours``), on a per-device view of the planner'
 The planner's ``search._Search.fit_without_preemption`` orders the nodes where a pod fits as
 things stand by:
 
-1. the node's GPU health (``policies.health``): healthy, unknown, then degraded; failing nodes
+1. the node's GPU health (``policies.model.health``): healthy, unknown, then degraded; failing nodes
    are closed and never considered;
 2. for ``nvlink: preferred`` pods of 2+ GPUs, a node where one NVLink domain surely fits first;
 3. our scorer's key (``key``): the fragmentation decrease as an integer score, then its
@@ -20,7 +20,7 @@ node that could win. ``BESTFIT`` keeps the old rule instead of 3 (fewest whole G
 
 - a pod with whole GPUs sees the node's ``allocatable.gpus`` devices, the used ones first and
   each free one whole (1000 milli): Kubernetes does not say which device a pod got, and the
-  extender's view (``controller.extender_model``) puts used GPUs on the lowest indices too;
+  extender's view (``controller.extender.extender_model``) puts used GPUs on the lowest indices too;
 - a pod with only MIG slices (``gpu_milli``) sees the node's MIG capacity cut into devices of
   1000 milli (the last one the remainder), the used milli packed onto the first ones. Slices are
   fixed partitions in reality; this is an approximation that keeps the scorer's measure
@@ -41,11 +41,11 @@ this buys is measured by ``bench/admission_placement.py`` (policies/placement/RE
 
 from __future__ import annotations
 
-from ckpt_preempt.policies.model import Node, Resources
+from ckpt_preempt.policies.model.model import Node, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.placement import fgd
 from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU, GpuNode, PodShape, fits
 from ckpt_preempt.policies.placement.ours import Ours
-from ckpt_preempt.policies.snapshot import Snapshot
 
 BESTFIT = "bestfit"  # fewest whole GPUs left over (the planner's rule before the scorer)
 PER_POD = "ours"  # our scorer, one member at a time (what the extender does per pod)

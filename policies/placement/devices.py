@@ -51,7 +51,7 @@ class GpuNode:
     """A node's capacity and what is free now. ``gpu_free[i]`` is GPU i's free milli-GPU.
 
     ``nvlink_domain[i]`` is the NVLink domain id of GPU i (from hwprobe's report, see
-    ``ckpt_preempt.policies.topology``), or empty when unknown. ``kinds`` counts the pod kinds
+    ``ckpt_preempt.policies.model.topology``), or empty when unknown. ``kinds`` counts the pod kinds
     running here (GpuClustering's affinity).
     """
 

@@ -18,7 +18,7 @@ device: the one, on an allowed node, with the least room that still holds it (th
 so shares pack onto few devices); a whole-GPU pod takes whole devices only.
 
 What the planner is shown (``exclusions`` builds the nodes, ``requests`` the pods) is the same
-split, in the model's MIG terms (``policies.model.Resources``): a fractional pod asks for
+split, in the model's MIG terms (``policies.model.model.Resources``): a fractional pod asks for
 ``gpu_milli`` (thousandths of a GPU), each node's allocatable is ``gpus`` = its whole devices and
 ``gpu_milli`` = 1000 × its shared devices. So fit, victims and the loss charge (``Pod.gpu_share``,
 at the fraction) agree with the engine's. They would not with two shared devices on a node: the
@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, RejectReason, Resources
+from ckpt_preempt.policies.model.model import MILLI_PER_GPU, Node, RejectReason, Resources
 from ckpt_preempt.policies.sim.workload import Job, Member
 
 SPEC_SEPARATOR = "|"

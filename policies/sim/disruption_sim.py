@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from ckpt_preempt.policies.model import ZERO, CheckpointMode, Node, Resources
+from ckpt_preempt.policies.model.model import ZERO, CheckpointMode, Node, Resources
 from ckpt_preempt.policies.sim import disruptions as dis
 from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome, restart_gpu_seconds, split_at
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation, _JobState

@@ -15,7 +15,7 @@ is compared in three worlds on the same seed:
   before a drain, the spot notice, the autoscaler's taint). The pod trains on after its
   checkpoint; when the Eviction comes, the gate lets it through at once if the work since that
   request is no more than what asking again would lose, else asks again. (An idealised gate:
-  the real one, ``policies.eviction_gate``, cannot know how long the new checkpoint would
+  the real one, ``policies.disruption.eviction_gate``, cannot know how long the new checkpoint would
   take, and asks again once the acknowledged request is older than the pod's
   checkpoint-seconds and ``ACK_RETRY_SLACK_SECONDS``.)
 

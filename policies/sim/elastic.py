@@ -1,7 +1,7 @@
 """Elastic jobs in the simulator: a shrink stops some members, the job runs on, and grows back.
 
 An elastic job (``Job.min_members``; the training scenario draws them, ``policies.sim.scenarios``)
-that a plan shrinks (``VictimGroup.shrink``, ``policies.shrink``) loses no work: its leaving
+that a plan shrinks (``VictimGroup.shrink``, ``policies.planner.shrink``) loses no work: its leaving
 members stop when the plan's victims do (``release``), and the rest re-form for
 ``SimConfig.rendezvous_seconds`` (every GPU of the job, leaving ones included, idles that long:
 charged as restart time, as the planner charges it) and then train on at reduced speed.

@@ -12,7 +12,7 @@ Jobs that checkpoint report it (their pods carry ``last-checkpoint``) unless the
 them silent; jobs that never checkpoint report nothing, and the planner charges both as the
 unknown-checkpoint policy says. Each job is one workload for the fairness guard: the planner
 sees how often it was preempted within the window (and within the starvation bound's longer
-window, ``policies.bound``: a job preempted as often as the bound allows is held from every
+window, ``policies.planner.bound``: a job preempted as often as the bound allows is held from every
 policy), and the result reports how often each job was preempted over the whole run (the most,
 and the 99th percentile over the jobs preempted at all). What the planner is shown, and the
 call to it, are built in ``policies/sim/planner_view.py`` (the ``PlannerView`` mixin).
@@ -34,7 +34,8 @@ seeded share of drains fails or overruns, and the controller then evicts at the 
 checkpoint deadline (the largest drained estimate, at most ``max_checkpoint_seconds``), the
 victim losing everything since its last periodic checkpoint. The extra wait a drain imposes on
 the preemptor, over a plain kill after ``grace_seconds``, is reported as ``delay_gpu_hours``.
-A plan that waits for victims' checkpoints or ends (``Plan.timing``, ``policies.timing``) holds
+A plan that waits for victims' checkpoints or ends (``Plan.timing``, ``policies.planner.timing``)
+holds
 the preemptor's reservation until they are seen or its deadline (``policies/sim/waits.py``);
 its victims that ended meanwhile are not evicted, the rest are charged at that moment, and the
 whole wait over the grace period is delay.
@@ -55,10 +56,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import bound, preemption
-from ckpt_preempt.policies.model import CheckpointMode, Node, Plan, Pod, Resources
-from ckpt_preempt.policies.shrink import RENDEZVOUS_SECONDS
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.model import CheckpointMode, Node, Plan, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import bound, preemption
+from ckpt_preempt.policies.planner.shrink import RENDEZVOUS_SECONDS
 from ckpt_preempt.policies.sim import waits
 from ckpt_preempt.policies.sim.costs import (
     Ledger,
@@ -79,7 +81,6 @@ from ckpt_preempt.policies.sim.planner_view import PlannerView
 from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload
-from ckpt_preempt.policies.snapshot import Snapshot
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,10 +110,10 @@ class SimConfig:
     planner_restart_seconds: float | None = None
     shrink: bool = True  # our planner may shrink elastic jobs (policies.sim.elastic)
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
-    # when to preempt (policies.timing): jobs declare their end (expected-end), exactly.
+    # when to preempt (policies.planner.timing): jobs declare their end (expected-end), exactly.
     # Assumption, and an optimistic one: real jobs know their end only roughly, if at all
     declare_ends: bool = True
-    # policies.bound, for every policy: no job preempted more than this often per window (0:
+    # policies.planner.bound, for every policy: no job preempted more than this often per window (0:
     # no bound); ``escalating_penalty``: the planner also sees each job's preemptions in that
     # window, its fairness penalty doubling with each (False: the 1-hour count only)
     max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW

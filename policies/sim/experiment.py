@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.sim import protocols, stats
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
 from ckpt_preempt.policies.sim.planners import BASELINES

@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.model.model import (
     ZERO,
     CheckpointMode,
     Placement,
@@ -51,12 +51,12 @@ from ckpt_preempt.policies.model import (
     VictimWait,
     When,
 )
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.sim import waits
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
 from ckpt_preempt.policies.sim.planners import KNOWN, planner_for
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Workload
-from ckpt_preempt.policies.snapshot import Snapshot
 
 POLICY = "hindsight"
 MAX_SIMULATIONS = 5_000  # runs one search may make before it gives up (HindsightLimit)

@@ -1,6 +1,6 @@
 """What the policy under test is shown, and how it is asked (a mixin of ``Simulation``).
 
-``PlannerView`` builds the ``policies.model`` view a preemptor is planned on and asks the
+``PlannerView`` builds the ``policies.model.model`` view a preemptor is planned on and asks the
 policy: each job's pods as model ``Pod``s (``_model``); the lower-priority running pods with
 the checkpoint times their annotations would show (``_published``: the last checkpoint completed
 ``report_lag_seconds`` ago, with a seeded error of up to ``report_jitter_seconds``, and for a
@@ -8,7 +8,8 @@ lying job a claim up to ``lie_minutes`` more recent (``lie_seconds``), never in 
 nothing for jobs that do not report); the capacity held at the preemptor's priority or
 above as one non-preemptible pod per node (``_held_pod``, exact for fit and victims); how often
 each job was preempted within the fairness window and within the starvation bound's window (a
-job at the bound enters held, ``policies.bound``); then ``_preempt`` asks the policy, timing it.
+job at the bound enters held, ``policies.planner.bound``); then ``_preempt`` asks the policy,
+timing it.
 
 It is apart from ``policies/sim/engine.py`` because this view differs from the ground truth on
 purpose (late and jittered checkpoint times, folded capacity), while the engine's event loop
@@ -32,15 +33,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ckpt_preempt.policies import bound
-from ckpt_preempt.policies.model import ZERO, Node, Plan, Pod, Resources
+from ckpt_preempt.policies.model.model import ZERO, Node, Plan, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import bound
 from ckpt_preempt.policies.sim.costs import report_error
 from ckpt_preempt.policies.sim.devices import Capacity, requests
 from ckpt_preempt.policies.sim.workload import Job, Member
-from ckpt_preempt.policies.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from ckpt_preempt.policies.model import UnknownCheckpoint
+    from ckpt_preempt.policies.model.model import UnknownCheckpoint
     from ckpt_preempt.policies.sim.engine import SimConfig, _JobState
 
 
@@ -113,7 +114,7 @@ class PlannerView:
             checkpoint_seconds=j.checkpoint_seconds, gang=f"default/sim/{j.id}"
             if j.is_gang else None, owner_uid=f"job-{j.id}",
             gang_minimum=j.min_members if j.is_gang else None,
-            # what its annotations would declare for timing (policies.timing): the period of
+            # what its annotations would declare for timing (policies.planner.timing): the period of
             # a job that reports its checkpoints, and its end (SimConfig.declare_ends)
             checkpoint_interval=j.interval if self._reports(j) else None,
             expected_end=js.origin + js.remaining if node and self.cfg.declare_ends else None,

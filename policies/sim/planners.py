@@ -7,12 +7,13 @@ the same with workload-aware preemption (KEP-5710), our own search blind to chec
 ``greedy-checkpoint``: our checkpoint-aware cost and drain with no search inside a node.
 
 greedy-checkpoint is checkpoint-aware-drain with the within-node branch and bound cut to one
-step (``search_budget=1``): ``policies.cover.min_cover`` then falls back to its greedy cover,
+step (``search_budget=1``): ``policies.planner.cover.min_cover`` then falls back to its greedy
+cover,
 the node's victims cheapest first (lost work + restart + fairness penalty) until the preemptor
 fits. Candidate nodes, node choice, whole gangs and PDBs are the planner's. It answers what the
 exact search adds over the obvious greedy with the same costs.
 
-When to preempt (``policies.timing``), apart from ``POLICIES`` so that runs of every policy
+When to preempt (``policies.planner.timing``), apart from ``POLICIES`` so that runs of every policy
 keep their set: ``TIMING_POLICY`` is the drain policy that also decides when to evict (its
 ablation is ``DRAIN_POLICY``), and ``WAIT_THEN_EVICT`` the baseline for it: kube-default's
 victims, evicted once those that declare an end within ``WAIT_THEN_EVICT_SECONDS`` have ended
@@ -24,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ckpt_preempt.policies import cost_aware, kube_default, kube_workload, preemption, timing
-from ckpt_preempt.policies.model import Plan, Pod
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.baselines import cost_aware, kube_default, kube_workload
+from ckpt_preempt.policies.model.model import Plan, Pod
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption, timing
 
 Planner = Callable[[Snapshot, list[Pod], int], Plan]
 
@@ -101,7 +103,7 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     controller's ``restartCostSeconds`` does, and ``restart_workload_gpu_seconds`` once per
     evicted workload whatever its size (``restartCostGpuSecondsPerWorkload``); the
     kube-scheduler baselines know nothing of either. ``shrink``: whether our search may shrink
-    elastic gangs (``policies.shrink``)."""
+    elastic gangs (``policies.planner.shrink``)."""
     restart = (restart_seconds, restart_workload_gpu_seconds)
     if name == kube_default.POLICY:
         return _kube

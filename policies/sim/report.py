@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from ckpt_preempt.policies import kube_default
+from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.sim import stats
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
 from ckpt_preempt.policies.sim.experiment import CellResult, PolicySummary, best_baseline_by_seed

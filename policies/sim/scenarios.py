@@ -43,7 +43,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim.workload import Arrival, Job, Member, WorkloadParams, is_silent
 
 JOB_GPUS = (1, 2, 4, 8)

@@ -25,7 +25,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ckpt_preempt.policies.model import MILLI_PER_GPU
+from ckpt_preempt.policies.model.model import MILLI_PER_GPU
 
 QOS_CLASSES = ("LS", "Guaranteed", "BE", "Burstable")
 DEFAULT_QOS = "BE"  # timed traces without a qos column and no reference: best effort

@@ -1,5 +1,6 @@
 """How long the simulated controller waits for a plan's timing (``Plan.timing``), from the
-ground truth: the victims ``policies.timing`` chose to wait for are seen checkpointed when their
+ground truth: the victims ``policies.planner.timing`` chose to wait for are seen checkpointed when
+their
 next periodic checkpoint's report arrives (``report_lag_seconds`` after it completes, and only if
 the published time, with its seeded error, is later than the plan: the controller's ack rule), or
 seen ended ``report_lag_seconds`` after they end; the plan evicts when all are seen, or at its
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ckpt_preempt.policies.model import Plan
+from ckpt_preempt.policies.model.model import Plan
 from ckpt_preempt.policies.sim.costs import report_error
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from ckpt_preempt.policies.model import MILLI_PER_GPU, CheckpointMode
+from ckpt_preempt.policies.model.model import MILLI_PER_GPU, CheckpointMode
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 
 HIGH_QOS = ("LS", "Guaranteed")

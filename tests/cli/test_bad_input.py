@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CONTROLLER, HWPROBE = "ckpt_preempt.controller.cli", "ckpt_preempt.hwprobe.cli"
+CONTROLLER, HWPROBE = "ckpt_preempt.controller.app.cli", "ckpt_preempt.hwprobe.cli"
 PROG = {CONTROLLER: "ckpt-preempt", HWPROBE: "hwprobe"}
 EXAMPLE = REPO / "docs" / "snapshot-example.yaml"
 MISSING = "/nonexistent/dir"
@@ -30,7 +30,7 @@ PROBED = ("import sys; from tests.hwprobe import layouts; from ckpt_preempt.hwpr
           "cli._probe = layouts.hgx_h100; sys.exit(cli.main(sys.argv[1:]))")
 # ckpt-preempt's main() where `import matplotlib` fails, as it does when it is not installed
 NO_MATPLOTLIB = ("import sys; sys.modules['matplotlib'] = None; "
-                 "from ckpt_preempt.controller import cli; sys.exit(cli.main(sys.argv[1:]))")
+                 "from ckpt_preempt.controller.app import cli; sys.exit(cli.main(sys.argv[1:]))")
 BAD_SPEC = "name: bad\ngpu_count: -3\n"
 BAD_SNAPSHOT = "now: 5\nnodes: []\npods: []\n"
 
@@ -271,7 +271,7 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(module, args, says, exit_code
 
 
 def test_every_subcommand_has_a_row():
-    from ckpt_preempt.controller.cli import build_parser as controller_parser
+    from ckpt_preempt.controller.app.cli import build_parser as controller_parser
     from ckpt_preempt.hwprobe.cli import build_parser as hwprobe_parser
     from tests.cli.test_help_and_version import subcommands
 

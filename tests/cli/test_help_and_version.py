@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_preempt.cli import argtypes
-from ckpt_preempt.controller import logs
-from ckpt_preempt.controller.cli import build_parser as controller_parser
+from ckpt_preempt.controller.app import logs
+from ckpt_preempt.controller.app.cli import build_parser as controller_parser
 from ckpt_preempt.hwprobe.cli import build_parser as hwprobe_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_both_command_lines_have_their_subcommands():
                                              "serve", "bench"]
 
 
-@pytest.mark.parametrize(("module", "prog"), [("ckpt_preempt.controller.cli", "ckpt-preempt"),
+@pytest.mark.parametrize(("module", "prog"), [("ckpt_preempt.controller.app.cli", "ckpt-preempt"),
                                               ("ckpt_preempt.hwprobe.cli", "hwprobe")])
 def test_version_prints_the_program_and_the_installed_version(module, prog):
     done = subprocess.run([sys.executable, "-m", module, "--version"], cwd=REPO,
@@ -65,7 +65,7 @@ def test_version_prints_the_program_and_the_installed_version(module, prog):
     assert done.stdout == f"{prog} {metadata.version('ckpt-preempt')}\n"
 
 
-@pytest.mark.parametrize("module", ["ckpt_preempt.controller.cli", "ckpt_preempt.hwprobe.cli"])
+@pytest.mark.parametrize("module", ["ckpt_preempt.controller.app.cli", "ckpt_preempt.hwprobe.cli"])
 def test_help_of_every_subcommand_prints(module):
     parser = controller_parser() if "controller" in module else hwprobe_parser()
     for name in subcommands(parser):

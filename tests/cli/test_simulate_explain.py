@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_preempt.controller import cmd_simulate
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.app import cmd_simulate
+from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.sim import planners
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ EXAMPLE = ROOT / "docs" / "snapshot-example.yaml"
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ckpt_preempt.controller.cli", *args],
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cli", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
 
@@ -254,8 +254,8 @@ def test_explain_bad_snapshot_is_exit_2(tmp_path, content, message):
 
 
 def test_every_gang_convention_has_a_human_name():
-    from ckpt_preempt.controller import explain_format
-    from ckpt_preempt.policies import gangs
+    from ckpt_preempt.controller.explain import explain_format
+    from ckpt_preempt.policies.model import gangs
 
     assert set(explain_format.CONVENTION_NAMES) == {c.id for c in gangs.CONVENTIONS}
     for c in gangs.CONVENTIONS:
@@ -265,8 +265,10 @@ def test_every_gang_convention_has_a_human_name():
 
 
 def test_live_explain_document_has_the_snapshot_shape():
-    from ckpt_preempt.controller import explain_live
-    from ckpt_preempt.policies import kube_default, preemption, snapshot_io
+    from ckpt_preempt.controller.explain import explain_live
+    from ckpt_preempt.policies.baselines import kube_default
+    from ckpt_preempt.policies.model import snapshot_io
+    from ckpt_preempt.policies.planner import preemption
 
     snap, preemptor, _ = snapshot_io.from_dict(yaml.safe_load(EXAMPLE.read_text()))
     ours = preemption.plan(snap, preemptor)

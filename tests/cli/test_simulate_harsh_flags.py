@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_preempt.controller import cmd_simulate
+from ckpt_preempt.controller.app import cmd_simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore
     ("--share-silent", "-0.1"), ("--planner-restart-seconds", "inf"),
 ])
 def test_a_bad_harsh_flag_is_one_line_and_exit_2(flag, value):
-    out = subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.cli", "simulate",
+    out = subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.app.cli", "simulate",
                           flag, value], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2
     assert flag in out.stderr and "Traceback" not in out.stderr

@@ -1,5 +1,6 @@
-"""Test doubles for the reconciler: a recording fake of ``controller.actions.Actions`` and a fake
-watch cache with the shape of ``controller.watch.ClusterCache``, plus small builders that go
+"""Test doubles for the reconciler: a recording fake of ``controller.writes.actions.Actions`` and a
+fake
+watch cache with the shape of ``controller.kube.watch.ClusterCache``, plus small builders that go
 through ``records.pod_info`` / ``node_info`` / ``pdb_info`` so tests read like API objects.
 
 ``RecordingActions`` mirrors the real choke point (``Actions._write``): in dry-run nothing but
@@ -19,15 +20,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ckpt_preempt.controller import records
-from ckpt_preempt.controller.actions import Blocked, Conflict, NotLeader
-from ckpt_preempt.controller.informer import ChangeLog, Changes
-from ckpt_preempt.controller.records import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
-from ckpt_preempt.controller.watch import StoredPlan
-from ckpt_preempt.controller.write_bodies import has_reservation_toleration, plan_object_name
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.annotations import RESERVED_TAINT, rfc3339
-from ckpt_preempt.policies.plan_record import PlanRecord
+from ckpt_preempt.controller.kube import records
+from ckpt_preempt.controller.kube.informer import ChangeLog, Changes
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE, NodeInfo, PdbInfo, PodInfo
+from ckpt_preempt.controller.kube.watch import StoredPlan
+from ckpt_preempt.controller.writes.actions import Blocked, Conflict, NotLeader
+from ckpt_preempt.controller.writes.write_bodies import has_reservation_toleration, plan_object_name
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import PlanRecord
+from ckpt_preempt.policies.model.annotations import RESERVED_TAINT, rfc3339
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -99,7 +100,7 @@ def reservation(plan_id: str) -> dict:
 
 class Store:
     """One kind of object, keyed like the real Informer: ``.items()``, ``.get(key)`` and
-    ``.drain()`` (its ``ChangeLog``, which ``controller.cluster_model`` reads)."""
+    ``.drain()`` (its ``ChangeLog``, which ``controller.kube.cluster_model`` reads)."""
 
     def __init__(self, key: Callable[[Any], str]) -> None:
         self._key = key
@@ -214,7 +215,7 @@ class _Failure:
 
 
 class RecordingActions:
-    """Same methods and signatures as ``controller.actions.Actions`` (tests check that)."""
+    """Same methods and signatures as ``controller.writes.actions.Actions`` (tests check that)."""
 
     def __init__(self, cache: FakeCache | None = None, *, dry_run: bool = False,
                  clock: Callable[[], float] = lambda: T0) -> None:
@@ -487,9 +488,9 @@ class Rig:
     """A reconciler over a fake cache, with recording actions that apply their writes."""
 
     def __init__(self, cache: FakeCache, **cfg: Any) -> None:
-        from ckpt_preempt.controller.config import Config
-        from ckpt_preempt.controller.metrics import Metrics
-        from ckpt_preempt.controller.reconcile import Reconciler
+        from ckpt_preempt.controller.core.config import Config
+        from ckpt_preempt.controller.core.metrics import Metrics
+        from ckpt_preempt.controller.planning.reconcile import Reconciler
 
         self.cache = cache
         self.clock = Clock()

@@ -11,8 +11,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
-from ckpt_preempt.controller.actions import Actions, Conflict, NotLeader, WriteFailed, WriteGuard
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.controller.writes.actions import (
+    Actions,
+    Conflict,
+    NotLeader,
+    WriteFailed,
+    WriteGuard,
+)
+from ckpt_preempt.policies.lifecycle.plan_record import (
     Mode,
     PlannedPlacement,
     PlannedVictim,
@@ -71,7 +77,7 @@ def test_without_the_lease_nothing_is_sent():
 
 
 def test_an_eviction_refused_every_time_is_blocked_and_a_gone_pod_is_no_eviction():
-    from ckpt_preempt.controller.actions import Blocked
+    from ckpt_preempt.controller.writes.actions import Blocked
     from tests.controller.fakes import pod
 
     victim = pod("v0", node="n1")

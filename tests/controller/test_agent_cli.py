@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-CLI = "ckpt_preempt.controller.cli"
+CLI = "ckpt_preempt.controller.app.cli"
 REPO = Path(__file__).resolve().parents[2]
 POD = ["--pod", "p", "--namespace", "n"]
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tenacity import RetryCallState
 
-from ckpt_preempt.controller import backoff
+from ckpt_preempt.controller.core import backoff
 
 log = logging.getLogger("test.backoff")
 

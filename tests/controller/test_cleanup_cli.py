@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CLI = "ckpt_preempt.controller.cli"
+CLI = "ckpt_preempt.controller.app.cli"
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -1,5 +1,5 @@
-"""Edge cases of the incremental cluster model (controller/cluster_model.py) and of the change
-log the real Informer keeps for it (controller/watch.py)."""
+"""Edge cases of the incremental cluster model (controller/kube/cluster_model.py) and of the change
+log the real Informer keeps for it (controller/kube/watch.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import threading
 from dataclasses import replace
 
-from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.cluster_model import ClusterModel
-from ckpt_preempt.controller.informer import Informer
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies.annotations import rfc3339
+from ckpt_preempt.controller.kube import convert
+from ckpt_preempt.controller.kube.cluster_model import ClusterModel
+from ckpt_preempt.controller.kube.informer import Informer
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
 from tests.controller.fakes import T0, FakeCache, node, pod
 
 GANG = {"scheduling.ai/gang-name": "llm", "scheduling.ai/gang-total": "3"}
@@ -182,7 +182,7 @@ def test_a_status_only_change_keeps_the_converted_pod():
 
 
 def test_a_podgroup_arriving_or_changing_reconverts_the_pods_naming_it():
-    from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
+    from ckpt_preempt.policies.model.native_gangs import Disruption, NativeGroup
     from tests.controller.fakes import Store
 
     members = [replace(pod(f"m{i}", node="n1", gpus=4), pod_group="pg") for i in range(2)]

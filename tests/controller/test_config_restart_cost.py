@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_preempt.controller import config, convert
+from ckpt_preempt.controller.core import config
+from ckpt_preempt.controller.kube import convert
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "ckpt-preempt"
@@ -39,7 +40,7 @@ def test_a_bad_restart_charge_is_rejected_in_one_line(bad):
 def test_the_controller_refuses_a_bad_restart_charge_with_one_line_and_exit_2(tmp_path, text):
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.cli", "run",
+    out = subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.app.cli", "run",
                           "--config", str(path)], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert out.returncode == 2
@@ -47,7 +48,7 @@ def test_the_controller_refuses_a_bad_restart_charge_with_one_line_and_exit_2(tm
 
 
 def test_the_per_workload_restart_charge_reaches_the_planner_and_bad_values_are_refused():
-    from ckpt_preempt.controller import convert
+    from ckpt_preempt.controller.kube import convert
 
     assert convert.planner_config(config.Config()).restart_workload_gpu_seconds == 0.0
     got = convert.planner_config(config.parse({"restartCostGpuSecondsPerWorkload": 300}))

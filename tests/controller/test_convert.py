@@ -6,16 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import config, convert, records
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import bound, gangs, preemption
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.controller.core import config
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model import gangs
+from ckpt_preempt.policies.model.model import (
     CheckpointMode,
     PodHold,
     RejectReason,
     Resources,
     UnknownCheckpoint,
 )
+from ckpt_preempt.policies.planner import bound, preemption
 from tests.policies import test_fuzz as fuzz
 
 NOW = 1_800_000_000.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from ckpt_preempt.controller import convert, records
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import gpu_use
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model import gpu_use
 from tests.controller.test_convert import NOW, node_json, pod_json
 
 TOPOLOGY = json.dumps({"schema": "hwprobe/v1", "gpu_count": 8, "verified": True,

@@ -1,4 +1,5 @@
-"""controller.disruption (early warning) with a recording fake of our own write interface, and
+"""controller.planning.disruption (early warning) with a recording fake of our own write interface,
+and
 the config keys that drive it. The same behaviour against the real API server:
 e2e/test_early_warning.py."""
 
@@ -6,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.controller import convert
-from ckpt_preempt.controller.config import Config, ConfigError, parse
-from ckpt_preempt.controller.disruption import EarlyWarning
-from ckpt_preempt.controller.events import Reason
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.core.config import Config, ConfigError, parse
+from ckpt_preempt.controller.core.events import Reason
+from ckpt_preempt.controller.kube import convert
+from ckpt_preempt.controller.planning.disruption import EarlyWarning
+from ckpt_preempt.policies.lifecycle import plan_record
 from tests.controller.fakes import T0, FakeCache, RecordingActions, node, pod
 from tests.controller.test_stepper import CKPT
 

@@ -1,4 +1,4 @@
-"""Event reasons are one closed set (controller/events.py): every reason the code writes is a
+"""Event reasons are one closed set (controller/core/events.py): every reason the code writes is a
 ``Reason``, every ``Reason`` has a meaning and is documented, and the metric by reason counts
 only the Events the API server accepted."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import actions as actions_mod
-from ckpt_preempt.controller.events import MEANING, Reason
-from ckpt_preempt.controller.records import PodInfo
+from ckpt_preempt.controller.core.events import MEANING, Reason
+from ckpt_preempt.controller.kube.records import PodInfo
+from ckpt_preempt.controller.writes import actions as actions_mod
 from tests.controller import fakes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ EMITTERS = {"emit", "_note_once", "_warn_once", "_note", "warn"}
 def _reason_arguments() -> list[tuple[str, int, ast.expr]]:
     """(file, line, the reason argument) of every call of an Event-writing helper."""
     found = []
-    for path in sorted((REPO / "controller").glob("*.py")):
+    for path in sorted((REPO / "controller").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and len(node.args) >= 2:
                 name = getattr(node.func, "attr", getattr(node.func, "id", ""))

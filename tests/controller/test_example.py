@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from ckpt_preempt.controller import agent, agent_process
+from ckpt_preempt.controller.agent import agent, agent_process
 from tests.controller.test_agent import DONE, Pod
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples/tiny_training/train.py"

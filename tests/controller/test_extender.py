@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import records
-from ckpt_preempt.controller.extender import Extender
-from ckpt_preempt.controller.extender_model import StaticView, build_view
-from ckpt_preempt.controller.extender_verbs import (
+from ckpt_preempt.controller.extender.extender import Extender
+from ckpt_preempt.controller.extender.extender_model import StaticView, build_view
+from ckpt_preempt.controller.extender.extender_verbs import (
     MAX_EXTENDER_PRIORITY,
     MIN_EXTENDER_PRIORITY,
     to_extender_scores,
 )
-from ckpt_preempt.controller.podgroups import podgroup_info
-from ckpt_preempt.policies.topology import SCHEMA
+from ckpt_preempt.controller.kube import records
+from ckpt_preempt.controller.kube.podgroups import podgroup_info
+from ckpt_preempt.policies.model.topology import SCHEMA
 
 HOUR = 3600.0
 
@@ -274,7 +274,7 @@ class _Cache:
 
 
 def test_cached_view_follows_the_watch_cache_on_the_next_request_when_cheap():
-    from ckpt_preempt.controller.extender_model import CachedView
+    from ckpt_preempt.controller.extender.extender_model import CachedView
 
     cache = _Cache([node_json("a")], [])
     view = CachedView(cache)
@@ -295,7 +295,7 @@ def test_preempt_answers_only_offered_victims_and_never_an_empty_list():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from ckpt_preempt.controller.extender_verbs import PreemptSettings, preempt
+    from ckpt_preempt.controller.extender.extender_verbs import PreemptSettings, preempt
 
     @settings(max_examples=60, deadline=None)
     @given(st.lists(st.lists(st.sampled_from((1, 2, 4)), max_size=4), min_size=1, max_size=4),
@@ -350,7 +350,7 @@ def _fresh_keys(scorer, view, pod, names):
 def test_prioritize_memo_scores_as_a_fresh_scorer_would(used, asks):
     """Nodes in the same state share a memoised key; the scores must be those a fresh
     evaluation gives, request after request, also after the target workload changes."""
-    from ckpt_preempt.controller.extender_verbs import Scorer, pending_pod
+    from ckpt_preempt.controller.extender.extender_verbs import Scorer, pending_pod
     nodes = [node_json(f"n{i}") for i in range(len(used))]
     pods = [pod_json(f"r{i}", gpus=g, cpu=str(c), node=f"n{i}")
             for i, (g, c) in enumerate(used) if g]
@@ -369,7 +369,7 @@ def test_prioritize_memo_scores_as_a_fresh_scorer_would(used, asks):
 def test_only_scoring_new_node_states_counts_against_the_budget():
     """Once a shape's node states are memoised, a request costs lookups, not scoring: even a
     budget already spent does not send it to BestFit. A new shape's states still count."""
-    from ckpt_preempt.controller.extender_verbs import Scorer, pending_pod
+    from ckpt_preempt.controller.extender.extender_verbs import Scorer, pending_pod
     nodes = [node_json(f"n{i}") for i in range(40)]
     pods = [pod_json(f"r{i}", gpus=1 + i % 4, cpu=str(1 + i % 7), node=f"n{i}") for i in range(40)]
     view = build_view([records.node_info(n) for n in nodes], [records.pod_info(p) for p in pods])
@@ -405,9 +405,9 @@ def test_preempt_never_splits_a_native_podgroup_gang(extenders):
 
 def test_a_bound_member_of_a_single_disruption_podgroup_may_go_alone():
     """With the PodGroup known and its disruption mode Single, a bound member is no gang
-    member (policies.native_gangs.membership): the preempt verb may take it alone."""
-    from ckpt_preempt.controller.extender_verbs import PreemptSettings, preempt
-    from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
+    member (policies.model.native_gangs.membership): the preempt verb may take it alone."""
+    from ckpt_preempt.controller.extender.extender_verbs import PreemptSettings, preempt
+    from ckpt_preempt.policies.model.native_gangs import Disruption, NativeGroup
 
     nodes = [node_json("n1"), node_json("n2")]
     pods = [_native(pod_json("g0", gpus=8, node="n1", started_ago=HOUR / 60), "train"),

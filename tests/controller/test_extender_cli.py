@@ -25,7 +25,7 @@ def test_extender_on_a_port_in_use_is_one_line(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "ckpt_preempt.controller.cli", "extender", "--kubeconfig",
+            [sys.executable, "-m", "ckpt_preempt.controller.app.cli", "extender", "--kubeconfig",
              str(kubeconfig), "--listen", f"127.0.0.1:{port}"],
             capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2, done.stderr

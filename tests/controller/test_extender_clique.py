@@ -1,6 +1,6 @@
 """The extender's filter for members of an ``nvlink: required`` gang on a cluster with NVLink
 cliques: the clique its bound or nominated members use; for the first member, the one clique
-the planner ranks first for the whole gang (``policies.cliques.rank``)."""
+the planner ranks first for the whole gang (``policies.model.cliques.rank``)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert, records
-from ckpt_preempt.controller.extender_cliques import clique_rule
-from ckpt_preempt.controller.extender_model import build_view
-from ckpt_preempt.controller.extender_verbs import (
+from ckpt_preempt.controller.extender.extender_cliques import clique_rule
+from ckpt_preempt.controller.extender.extender_model import build_view
+from ckpt_preempt.controller.extender.extender_verbs import (
     PreemptSettings,
     filter_nodes,
     pending_pod,
     preempt,
 )
-from ckpt_preempt.policies import cliques
-from ckpt_preempt.policies.annotations import Limits
-from ckpt_preempt.policies.model import RejectReason
-from ckpt_preempt.policies.snapshot import Snapshot
-from ckpt_preempt.policies.topology import CLIQUE_KEY, SCHEMA
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.policies.model import cliques
+from ckpt_preempt.policies.model.annotations import Limits
+from ckpt_preempt.policies.model.model import RejectReason
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.topology import CLIQUE_KEY, SCHEMA
 from tests.controller.test_extender import pod_json
 
 CA = "6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.1"

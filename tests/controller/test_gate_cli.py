@@ -21,7 +21,7 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 """
-GATE = [sys.executable, "-m", "ckpt_preempt.controller.cli", "gate"]
+GATE = [sys.executable, "-m", "ckpt_preempt.controller.app.cli", "gate"]
 
 
 @pytest.fixture(scope="module")

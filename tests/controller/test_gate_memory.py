@@ -1,4 +1,4 @@
-"""The eviction gate's memory of first refusals (``controller.gate.FirstRefusals``): the first
+"""The eviction gate's memory of first refusals (``controller.gate.gate.FirstRefusals``): the first
 time counts, later refusals never move it, and it is forgotten after its time."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller.gate import FirstRefusals
+from ckpt_preempt.controller.gate.gate import FirstRefusals
 
 KEEP = 900.0
 

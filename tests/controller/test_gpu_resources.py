@@ -1,5 +1,5 @@
 """What counts as a GPU: configured whole-GPU names, MIG slices as fractions, and the planner's
-cost of a fraction (controller/gpu_resources.py, policies cost and search)."""
+cost of a fraction (controller/core/gpu_resources.py, policies cost and search)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import config, convert, gpu_resources, records
-from ckpt_preempt.controller.gpu_resources import GpuResources, mig_milli
-from ckpt_preempt.policies import cost, preemption, snapshot_io
-from ckpt_preempt.policies.model import MILLI_PER_GPU, Node, Pod, Resources
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.controller.core import config, gpu_resources
+from ckpt_preempt.controller.core.gpu_resources import GpuResources, mig_milli
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.policies.model import snapshot_io
+from ckpt_preempt.policies.model.model import MILLI_PER_GPU, Node, Pod, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import cost, preemption
 from tests.controller import test_extender as ext
 
 NOW = 1_800_000_000.0

@@ -1,5 +1,5 @@
 """DRA GPUs: ResourceClaims and ResourceSlices as the cache reads them
-(controller/resource_claims.py), and a pod's claim names (records.pod_info)."""
+(controller/kube/resource_claims.py), and a pod's claim names (records.pod_info)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import threading
 import pytest
 from kubernetes.client.rest import ApiException
 
-from ckpt_preempt.controller import records
-from ckpt_preempt.controller import resource_claims as rc
-from ckpt_preempt.controller.gpu_resources import DEFAULT, GpuResources
+from ckpt_preempt.controller.core.gpu_resources import DEFAULT, GpuResources
+from ckpt_preempt.controller.kube import records
+from ckpt_preempt.controller.kube import resource_claims as rc
 
 DRIVER = "gpu.nvidia.com"
 
@@ -134,7 +134,7 @@ def test_an_api_not_served_reads_as_empty_and_other_errors_propagate():
 def test_the_cache_watches_claims_and_slices_only_with_dra_on():
     from kubernetes import client
 
-    from ckpt_preempt.controller.watch import ClusterCache
+    from ckpt_preempt.controller.kube.watch import ClusterCache
 
     on = ClusterCache(client.ApiClient(), plan_namespace="ns")
     assert [i.kind for i in on.informers][-2:] == ["resourceclaims", "resourceslices"]

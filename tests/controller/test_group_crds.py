@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.controller import group_crds
-from ckpt_preempt.controller.group_crds import KINDS, GroupInfo, group_info, minimums
-from ckpt_preempt.controller.records import ADMISSION_GATE
-from ckpt_preempt.policies import gangs
+from ckpt_preempt.controller.kube import group_crds
+from ckpt_preempt.controller.kube.group_crds import KINDS, GroupInfo, group_info, minimums
+from ckpt_preempt.controller.kube.records import ADMISSION_GATE
+from ckpt_preempt.policies.model import gangs
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 BY_CONVENTION = {k.convention: k for k in KINDS}

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckpt_preempt.controller import convert, health
-from ckpt_preempt.controller.config import Config
-from ckpt_preempt.controller.metrics import Metrics
-from ckpt_preempt.controller.reconcile import Reconciler
-from ckpt_preempt.policies import health as ph
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.health import GpuKey, Health, HealthReport
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.core.metrics import Metrics
+from ckpt_preempt.controller.health import health
+from ckpt_preempt.controller.kube import convert
+from ckpt_preempt.controller.planning.reconcile import Reconciler
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model import health as ph
+from ckpt_preempt.policies.model.health import GpuKey, Health, HealthReport
 from e2e.localcluster import free_port
 from tests.controller.fakes import T0, FakeCache, RecordingActions, node, pod
 from tests.controller.test_reconcile import OLD

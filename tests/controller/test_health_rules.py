@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_preempt.controller import config, health, health_promql
-from ckpt_preempt.controller.config import Config, HealthQueryMode
-from ckpt_preempt.policies import health as ph
+from ckpt_preempt.controller.core import config
+from ckpt_preempt.controller.core.config import Config, HealthQueryMode
+from ckpt_preempt.controller.health import health, health_promql
+from ckpt_preempt.policies.model import health as ph
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "deploy" / "dcgm" / "recording-rules.yaml"
@@ -24,7 +25,7 @@ def generated(argv: list[str], capsys) -> str:
 
 
 def test_the_committed_rules_files_are_what_the_code_generates(capsys):
-    module = "python -m ckpt_preempt.controller.health_promql"
+    module = "python -m ckpt_preempt.controller.health.health_promql"
     assert COMMITTED.read_text() == generated([], capsys), f"regenerate: {module} > {COMMITTED}"
     assert COMMITTED_CRD.read_text() == generated(["--format", "prometheusrule"], capsys), (
         f"regenerate: {module} --format prometheusrule > {COMMITTED_CRD}")

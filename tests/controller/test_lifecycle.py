@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import lifecycle, plan_record
-from ckpt_preempt.policies.lifecycle import Observed, PreemptorObs, StepKind, VictimObs
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.policies.lifecycle import lifecycle, plan_record
+from ckpt_preempt.policies.lifecycle.lifecycle import Observed, PreemptorObs, StepKind, VictimObs
+from ckpt_preempt.policies.lifecycle.plan_record import (
     Mode,
     PlannedPlacement,
     PlannedVictim,

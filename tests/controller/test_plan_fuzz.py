@@ -30,10 +30,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle, plan_record
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.policies.lifecycle import lifecycle, plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import (
     DrainFormatError,
     DrainRequest,
     Mode,
@@ -43,6 +41,8 @@ from ckpt_preempt.policies.plan_record import (
     PlanRecord,
     State,
 )
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
 from tests.controller.fakes import T0, Call, FakeCache, Rig, node, pod, reservation
 
 

@@ -10,10 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import convert, podgroups, reconcile, records
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import native_gangs, oracle, plan_record, preemption
-from ckpt_preempt.policies.native_gangs import Disruption, NativeGroup
+from ckpt_preempt.controller.kube import convert, podgroups, records
+from ckpt_preempt.controller.planning import reconcile
+from ckpt_preempt.policies.baselines import oracle
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model import native_gangs
+from ckpt_preempt.policies.model.native_gangs import Disruption, NativeGroup
+from ckpt_preempt.policies.planner import preemption
 from tests.controller.test_convert import NOW, pod_json
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),

@@ -6,10 +6,10 @@ import gc
 
 import pytest
 
-from ckpt_preempt.controller import records
-from ckpt_preempt.controller.preemptors import Candidate
-from ckpt_preempt.controller.reconcile import cycle_objects_frozen
-from ckpt_preempt.policies.plan_record import Mode
+from ckpt_preempt.controller.kube import records
+from ckpt_preempt.controller.planning.preemptors import Candidate
+from ckpt_preempt.controller.planning.reconcile import cycle_objects_frozen
+from ckpt_preempt.policies.lifecycle.plan_record import Mode
 from tests.controller.test_convert import pod_json
 
 

@@ -15,13 +15,13 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.controller import reconcile
-from ckpt_preempt.controller.actions import NotLeader
-from ckpt_preempt.controller.watch import StoredPlan
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import lifecycle, plan_record
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.plan_record import Mode, State
+from ckpt_preempt.controller.kube.watch import StoredPlan
+from ckpt_preempt.controller.planning import reconcile
+from ckpt_preempt.controller.writes.actions import NotLeader
+from ckpt_preempt.policies.lifecycle import lifecycle, plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import Mode, State
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod, reservation
 from tests.controller.test_stepper import (
     CKPT,
@@ -72,7 +72,7 @@ def test_a_new_plan_is_stored_then_draining_and_the_drain_is_requested():
 
 
 def _world(rig: Rig):
-    from ckpt_preempt.controller.advance import World
+    from ckpt_preempt.controller.planning.advance import World
     pods = rig.cache.pods.items()
     return World(by_uid={p.uid: p for p in pods}, nodes={n.name: n for n in
                                                           rig.cache.nodes.items()},
@@ -321,7 +321,7 @@ def test_finished_plans_are_deleted_after_the_history_window(state):
 def test_the_fake_has_the_interface_of_the_real_actions():
     import inspect
 
-    from ckpt_preempt.controller.actions import Actions
+    from ckpt_preempt.controller.writes.actions import Actions
     from tests.controller.fakes import RecordingActions
 
     public = {n for n, f in vars(Actions).items() if callable(f) and not n.startswith("_")}
@@ -340,7 +340,7 @@ def test_in_dry_run_the_real_actions_and_the_fake_write_only_events():
 
     from kubernetes import client
 
-    from ckpt_preempt.controller.actions import Actions, WriteGuard
+    from ckpt_preempt.controller.writes.actions import Actions, WriteGuard
     from tests.controller.fakes import RecordingActions
 
     real = Actions(client.ApiClient(), plan_namespace="ckpt-preempt",

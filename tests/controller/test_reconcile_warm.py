@@ -4,8 +4,8 @@ that never warmed makes."""
 
 from __future__ import annotations
 
-from ckpt_preempt.controller import reconcile
-from ckpt_preempt.policies import plan_record
+from ckpt_preempt.controller.planning import reconcile
+from ckpt_preempt.policies.lifecycle import plan_record
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 

@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import config, convert
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.plan_record import State
+from ckpt_preempt.controller.core import config
+from ckpt_preempt.controller.kube import convert
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import State
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 
@@ -112,7 +113,7 @@ def test_a_plan_record_keeps_which_victims_leave_an_elastic_gang():
 
 
 def test_the_agent_hands_the_leaving_members_to_the_hook_the_sdk_and_the_exec_env(tmp_path):
-    from ckpt_preempt.controller import agent
+    from ckpt_preempt.controller.agent import agent
     from ckpt_preempt_sdk import Event, Status
     from tests.controller.test_agent import RecordingWriter
 

@@ -16,17 +16,17 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.controller.actions import Conflict, WriteFailed
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.controller.writes.actions import Conflict, WriteFailed
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import (
     Mode,
     PlannedPlacement,
     PlannedVictim,
     PlanRecord,
     State,
 )
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pdb, pod, reservation
 
 CKPT = {ann.CHECKPOINT: "on-request", ann.CHECKPOINT_SECONDS: "60",

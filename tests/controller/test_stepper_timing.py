@@ -1,4 +1,5 @@
-"""A stored plan that waits for a victim's next periodic checkpoint or its end (policies.timing),
+"""A stored plan that waits for a victim's next periodic checkpoint or its end
+(policies.planner.timing),
 one reconciler pass at a time, in the world of tests/controller/test_stepper.py: v0 drained on
 request, v1 periodic; here the plan (created T0, deadline T0+60) also waits for v1."""
 
@@ -8,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.annotations import rfc3339
-from ckpt_preempt.policies.plan_record import State
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import State
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import rfc3339
 from tests.controller.fakes import T0, Rig
 from tests.controller.test_stepper import (
     EVICT_BOTH,

@@ -1,4 +1,5 @@
-"""writeConcurrency: the write sequences of one pass side by side (``controller/write_lanes.py``).
+"""writeConcurrency: the write sequences of one pass side by side
+(``controller/writes/write_lanes.py``).
 
 ``Lanes`` itself: tasks that share an object run in the order they were submitted and never at
 once, tasks with nothing in common do run at once, a failing task loses no other, and a
@@ -21,11 +22,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import config, convert
-from ckpt_preempt.controller.actions import NotLeader
-from ckpt_preempt.controller.write_lanes import Lanes, plan_objects
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.plan_record import State
+from ckpt_preempt.controller.core import config
+from ckpt_preempt.controller.kube import convert
+from ckpt_preempt.controller.writes.actions import NotLeader
+from ckpt_preempt.controller.writes.write_lanes import Lanes, plan_objects
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import State
 from tests.controller.fakes import T0, Call, FakeCache, Rig, node, pod
 
 # ------------------------------------------------------------------------------------ Lanes
@@ -152,7 +154,7 @@ def test_run_with_a_bad_write_concurrency_says_one_line_and_exits_2(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("writeConcurrency: 0\n")
     done = subprocess.run(
-        [sys.executable, "-m", "ckpt_preempt.controller.cmd_run", "--config", str(path),
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cmd_run", "--config", str(path),
          "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "writeConcurrency" in done.stderr
@@ -297,7 +299,7 @@ def _real_actions(lives: list[dict], patches: list):
 
     from kubernetes import client
 
-    from ckpt_preempt.controller.actions import Actions
+    from ckpt_preempt.controller.writes.actions import Actions
 
     real = Actions(client.ApiClient(), plan_namespace="ckpt-preempt", connections=4)
     real.core = mock.MagicMock()
@@ -323,8 +325,8 @@ def test_tolerate_reads_again_after_a_conflict_and_patches_the_fresh_version():
 def test_tolerate_gives_up_after_its_attempts_and_stops_once_the_toleration_is_there():
     from kubernetes.client.rest import ApiException
 
-    from ckpt_preempt.controller.actions import TOLERATE_ATTEMPTS, Conflict
-    from ckpt_preempt.policies.annotations import RESERVED_TAINT
+    from ckpt_preempt.controller.writes.actions import TOLERATE_ATTEMPTS, Conflict
+    from ckpt_preempt.policies.model.annotations import RESERVED_TAINT
 
     n = TOLERATE_ATTEMPTS
     real = _real_actions([_live(str(i)) for i in range(n)], [ApiException(status=409)] * n)

@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry
 
-from ckpt_preempt.controller.extender import ExtenderMetrics
-from ckpt_preempt.controller.metrics import Metrics
+from ckpt_preempt.controller.core.metrics import Metrics
+from ckpt_preempt.controller.extender.extender import ExtenderMetrics
 from ckpt_preempt.hwprobe.serve import Metrics as HwprobeMetrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import shlex
 import pytest
 import yaml
 
-from ckpt_preempt.controller import cli
+from ckpt_preempt.controller.app import cli
 from tests.deploy import monitoring as mon
 
 CHART = mon.REPO / "deploy" / "helm" / "ckpt-preempt"

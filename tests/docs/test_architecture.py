@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 SOURCE = DOCS / "architecture.dot"
 RENDERED = DOCS / "architecture.svg"
-# Quoted node ids that are repository paths: a module ("controller/watch.py") or a folder
+# Quoted node ids that are repository paths: a module ("controller/kube/watch.py") or a folder
 # ("policies/sim/"). Ids of things outside the repo start with "ext_".
 PATH_ID = re.compile(r'(?:^\s*|->\s*)"((?:[a-z_]+/)+(?:[a-z_]+\.py)?)"', re.MULTILINE)
 
@@ -28,8 +28,8 @@ def test_every_path_the_diagram_names_exists():
 
 
 def test_the_parser_finds_modules_and_folders_and_skips_external_nodes():
-    text = '"controller/watch.py" -> "ext_apiserver";\n  "policies/sim/" [label="x/y.py"]'
-    assert _paths(text) == {"controller/watch.py", "policies/sim/"}
+    text = '"controller/kube/watch.py" -> "ext_apiserver";\n  "policies/sim/" [label="x/y.py"]'
+    assert _paths(text) == {"controller/kube/watch.py", "policies/sim/"}
 
 
 def test_the_svg_is_rendered_from_the_current_source():

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from ckpt_preempt.controller import agent, agent_process
+from ckpt_preempt.controller.agent import agent, agent_process
 from tests.controller.test_agent import DONE, Pod
 from tests.examples.pytorch_env import EXAMPLE, START_SECONDS, Output, torch_python, trainer
 

@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 from ckpt_preempt.hwprobe.report import LABEL_PREFIX
-from ckpt_preempt.policies.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
-from ckpt_preempt.policies.topology import ANNOTATION
+from ckpt_preempt.policies.model.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
+from ckpt_preempt.policies.model.topology import ANNOTATION
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "deploy/helm/ckpt-preempt/templates/hwprobe.yaml"
 

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from ckpt_preempt.hwprobe import gpu_use, serve
 from ckpt_preempt.hwprobe.podresources import Answer, Observation, PodDevices
-from ckpt_preempt.policies.gpu_use import parse_gpu_use
+from ckpt_preempt.policies.model.gpu_use import parse_gpu_use
 from tests.hwprobe import layouts
 
 T0 = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)

@@ -165,7 +165,7 @@ def test_annotation_on_nvidias_mock(mocknvml):
     value = json.loads(out)
     assert (value["gpu_count"], value["verified"], value["nvlink_domains"]) == (
         8, False, [[i] for i in range(8)])
-    from ckpt_preempt.policies import topology
+    from ckpt_preempt.policies.model import topology
     parsed = topology.parse_node_topology(out)
     assert parsed.gpu_count == 8 and parsed.verified is False
     assert sorted(map(sorted, parsed.domains)) == [[i] for i in range(8)]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ckpt_preempt.policies import gpu_use
+from ckpt_preempt.policies.model import gpu_use
 from tests.hwprobe.podreslib import pod
 
 pytestmark = pytest.mark.mocknvml

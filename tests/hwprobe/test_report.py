@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from ckpt_preempt.hwprobe.report import annotation, full_report, json_schema, labels, matrix
-from ckpt_preempt.policies.topology import ANNOTATION
+from ckpt_preempt.policies.model.topology import ANNOTATION
 from tests.hwprobe import layouts
 
 LAYOUTS = {
@@ -30,7 +30,7 @@ def test_full_report_and_annotation_match_the_schema(name):
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_planner_contract_keys(name):
-    """policies.topology.parse_node_topology reads exactly these keys."""
+    """policies.model.topology.parse_node_topology reads exactly these keys."""
     topo = LAYOUTS[name]()
     value = json.loads(annotation(topo, verified=False, spec="s"))
     assert value["schema"] == "hwprobe/v1"
@@ -43,7 +43,7 @@ def test_planner_contract_keys(name):
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_the_planner_parses_every_annotation(name):
-    from ckpt_preempt.policies import topology
+    from ckpt_preempt.policies.model import topology
     topo = LAYOUTS[name]()
     parsed = topology.parse_node_topology(annotation(topo, verified=True, spec="s"))
     assert parsed.gpu_count == topo.gpu_count

@@ -11,7 +11,7 @@ from ckpt_preempt.hwprobe import serve
 from ckpt_preempt.hwprobe.errors import NvmlUnavailable, PublishError
 from ckpt_preempt.hwprobe.publish import node_patch
 from ckpt_preempt.hwprobe.verify import load_spec
-from ckpt_preempt.policies.topology import ANNOTATION
+from ckpt_preempt.policies.model.topology import ANNOTATION
 from tests.hwprobe import layouts
 
 

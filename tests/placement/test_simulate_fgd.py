@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def simulate(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ckpt_preempt.controller.cli", "simulate", "--protocol", "fgd",
+        [sys.executable, "-m", "ckpt_preempt.controller.app.cli", "simulate", "--protocol", "fgd",
          *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.model.model import (
     CheckpointMode,
     Node,
     NvlinkNeed,
@@ -12,8 +12,8 @@ from ckpt_preempt.policies.model import (
     PodDisruptionBudget,
     Resources,
 )
-from ckpt_preempt.policies.snapshot import Snapshot
-from ckpt_preempt.policies.topology import NodeTopology, single_domain
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.topology import NodeTopology, single_domain
 
 NOW = 1_000_000.0
 _ids = itertools.count()

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.health import Health
-from ckpt_preempt.policies.model import NvlinkNeed, Resources
+from ckpt_preempt.policies.model.health import Health
+from ckpt_preempt.policies.model.model import NvlinkNeed, Resources
+from ckpt_preempt.policies.model.topology import single_domain
 from ckpt_preempt.policies.placement import admission
-from ckpt_preempt.policies.preemption import PlannerConfig
-from ckpt_preempt.policies.topology import single_domain
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import (
     gang,
     gpu_node,

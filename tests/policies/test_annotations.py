@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies.annotations import (
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import (
     Limits,
     parse_duration,
     parse_pod_fields,
     parse_rfc3339,
 )
-from ckpt_preempt.policies.model import CheckpointMode, NvlinkNeed, Resources
+from ckpt_preempt.policies.model.model import CheckpointMode, NvlinkNeed, Resources
 
 T0 = "2026-12-02T09:00:00Z"
 NOW = 1796202000.0  # T0 as Unix seconds

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cost
-from ckpt_preempt.policies.annotations import Limits, parse_pod_fields, rfc3339
-from ckpt_preempt.policies.model import Resources
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import Limits, parse_pod_fields, rfc3339
+from ckpt_preempt.policies.model.model import Resources
+from ckpt_preempt.policies.planner import cost
 
 VOLCANO = "volcano.sh/last-checkpoint-time"
 NOW = 1796202000.0  # 2026-12-02T09:00:00Z

@@ -1,4 +1,5 @@
-"""The starvation bound (policies.bound): every policy leaves a workload at the bound alone, a
+"""The starvation bound (policies.planner.bound): every policy leaves a workload at the bound
+alone, a
 preemptor that then fits nowhere waits and says why, and the fairness penalty doubles with the
 workload's preemptions in the bound's window."""
 
@@ -8,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import bound, cost_aware, kube_default, kube_workload, preemption, units
-from ckpt_preempt.policies.model import CheckpointMode, PodHold, RejectReason
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.baselines import cost_aware, kube_default, kube_workload
+from ckpt_preempt.policies.model.model import CheckpointMode, PodHold, RejectReason
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import bound, preemption, units
 from tests.policies.builders import NOW, gpu_node, make_pod
 
 POLICIES = {

@@ -9,9 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import candidates, kube_default, preemption
-from ckpt_preempt.policies.candidates import Sampling, find_candidates, num_candidates, preempt
-from ckpt_preempt.policies.model import Node, RejectReason, Resources
+from ckpt_preempt.policies.baselines import kube_default
+from ckpt_preempt.policies.model.model import Node, RejectReason, Resources
+from ckpt_preempt.policies.planner import candidates, preemption
+from ckpt_preempt.policies.planner.candidates import (
+    Sampling,
+    find_candidates,
+    num_candidates,
+    preempt,
+)
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 
 

@@ -1,5 +1,5 @@
 """Multi-node NVLink cliques (GB200/GB300 NVL72): an ``nvlink: required`` gang that spans
-nodes is placed, and preempted for, inside one clique (``policies.cliques``)."""
+nodes is placed, and preempted for, inside one clique (``policies.model.cliques``)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import preemption, snapshot_io
-from ckpt_preempt.policies.model import NvlinkNeed, RejectReason
-from ckpt_preempt.policies.snapshot import Snapshot
-from ckpt_preempt.policies.topology import (
+from ckpt_preempt.policies.model import snapshot_io
+from ckpt_preempt.policies.model.model import NvlinkNeed, RejectReason
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.topology import (
     ANNOTATION,
     CLIQUE_KEY,
     TopologyError,
     parse_node_topology,
     single_domain,
 )
+from ckpt_preempt.policies.planner import preemption
 from tests.policies.builders import NOW, gpu_node, make_pod
 
 CA = "6a3f1c2e-9d4b-4e21-8a77-1b2c3d4e5f60.1"

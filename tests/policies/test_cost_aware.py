@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ckpt_preempt.policies import cost_aware, preemption
-from ckpt_preempt.policies.model import CheckpointMode, UnknownCheckpoint
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.baselines import cost_aware
+from ckpt_preempt.policies.model.model import CheckpointMode, UnknownCheckpoint
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 from tests.policies.test_properties import cases
 

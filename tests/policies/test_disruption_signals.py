@@ -1,4 +1,5 @@
-"""policies.disruption_signals: which pods are asked when their node shows a disruption signal."""
+"""policies.disruption.disruption_signals: which pods are asked when their node shows a disruption
+signal."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import disruption_signals as ds
-from ckpt_preempt.policies import plan_record
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.policies.disruption import disruption_signals as ds
+from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.lifecycle.plan_record import (
     DONE_ANNOTATION,
     DRAIN_ANNOTATION,
     DrainRequest,

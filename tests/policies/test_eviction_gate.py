@@ -1,12 +1,13 @@
-"""policies.eviction_gate: the decision on one Eviction, and the limits no pod can lift."""
+"""policies.disruption.eviction_gate: the decision on one Eviction, and the limits no pod can
+lift."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import eviction_gate as gate
-from ckpt_preempt.policies.plan_record import (
+from ckpt_preempt.policies.disruption import eviction_gate as gate
+from ckpt_preempt.policies.lifecycle.plan_record import (
     DONE_ANNOTATION,
     DRAIN_ANNOTATION,
     DrainRequest,

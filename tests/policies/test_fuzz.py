@@ -11,11 +11,12 @@ import contextlib
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cost, preemption, snapshot_io
-from ckpt_preempt.policies.gangs import CONVENTIONS
-from ckpt_preempt.policies.model import Node, Resources, UnknownCheckpoint
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model import snapshot_io
+from ckpt_preempt.policies.model.gangs import CONVENTIONS
+from ckpt_preempt.policies.model.model import Node, Resources, UnknownCheckpoint
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import cost, preemption
 
 NOW = 1_796_202_000.0
 NAMESPACE = "ns"

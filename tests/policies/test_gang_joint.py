@@ -1,9 +1,10 @@
-"""Joint gang plans (``policies.gang_joint``): a victim gang spread over several nodes is
+"""Joint gang plans (``policies.planner.gang_joint``): a victim gang spread over several nodes is
 considered once for every preemptor member it makes room for.
 
 The property: on small random clusters with gang preemptors and spread victim gangs, the plan
 never costs more than the member-by-member plan (``joint_seeds=0``) and never less than the
-exact optimum (``policies.oracle``), and it is a valid plan (whole victim gangs, PDBs, fit).
+exact optimum (``policies.baselines.oracle``), and it is a valid plan (whole victim gangs, PDBs,
+fit).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import gang_joint, oracle, preemption, units
-from ckpt_preempt.policies.model import Plan, Resources
-from ckpt_preempt.policies.preemption import PlannerConfig
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.baselines import oracle
+from ckpt_preempt.policies.model.model import Plan, Resources
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import gang_joint, preemption, units
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pdb, pending, snapshot
 
 MEMBER_BY_MEMBER = PlannerConfig(joint_seeds=0)
@@ -183,8 +185,8 @@ def test_a_bound_kept_from_an_earlier_cycle_adds_no_seed():
     missed: the seeds' rule, spread_units.)"""
     from dataclasses import replace
 
-    from ckpt_preempt.policies.model import CheckpointMode
-    from ckpt_preempt.policies.plan_cache import PlanCache, changed_nodes
+    from ckpt_preempt.policies.model.model import CheckpointMode
+    from ckpt_preempt.policies.planner.plan_cache import PlanCache, changed_nodes
 
     def drained(name, node, gpus, seconds, **kw):
         return make_pod(name, node=node, gpus=gpus, age=9000.0, mode=CheckpointMode.ON_REQUEST,

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from ckpt_preempt.policies import gangs
-from ckpt_preempt.policies.gangs import CONVENTIONS, MAX_GANG_SIZE, GangError, parse_total
+from ckpt_preempt.policies.model import gangs
+from ckpt_preempt.policies.model.gangs import CONVENTIONS, MAX_GANG_SIZE, GangError, parse_total
 
 BY_ID = {c.id: c for c in CONVENTIONS}
 

@@ -7,8 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import gangs
-from ckpt_preempt.policies.gangs import BY_ID, CONVENTIONS, MAX_GANG_SIZE, Readiness, readiness
+from ckpt_preempt.policies.model import gangs
+from ckpt_preempt.policies.model.gangs import (
+    BY_ID,
+    CONVENTIONS,
+    MAX_GANG_SIZE,
+    Readiness,
+    readiness,
+)
 
 
 def test_lws_size_annotation_is_the_groups_exact_total():

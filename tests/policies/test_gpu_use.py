@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import gpu_use, preemption
-from ckpt_preempt.policies.gpu_use import GpuUse, GpuUseError, attach, parse_gpu_use
-from ckpt_preempt.policies.model import NvlinkNeed
-from ckpt_preempt.policies.preemption import PlannerConfig
-from ckpt_preempt.policies.topology import NodeTopology
+from ckpt_preempt.policies.model import gpu_use
+from ckpt_preempt.policies.model.gpu_use import GpuUse, GpuUseError, attach, parse_gpu_use
+from ckpt_preempt.policies.model.model import NvlinkNeed
+from ckpt_preempt.policies.model.topology import NodeTopology
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import NOW, gang, make_pod, pending, snapshot, split_domains
 
 HOUR = 3600.0

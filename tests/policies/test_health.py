@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import preemption, snapshot_io
-from ckpt_preempt.policies.health import (
+from ckpt_preempt.policies.model import snapshot_io
+from ckpt_preempt.policies.model.health import (
     DEFAULT_RULES,
     XID_NAMES,
     GpuKey,
@@ -21,7 +21,8 @@ from ckpt_preempt.policies.health import (
     turned_worse,
     unknown,
 )
-from ckpt_preempt.policies.model import RejectReason
+from ckpt_preempt.policies.model.model import RejectReason
+from ckpt_preempt.policies.planner import preemption
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 
 RULES = {r.name: r for r in DEFAULT_RULES}

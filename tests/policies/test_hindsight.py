@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import hindsight, planners
 from ckpt_preempt.policies.sim.engine import SimConfig
 from ckpt_preempt.policies.sim.trace import TraceNode

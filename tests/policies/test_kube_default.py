@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from ckpt_preempt.policies import kube_default
-from ckpt_preempt.policies.kube_default import (
+from ckpt_preempt.policies.baselines import kube_default
+from ckpt_preempt.policies.baselines.kube_default import (
     KubeDefaultConfig,
     filter_pods_with_pdb_violation,
     num_candidates,
     select_victims_on_node,
 )
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.model.model import (
     ZERO,
     LabelRequirement,
     PodDisruptionBudget,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import kube_default, kube_workload
-from ckpt_preempt.policies.kube_default import KubeDefaultConfig
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.baselines import kube_default, kube_workload
+from ckpt_preempt.policies.baselines.kube_default import KubeDefaultConfig
+from ckpt_preempt.policies.model.snapshot import Snapshot
 from tests.policies.builders import gang, gpu_node, make_pod, pdb, pending, snapshot
 from tests.policies.test_properties import cases
 

@@ -1,14 +1,14 @@
 """kube-workload places a pending PodGroup as kube-scheduler's default profile does
-(policies.kube_placement), and orders victims as MoreImportantVictim does."""
+(policies.baselines.kube_placement), and orders victims as MoreImportantVictim does."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import kube_placement, kube_workload
-from ckpt_preempt.policies.kube_default import KubeDefaultConfig
-from ckpt_preempt.policies.model import Resources
+from ckpt_preempt.policies.baselines import kube_placement, kube_workload
+from ckpt_preempt.policies.baselines.kube_default import KubeDefaultConfig
+from ckpt_preempt.policies.model.model import Resources
 from tests.policies.builders import gang, gpu_node, make_pod, snapshot
 from tests.policies.test_properties import cases
 

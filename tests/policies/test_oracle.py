@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.policies import oracle, preemption
-from ckpt_preempt.policies.model import CheckpointMode, NvlinkNeed, RejectReason
-from ckpt_preempt.policies.preemption import PlannerConfig
+from ckpt_preempt.policies.baselines import oracle
+from ckpt_preempt.policies.model.model import CheckpointMode, NvlinkNeed, RejectReason
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot, split_domains
 
 
@@ -109,7 +110,7 @@ def test_gang_first_member_on_its_second_cheapest_node_when_that_is_cheaper_over
     greedy = preemption.plan(snap, members, PlannerConfig(gang_first_member_alternatives=0,
                                                           joint_seeds=0))
     assert greedy.lost_gpu_seconds == pytest.approx(8800.0)
-    # evicting the spread gang g first (policies.gang_joint) finds it as well
+    # evicting the spread gang g first (policies.planner.gang_joint) finds it as well
     joint = preemption.plan(snap, members, PlannerConfig(gang_first_member_alternatives=0))
     assert joint.lost_gpu_seconds == pytest.approx(4800.0)
     got = preemption.plan(snap, members)

@@ -1,4 +1,5 @@
-"""The cycle's planner caches (policies.plan_cache): plans are the same with them as without.
+"""The cycle's planner caches (policies.planner.plan_cache): plans are the same with them as
+without.
 
 A controller cycle plans a queue of preemptors on one snapshot; each plan sees the snapshot
 restricted by the plans made before it (their target nodes closed, their victims held) and by
@@ -13,8 +14,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.model.model import (
     Node,
     NvlinkNeed,
     Pod,
@@ -23,8 +23,9 @@ from ckpt_preempt.policies.model import (
     RejectReason,
     Resources,
 )
-from ckpt_preempt.policies.plan_cache import PlanCache, Ring
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.plan_cache import PlanCache, Ring
 from tests.policies import builders
 from tests.policies.builders import gpu_node, make_pod, pending
 from tests.policies.test_properties import BITS, NOW, PRIORITIES, running_pod, topologies
@@ -55,7 +56,7 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
             prio = gang_priority[gang] if gang else draw(st.sampled_from(PRIORITIES))
             pods.append(running_pod(draw(BITS), f"p{len(pods)}", name, g, gang, prio))
             left -= g
-    # some gangs elastic (policies.shrink): their members above the minimum may go alone
+    # some gangs elastic (policies.planner.shrink): their members above the minimum may go alone
     minimum = {g: draw(st.sampled_from([None, 1, 1, 2])) for g in gangs}
     pods = [replace(p, gang_minimum=minimum[p.gang]) if p.gang else p for p in pods]
     queue = []
@@ -93,7 +94,8 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
 
 
 def _plan_cycle(snap, queue, cfg, extra, cache):
-    """Plan the queue as controller.reconcile does, each on the view earlier plans leave."""
+    """Plan the queue as controller.planning.reconcile does, each on the view earlier plans
+    leave."""
     plans = []
     for pre, (closed, blocked) in zip(queue, extra["own"], strict=True):
         shut = {**closed, **{n: RejectReason.NODE_HELD for p in plans for n in p.target_nodes}}

@@ -14,10 +14,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import preemption
-from ckpt_preempt.policies.model import PodDisruptionBudget
-from ckpt_preempt.policies.plan_cache import PlanCache, changed_nodes
-from ckpt_preempt.policies.snapshot import Snapshot
+from ckpt_preempt.policies.model.model import PodDisruptionBudget
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.plan_cache import PlanCache, changed_nodes
 from tests.policies import builders
 from tests.policies.builders import gpu_node, make_pod, pending
 from tests.policies.test_plan_cache import _plan_cycle, cycles

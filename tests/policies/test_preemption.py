@@ -6,16 +6,17 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.policies import kube_default, preemption
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.baselines import kube_default
+from ckpt_preempt.policies.model.model import (
     CheckpointMode,
     NvlinkNeed,
     PodHold,
     RejectReason,
     UnknownCheckpoint,
 )
-from ckpt_preempt.policies.preemption import PlannerConfig
-from ckpt_preempt.policies.topology import single_domain
+from ckpt_preempt.policies.model.topology import single_domain
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import (
     NOW,
     gang,
@@ -470,7 +471,7 @@ def test_a_gang_goes_only_if_its_pdbs_let_all_of_it_go(allowed, want):
     assert _victim_names(got) == want
     assert preemption.gang_pdb_problem(snap, [v.uid for v in got.victims]) is None
     if allowed < 2:
-        from ckpt_preempt.policies import oracle  # the oracle follows the same rule
+        from ckpt_preempt.policies.baselines import oracle  # the oracle follows the same rule
         best = oracle.solve(snap, [pending("hi", gpus=8)])
         assert best.unit_ids == ("uid-single",)
 
@@ -590,7 +591,7 @@ def test_unknown_checkpoint_policy(policy, want, cost):
 
 
 def cost_of(snap, pod):
-    from ckpt_preempt.policies import cost as cost_model
+    from ckpt_preempt.policies.planner import cost as cost_model
     return pod.gpus * cost_model.work_since_checkpoint(pod, snap.now,
                                                        snap.unknown_checkpoint_age)
 

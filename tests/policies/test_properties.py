@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cost, kube_default, oracle, preemption
-from ckpt_preempt.policies.annotations import Limits, parse_pod_fields
-from ckpt_preempt.policies.gangs import CONVENTIONS
-from ckpt_preempt.policies.model import (
+from ckpt_preempt.policies.baselines import kube_default, oracle
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.annotations import Limits, parse_pod_fields
+from ckpt_preempt.policies.model.gangs import CONVENTIONS
+from ckpt_preempt.policies.model.model import (
     CheckpointMode,
     Node,
     NvlinkNeed,
@@ -29,8 +29,9 @@ from ckpt_preempt.policies.model import (
     Resources,
     UnknownCheckpoint,
 )
-from ckpt_preempt.policies.snapshot import Snapshot
-from ckpt_preempt.policies.topology import NodeTopology
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.topology import NodeTopology
+from ckpt_preempt.policies.planner import cost, preemption
 
 NOW = 1_796_202_000.0
 EXAMPLES = settings(

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.policies import oracle, preemption
-from ckpt_preempt.policies.preemption import PlannerConfig
+from ckpt_preempt.policies.baselines import oracle
+from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot
 
 FIXED = 200.0  # GPU-seconds per evicted workload

@@ -1,4 +1,5 @@
-"""Elastic shrink (policies.shrink): an elastic gang gives up only members above its minimum."""
+"""Elastic shrink (policies.planner.shrink): an elastic gang gives up only members above its
+minimum."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import cover, preemption, shrink, units
-from ckpt_preempt.policies.model import Resources
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.model import Resources
+from ckpt_preempt.policies.planner import cover, preemption, shrink, units
 from tests.policies.builders import gang, gpu_node, pdb, pending, snapshot
 
 R = shrink.RENDEZVOUS_SECONDS

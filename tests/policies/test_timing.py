@@ -1,4 +1,4 @@
-"""When to preempt (policies.timing): waiting for a victim's next periodic checkpoint or its
+"""When to preempt (policies.planner.timing): waiting for a victim's next periodic checkpoint or its
 declared end, the annotations that declare them, and the promises that keep a lying or late
 annotation harmless."""
 
@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies import annotations as ann
-from ckpt_preempt.policies import kube_default, preemption, timing
-from ckpt_preempt.policies.model import CheckpointMode, When
-from ckpt_preempt.policies.preemption import PlannerConfig
+from ckpt_preempt.policies.baselines import kube_default
+from ckpt_preempt.policies.model import annotations as ann
+from ckpt_preempt.policies.model.model import CheckpointMode, When
+from ckpt_preempt.policies.planner import preemption, timing
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import NOW, gpu_node, make_pod, pending, snapshot
 
 CAP = 600.0  # the drain cap these tests plan under

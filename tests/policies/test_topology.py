@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ckpt_preempt.policies.topology import (
+from ckpt_preempt.policies.model.topology import (
     SCHEMA,
     NodeTopology,
     TopologyError,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import costs, engine, workload
 from ckpt_preempt.policies.sim.trace import TraceNode
 
@@ -311,7 +311,7 @@ def test_the_engine_places_a_pod_only_on_a_named_model():
 
 
 def test_gpu_spec_names_models_separated_by_bars():
-    from ckpt_preempt.policies.model import RejectReason
+    from ckpt_preempt.policies.model.model import RejectReason
     from ckpt_preempt.policies.sim.devices import Capacity
 
     sim = engine.Simulation(wl(low(0)), two_models(), "checkpoint-aware", IDEAL)

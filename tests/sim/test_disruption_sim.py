@@ -4,7 +4,7 @@ unless the case needs it, so each charge is arithmetic on the numbers below."""
 
 import pytest
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import disruptions as dis
 from ckpt_preempt.policies.sim import engine, workload
 from ckpt_preempt.policies.sim.disruption_sim import DisruptedSimulation

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import engine, scenarios, workload
 from ckpt_preempt.policies.sim.trace import TraceNode
 

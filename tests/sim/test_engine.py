@@ -2,7 +2,7 @@
 
 import pytest
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import engine, planners, report, workload
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 

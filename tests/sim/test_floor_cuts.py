@@ -6,7 +6,7 @@ import functools
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import trace_files
+from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, floor_cuts, hindsight, planners, stats
 from ckpt_preempt.policies.sim.engine import SimConfig
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import engine, planner_view, protocols, scenarios, workload
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 

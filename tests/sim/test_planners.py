@@ -2,7 +2,7 @@
 
 import pytest
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import planners
 from tests.policies.builders import gpu_node, make_pod, pending, snapshot
 

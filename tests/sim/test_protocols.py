@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.controller import trace_files
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.controller.app import trace_files
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import protocols
 from ckpt_preempt.policies.sim.protocols import build, contended_nodes
 from ckpt_preempt.policies.sim.trace import TraceError, TraceNode

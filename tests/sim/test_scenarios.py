@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import scenarios
 from ckpt_preempt.policies.sim.scenarios import TrainingParams, jobs_from, training_trace
 from ckpt_preempt.policies.sim.workload import Arrival

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model import MILLI_PER_GPU, CheckpointMode, Node, Resources
+from ckpt_preempt.policies.model.model import MILLI_PER_GPU, CheckpointMode, Node, Resources
 from ckpt_preempt.policies.sim import devices, engine, workload
 from ckpt_preempt.policies.sim.trace import TraceNode
 

@@ -1,4 +1,5 @@
-"""The simulator honours a plan's timing (policies.timing): the preemptor's node stays reserved
+"""The simulator honours a plan's timing (policies.planner.timing): the preemptor's node stays
+reserved
 while the plan waits, victims stop at their checkpoint, their end or the deadline, and the wait
 is charged as delay; and the wait-then-evict baseline."""
 
@@ -6,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from ckpt_preempt.policies import timing
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
+from ckpt_preempt.policies.planner import timing
 from ckpt_preempt.policies.sim import engine, planners, workload
 from tests.sim.test_engine import job, nodes
 

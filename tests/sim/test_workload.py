@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model import CheckpointMode
+from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim.trace import TracePod, parse_nodes, parse_pods
 from ckpt_preempt.policies.sim.workload import (
     Arrival,
