@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 from bench.plan_latency import NOW, cluster
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
 from ckpt_preempt.policies.model.model import CheckpointMode, Pod, Resources
+from ckpt_preempt.policies.model.times import rfc3339
 
 GPU = "nvidia.com/gpu"
 GANG_NAME, GANG_TOTAL = "scheduling.ai/gang-name", "scheduling.ai/gang-total"

@@ -29,6 +29,7 @@ from enum import StrEnum
 
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Gpu, Topology, bus_key
+from ckpt_preempt.policies.model.health import DcgmField
 
 HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter <= 4.5.3, and after its PR #655
 DEFAULT_TIMEOUT_S = 10.0
@@ -44,30 +45,29 @@ class CounterCheck:
     link_counter: str | None = None  # a key of NvLink.errors, summed over the GPU's links
 
 
-# DCGM field names: github.com/NVIDIA/dcgm-exporter etc/default-counters.csv (the ECC and NVLink
-# error fields are there, commented out; deploy/dcgm/health-counters.csv enables them). DCGM's
+# DCGM field names: policies.model.health.DcgmField. DCGM's
 # per-GPU NVLink totals (field ids 409, 419, 429, 439) add up every link, as we do here.
 CHECKS = (
-    CounterCheck(name="ecc_dbe_volatile", metric="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    CounterCheck(name="ecc_dbe_volatile", metric=DcgmField.ECC_DBE_VOL_TOTAL,
                  gpu_counter="ecc_dbe_volatile"),
-    CounterCheck(name="ecc_dbe_aggregate", metric="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    CounterCheck(name="ecc_dbe_aggregate", metric=DcgmField.ECC_DBE_AGG_TOTAL,
                  gpu_counter="ecc_dbe_aggregate"),
     CounterCheck(name="remapped_rows_uncorrectable",
-                 metric="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+                 metric=DcgmField.UNCORRECTABLE_REMAPPED_ROWS,
                  gpu_counter="remapped_rows_uncorrectable"),
-    CounterCheck(name="remapped_rows_correctable", metric="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    CounterCheck(name="remapped_rows_correctable", metric=DcgmField.CORRECTABLE_REMAPPED_ROWS,
                  gpu_counter="remapped_rows_correctable"),
-    CounterCheck(name="row_remap_failure", metric="DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    CounterCheck(name="row_remap_failure", metric=DcgmField.ROW_REMAP_FAILURE,
                  gpu_counter="row_remap_failure"),
-    CounterCheck(name="pcie_replay", metric="DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    CounterCheck(name="pcie_replay", metric=DcgmField.PCIE_REPLAY_COUNTER,
                  gpu_counter="pcie_replay"),
-    CounterCheck(name="nvlink_crc_flit", metric="DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    CounterCheck(name="nvlink_crc_flit", metric=DcgmField.NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
                  link_counter="crc_flit"),
-    CounterCheck(name="nvlink_crc_data", metric="DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    CounterCheck(name="nvlink_crc_data", metric=DcgmField.NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
                  link_counter="crc_data"),
-    CounterCheck(name="nvlink_replay", metric="DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    CounterCheck(name="nvlink_replay", metric=DcgmField.NVLINK_REPLAY_ERROR_COUNT_TOTAL,
                  link_counter="replay"),
-    CounterCheck(name="nvlink_recovery", metric="DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    CounterCheck(name="nvlink_recovery", metric=DcgmField.NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
                  link_counter="recovery"),
 )
 

@@ -17,14 +17,12 @@ annotation), never half-published.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ckpt_preempt.hwprobe.errors import HwprobeError
 from ckpt_preempt.hwprobe.model import Topology
-from ckpt_preempt.policies.model.annotations import rfc3339
-from ckpt_preempt.policies.model.gpu_use import SCHEMA
+from ckpt_preempt.policies.model.gpu_use import format_gpu_use, report_body
 
 if TYPE_CHECKING:
     from ckpt_preempt.hwprobe.podresources import Answer
@@ -33,7 +31,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 REPLICA_SEPARATOR = "::"
 
 
-class GpuUseError(HwprobeError):
+class UnknownDevice(HwprobeError):
     """The kubelet's answer does not fit what NVML reports; nothing is published."""
 
 
@@ -53,8 +51,8 @@ def gpu_index(device_id: str, by_id: dict[str, int]) -> int:
     base = device_id.split(REPLICA_SEPARATOR, 1)[0]
     if base in by_id:
         return by_id[base]
-    raise GpuUseError(f"device ID {device_id!r} names no GPU NVML reports "
-                      f"({len({*by_id.values()})} GPUs)")
+    raise UnknownDevice(f"device ID {device_id!r} names no GPU NVML reports "
+                        f"({len({*by_id.values()})} GPUs)")
 
 
 def in_use(topo: Topology, answer: Answer) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
@@ -71,12 +69,9 @@ def in_use(topo: Topology, answer: Answer) -> tuple[tuple[str, str, tuple[int, .
 
 def content(topo: Topology, answer: Answer) -> dict:
     """The report without its time: what changes when allocations change."""
-    return {"schema": SCHEMA, "gpu_count": topo.gpu_count,
-            "pods": [{"namespace": ns, "name": name, "gpus": list(gpus)}
-                     for ns, name, gpus in in_use(topo, answer)]}
+    return report_body(topo.gpu_count, in_use(topo, answer))
 
 
 def annotation(body: dict, observed: datetime) -> str:
-    """The compact JSON written to the Node: ``content`` and when it was observed."""
-    return json.dumps({**body, "observed": rfc3339(observed.timestamp())},
-                      separators=(",", ":"), sort_keys=True)
+    """The value written to the Node: ``content`` and when it was observed."""
+    return format_gpu_use(body, observed.timestamp())

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
 
 log = logging.getLogger("ckpt_preempt.agent")

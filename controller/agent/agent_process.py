@@ -35,7 +35,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 from ckpt_preempt.controller.agent.agent import CheckpointAgent
 from ckpt_preempt.controller.core import backoff
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import LAST_CHECKPOINT, rfc3339
+from ckpt_preempt.policies.model.annotations import LAST_CHECKPOINT
+from ckpt_preempt.policies.model.times import rfc3339
 
 log = logging.getLogger("ckpt_preempt.agent")
 MERGE = "application/merge-patch+json"

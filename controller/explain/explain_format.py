@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ckpt_preempt.policies.model import gangs
-from ckpt_preempt.policies.model.annotations import rfc3339
 from ckpt_preempt.policies.model.health import Health
 from ckpt_preempt.policies.model.model import Plan, Timing, VictimGroup
+from ckpt_preempt.policies.model.times import rfc3339
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_DIGITS = 4  # GPU-hours in documents: to 0.36 GPU-seconds

@@ -65,9 +65,9 @@ from ckpt_preempt.controller.kube.records import PodInfo
 from ckpt_preempt.controller.writes.actions import Actions
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import health as ph
-from ckpt_preempt.policies.model.annotations import rfc3339
 from ckpt_preempt.policies.model.health import GpuKey, Health, HealthReport, NodeHealth, Rule
 from ckpt_preempt.policies.model.model import CheckpointMode
+from ckpt_preempt.policies.model.times import rfc3339
 
 log = logging.getLogger("ckpt_preempt.health")
 QUERY_ATTEMPTS = 3

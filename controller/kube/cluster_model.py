@@ -35,6 +35,7 @@ from ckpt_preempt.policies.model.health import Health
 from ckpt_preempt.policies.model.model import Gang, Pod, Resources
 from ckpt_preempt.policies.model.native_gangs import NativeGroup
 from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.times import parse_rfc3339
 
 
 class Source(Protocol):
@@ -71,7 +72,7 @@ def _checkpoint_at(info: PodInfo) -> float:
     if raw is None:
         return float("-inf")
     try:
-        return ann.parse_rfc3339(raw)
+        return parse_rfc3339(raw)
     except ValueError:
         return float("-inf")
 

@@ -32,8 +32,8 @@ from ckpt_preempt.controller.writes.actions import Actions
 from ckpt_preempt.policies.disruption import disruption_signals as ds
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
 from ckpt_preempt.policies.model.model import CheckpointMode
+from ckpt_preempt.policies.model.times import rfc3339
 
 log = logging.getLogger("ckpt_preempt.disruption")
 

@@ -60,7 +60,7 @@ from ckpt_preempt.controller.kube.records import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.writes import write_bodies as bodies
 from ckpt_preempt.controller.writes.write_bodies import COMPONENT, plan_object_name
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import rfc3339_micro
+from ckpt_preempt.policies.model.times import rfc3339_micro
 
 log = logging.getLogger("ckpt_preempt.actions")
 audit = logging.getLogger("ckpt_preempt.audit")

@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.core.backoff import retrying
-from ckpt_preempt.policies.model.annotations import rfc3339_micro
+from ckpt_preempt.policies.model.times import rfc3339_micro
 
 log = logging.getLogger("ckpt_preempt.leader")
 

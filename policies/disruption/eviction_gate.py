@@ -49,8 +49,8 @@ from ckpt_preempt.policies.lifecycle.plan_record import (
     standing_request,
 )
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
 from ckpt_preempt.policies.model.model import CheckpointMode
+from ckpt_preempt.policies.model.times import rfc3339
 
 # A stored request this long past its deadline belongs to an earlier disruption (a drain that
 # was cancelled, a plan long done): a new Eviction then starts a new one. An assumption, sized

@@ -34,7 +34,6 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from ckpt_preempt.policies.model import gangs
 from ckpt_preempt.policies.model.model import (
@@ -45,6 +44,7 @@ from ckpt_preempt.policies.model.model import (
     Resources,
     UnknownCheckpoint,
 )
+from ckpt_preempt.policies.model.times import parse_rfc3339
 
 PREFIX = "ckpt-preempt.io/"
 CHECKPOINT = PREFIX + "checkpoint"
@@ -79,9 +79,6 @@ CLOCK_SKEW_SECONDS = 60.0  # a last-checkpoint this far in the future is rejecte
 _PART = r"([0-9]+(?:\.[0-9]+)?)"
 _DURATION = re.compile(rf"(?:{_PART}h)?(?:{_PART}m)?(?:{_PART}s)?")
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
-_RFC3339 = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,27 +152,6 @@ def parse_unknown_checkpoint(value: str) -> UnknownCheckpoint:
     if v in ("start-time", "cluster-median"):
         return UnknownCheckpoint(kind=v)
     raise ValueError("expected start-time, cluster-median or assume:<duration> (assume:30m)")
-
-
-def rfc3339(t: float) -> str:
-    """Unix seconds as an RFC 3339 timestamp in UTC, whole seconds (annotations, Event notes,
-    the agent's hook environment): ``parse_rfc3339``'s inverse to the second."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rfc3339_micro(t: float | datetime) -> str:
-    """An RFC 3339 timestamp in UTC with microseconds: Kubernetes' MicroTime (a Lease's times,
-    an events.k8s.io Event's eventTime)."""
-    when = t if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_rfc3339(value: str) -> float:
-    """Unix seconds from an RFC 3339 timestamp with an explicit offset; ValueError otherwise."""
-    v = value.strip()
-    if not _RFC3339.fullmatch(v):
-        raise ValueError("expected RFC 3339 with a zone offset, e.g. 2026-12-02T09:00:00Z")
-    return datetime.fromisoformat(v.upper()).timestamp()
 
 
 def last_checkpoint_key(ann: Mapping[str, str]) -> str | None:

@@ -24,12 +24,14 @@ must be freed on a node for an NVLink-bound pod changes, and never above the wor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Protocol
 
+from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt.policies.model.topology import NodeTopology, json_report
 
 ANNOTATION = "hwprobe.ckpt-preempt.io/gpu-use"  # on Nodes, written by hwprobe
@@ -119,6 +121,21 @@ def parse_gpu_use(value: str) -> GpuUseReport:
             raise GpuUseError(f"pod {ns}/{name}: a GPU index appears twice")
         pods.append((ns, name, frozenset(gpus)))
     return GpuUseReport(observed=when.timestamp(), gpu_count=count, pods=tuple(pods))
+
+
+def report_body(gpu_count: int, pods: Iterable[tuple[str, str, Iterable[int]]]) -> dict:
+    """The report without its time, as hwprobe publishes it: what changes when allocations
+    change (hwprobe republishes on a change). ``pods``: (namespace, name, GPU indices)."""
+    return {"schema": SCHEMA, "gpu_count": gpu_count,
+            "pods": [{"namespace": ns, "name": name, "gpus": sorted(gpus)}
+                     for ns, name, gpus in sorted(pods, key=lambda p: (p[0], p[1]))]}
+
+
+def format_gpu_use(body: dict, observed: float) -> str:
+    """The annotation's value: ``report_body`` and when it was observed (unix seconds), as
+    compact JSON that ``parse_gpu_use`` reads back."""
+    return json.dumps({**body, "observed": rfc3339(observed)}, separators=(",", ":"),
+                      sort_keys=True)
 
 
 def attach(report: GpuUseReport, topology: NodeTopology | None, pods: Iterable[_Pod],

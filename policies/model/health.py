@@ -25,6 +25,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
+class DcgmField(enum.StrEnum):
+    """dcgm-exporter's metric names this project reads: the health rules here and hwprobe's
+    NVML cross-check (``hwprobe/dcgm_check.py``). From github.com/NVIDIA/dcgm-exporter
+    etc/default-counters.csv (the ECC and NVLink error fields are there, commented out;
+    deploy/dcgm/health-counters.csv enables them)."""
+
+    XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
+    ECC_DBE_VOL_TOTAL = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+    ECC_DBE_AGG_TOTAL = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
+    UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+    CORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
+    ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+    PCIE_REPLAY_COUNTER = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+    NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
+    NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"
+    NVLINK_REPLAY_ERROR_COUNT_TOTAL = "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
+    NVLINK_RECOVERY_ERROR_COUNT_TOTAL = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+    THERMAL_VIOLATION = "DCGM_FI_DEV_THERMAL_VIOLATION"
+    POWER_VIOLATION = "DCGM_FI_DEV_POWER_VIOLATION"
+
+
 class Health(enum.StrEnum):
     HEALTHY = "healthy"
     UNKNOWN = "unknown"
@@ -91,7 +112,7 @@ XID_NAMES = {
     79: "GPU has fallen off the bus", 92: "High single-bit ECC error rate",
     94: "Contained ECC error", 95: "Uncontained ECC error",
 }
-XID = "DCGM_FI_DEV_XID_ERRORS"
+XID = DcgmField.XID_ERRORS
 DCGM_HEALTH_WATCH = "github.com/NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp @ ffde4e5"
 DCGM_XID_TABLE = ("github.com/NVIDIA/DCGM testing/TestHealthMonitor.cpp @ 28bfbd4 "
                   "(XIDs the health watch fails on, and those it warns on)")
@@ -108,42 +129,42 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          codes=frozenset({63, 64, 92}),
          source=DCGM_XID_TABLE + "; 92 is not in DCGM's table: a high single-bit ECC rate is a "
                 "warning sign, not a failure (project default)"),
-    Rule(name="row-remap-failure", metric="DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    Rule(name="row-remap-failure", metric=DcgmField.ROW_REMAP_FAILURE,
          verdict=Health.FAILING, what="row remapping failed", source=DCGM_HEALTH_WATCH),
     Rule(name="uncorrectable-remapped-rows-rising",
-         metric="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", reading=Reading.RATE, scale=3600.0,
+         metric=DcgmField.UNCORRECTABLE_REMAPPED_ROWS, reading=Reading.RATE, scale=3600.0,
          unit="/h", verdict=Health.DEGRADED, what="rows remapped for uncorrectable errors",
          source="docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ (a new remapping takes effect "
                 "only after a GPU reset); rising at all = degraded (project default)"),
-    Rule(name="ecc-dbe", metric="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", verdict=Health.FAILING,
+    Rule(name="ecc-dbe", metric=DcgmField.ECC_DBE_VOL_TOTAL, verdict=Health.FAILING,
          what="volatile double-bit ECC errors", source=DCGM_HEALTH_WATCH + " (any volatile DBE)"),
-    Rule(name="nvlink-crc-flit-errors", metric="DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    Rule(name="nvlink-crc-flit-errors", metric=DcgmField.NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
          reading=Reading.RATE, unit="/s", verdict=Health.DEGRADED,
          what="NVLink CRC flit error rate", source=DCGM_HEALTH_WATCH),
     Rule(name="nvlink-crc-flit-error-rate",
-         metric="DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", reading=Reading.RATE,
+         metric=DcgmField.NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, reading=Reading.RATE,
          threshold=NVLINK_CRC_FAIL_PER_S, strict=False, unit="/s", verdict=Health.FAILING,
          what="NVLink CRC flit error rate", source=DCGM_HEALTH_WATCH),
-    Rule(name="nvlink-crc-data-errors", metric="DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    Rule(name="nvlink-crc-data-errors", metric=DcgmField.NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
          reading=Reading.RATE, unit="/s", verdict=Health.DEGRADED,
          what="NVLink CRC data error rate", source=DCGM_HEALTH_WATCH),
     Rule(name="nvlink-crc-data-error-rate",
-         metric="DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", reading=Reading.RATE,
+         metric=DcgmField.NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, reading=Reading.RATE,
          threshold=NVLINK_CRC_FAIL_PER_S, strict=False, unit="/s", verdict=Health.FAILING,
          what="NVLink CRC data error rate", source=DCGM_HEALTH_WATCH),
-    Rule(name="nvlink-replay-errors", metric="DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    Rule(name="nvlink-replay-errors", metric=DcgmField.NVLINK_REPLAY_ERROR_COUNT_TOTAL,
          reading=Reading.RATE, unit="/s", verdict=Health.FAILING,
          what="NVLink replay error rate", source=DCGM_HEALTH_WATCH + " (any replay: FAIL)"),
-    Rule(name="nvlink-recovery-errors", metric="DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    Rule(name="nvlink-recovery-errors", metric=DcgmField.NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
          reading=Reading.RATE, unit="/s", verdict=Health.FAILING,
          what="NVLink recovery error rate", source=DCGM_HEALTH_WATCH + " (any recovery: FAIL)"),
-    Rule(name="pcie-replay-rate", metric="DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    Rule(name="pcie-replay-rate", metric=DcgmField.PCIE_REPLAY_COUNTER,
          reading=Reading.RATE, scale=60.0, threshold=PCIE_REPLAYS_PER_MIN, unit="/min",
          verdict=Health.DEGRADED, what="PCIe replay rate", source=DCGM_HEALTH_WATCH),
-    Rule(name="thermal-violation", metric="DCGM_FI_DEV_THERMAL_VIOLATION",
+    Rule(name="thermal-violation", metric=DcgmField.THERMAL_VIOLATION,
          reading=Reading.RATE, scale=1e-9, verdict=Health.DEGRADED,
          what="share of time throttled for heat", source=DCGM_HEALTH_WATCH + " (any: WARN)"),
-    Rule(name="power-violation", metric="DCGM_FI_DEV_POWER_VIOLATION", reading=Reading.RATE,
+    Rule(name="power-violation", metric=DcgmField.POWER_VIOLATION, reading=Reading.RATE,
          scale=1e-9, threshold=POWER_THROTTLED_FRACTION, verdict=Health.DEGRADED,
          what="share of time throttled for power",
          source=DCGM_HEALTH_WATCH + " warns on any; capping at the power limit is routine under "

@@ -41,6 +41,7 @@ from ckpt_preempt.policies.model.model import (
     Resources,
 )
 from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.times import parse_rfc3339
 from ckpt_preempt.policies.model.topology import ANNOTATION as TOPOLOGY_ANNOTATION
 from ckpt_preempt.policies.model.topology import TopologyError, parse_node_topology
 
@@ -63,7 +64,7 @@ def _time(value: Any, where: str) -> float:
         return float(value)
     if isinstance(value, str):
         try:
-            return ann.parse_rfc3339(value)
+            return parse_rfc3339(value)
         except ValueError as e:
             raise SnapshotError(f"{where}: {e}") from None
     if hasattr(value, "timestamp"):  # YAML parses unquoted timestamps into datetimes

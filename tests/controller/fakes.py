@@ -28,7 +28,8 @@ from ckpt_preempt.controller.writes.actions import Blocked, Conflict, NotLeader
 from ckpt_preempt.controller.writes.write_bodies import has_reservation_toleration, plan_object_name
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.lifecycle.plan_record import PlanRecord
-from ckpt_preempt.policies.model.annotations import RESERVED_TAINT, rfc3339
+from ckpt_preempt.policies.model.annotations import RESERVED_TAINT
+from ckpt_preempt.policies.model.times import rfc3339
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

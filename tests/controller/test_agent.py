@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller.agent import agent, agent_process
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import LAST_CHECKPOINT, rfc3339
+from ckpt_preempt.policies.model.annotations import LAST_CHECKPOINT
+from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt_sdk import State
 
 NOW = 1_800_000_000.0

@@ -11,7 +11,7 @@ from ckpt_preempt.controller.kube import convert
 from ckpt_preempt.controller.kube.cluster_model import ClusterModel
 from ckpt_preempt.controller.kube.informer import Informer
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from tests.controller.fakes import T0, FakeCache, node, pod
 
 GANG = {"scheduling.ai/gang-name": "llm", "scheduling.ai/gang-total": "3"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ckpt_preempt.policies.disruption import eviction_gate as gate
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt_sdk import State
 from tests.controller.test_agent import NOW, Pod, RecordingHook
 

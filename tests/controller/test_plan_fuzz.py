@@ -42,7 +42,7 @@ from ckpt_preempt.policies.lifecycle.plan_record import (
     State,
 )
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from tests.controller.fakes import T0, Call, FakeCache, Rig, node, pod, reservation
 
 

@@ -21,7 +21,7 @@ from ckpt_preempt.controller.writes.actions import NotLeader
 from ckpt_preempt.policies.lifecycle import lifecycle, plan_record
 from ckpt_preempt.policies.lifecycle.plan_record import Mode, State
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod, reservation
 from tests.controller.test_stepper import (
     CKPT,

@@ -11,7 +11,7 @@ from ckpt_preempt.controller.core import config
 from ckpt_preempt.controller.core.config import DEFAULT_SCHEDULER, ConfigError
 from ckpt_preempt.controller.kube import convert, records
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 OTHER = "volcano"

@@ -12,7 +12,7 @@ from ckpt_preempt.controller.kube import convert
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.lifecycle.plan_record import State
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pod
 
 

@@ -26,7 +26,7 @@ from ckpt_preempt.policies.lifecycle.plan_record import (
     State,
 )
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import rfc3339
+from ckpt_preempt.policies.model.times import rfc3339
 from tests.controller.fakes import T0, FakeCache, Rig, node, pdb, pod, reservation
 
 CKPT = {ann.CHECKPOINT: "on-request", ann.CHECKPOINT_SECONDS: "60",

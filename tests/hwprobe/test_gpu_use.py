@@ -35,9 +35,9 @@ def test_uuids_replicas_and_indices_map_to_nvml_indices():
 @pytest.mark.parametrize("bad", ["GPU-0008", "GPU-", "", "MIG-0000", "8", "0:0"])
 def test_a_device_id_nvml_does_not_know_refuses_the_whole_report(bad):
     topo = layouts.hgx_h100()
-    with pytest.raises(gpu_use.GpuUseError, match="names no GPU NVML reports"):
+    with pytest.raises(gpu_use.UnknownDevice, match="names no GPU NVML reports"):
         gpu_use.content(topo, answer(("a", "ok", ["GPU-0000"]), ("a", "bad", [bad])))
-    with pytest.raises(gpu_use.GpuUseError):
+    with pytest.raises(gpu_use.UnknownDevice):
         gpu_use.content(topo, answer(allocatable=["GPU-0000", bad]))
 
 

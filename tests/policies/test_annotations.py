@@ -6,13 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import (
-    Limits,
-    parse_duration,
-    parse_pod_fields,
-    parse_rfc3339,
-)
+from ckpt_preempt.policies.model.annotations import Limits, parse_duration, parse_pod_fields
 from ckpt_preempt.policies.model.model import CheckpointMode, NvlinkNeed, Resources
+from ckpt_preempt.policies.model.times import parse_rfc3339
 
 T0 = "2026-12-02T09:00:00Z"
 NOW = 1796202000.0  # T0 as Unix seconds

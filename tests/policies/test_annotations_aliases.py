@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.annotations import Limits, parse_pod_fields, rfc3339
+from ckpt_preempt.policies.model.annotations import Limits, parse_pod_fields
 from ckpt_preempt.policies.model.model import Resources
+from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt.policies.planner import cost
 
 VOLCANO = "volcano.sh/last-checkpoint-time"

@@ -238,3 +238,24 @@ def test_a_gang_member_counts_the_gpus_earlier_members_took_on_the_node():
     two = preemption.plan(snapshot([node, replace(node, name="m")], []), members,
                           PlannerConfig())
     assert sorted(p.node for p in two.placements) == ["m", "n"]
+
+
+_NAMES = st.text(alphabet="abcdefghij-", min_size=1, max_size=8).filter(lambda s: s[0] != "-")
+
+
+@given(count=st.integers(1, 16), data=st.data(),
+       observed=st.integers(1_600_000_000, 2_000_000_000))
+def test_the_report_hwprobe_writes_is_the_report_the_planner_reads(count, data, observed):
+    """One format, one home: format_gpu_use(report_body(...)) parses back to the same pods,
+    GPU count and time (whole seconds), whatever the order the pods came in."""
+    gpus = data.draw(st.permutations(range(count)))
+    cuts = sorted(data.draw(st.sets(st.integers(1, count), max_size=count)))
+    groups = [g for g in (gpus[a:b] for a, b in zip([0, *cuts], [*cuts, count], strict=True))
+              if g]
+    names = data.draw(st.lists(st.tuples(_NAMES, _NAMES), min_size=len(groups),
+                               max_size=len(groups), unique=True))
+    pods = [(ns, name, list(g)) for (ns, name), g in zip(names, groups, strict=True)]
+    text = gpu_use.format_gpu_use(gpu_use.report_body(count, reversed(pods)), observed)
+    report = parse_gpu_use(text)
+    assert report.gpu_count == count and report.observed == observed
+    assert sorted(report.pods) == sorted((ns, n, frozenset(g)) for ns, n, g in pods)
