@@ -14,7 +14,8 @@ Time: a pod's conversion depends on ``now`` only through a last-checkpoint later
 ``now`` passes it. Lost work and min-runtime are computed by the planner from
 ``Snapshot.now``. The views a sync returns stay valid until the next ``sync``.
 
-The node and PDB half (records, free capacity, GPU health) is ``controller.kube.cluster_nodes``.
+The node and PDB half (records, free capacity, GPU health) is ``controller.kube.cluster_nodes``,
+an object the model owns (``_cluster``).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ _inputs = attrgetter("uid", "name", "namespace", "labels", "annotations", "prior
                      "deleting", "done", "pod_group", "scheduler_name")
 
 
-class ClusterModel(NodesAndPdbs):
+class ClusterModel:
     def __init__(self, *, pods: Source, nodes: Source, pdbs: Source, scope: convert.Scope,
                  limits: ann.Limits, podgroups: Source | None = None) -> None:
         self._sources = (pods, nodes, pdbs)
@@ -114,29 +115,27 @@ class ClusterModel(NodesAndPdbs):
         self._pod_tuple: tuple[Pod, ...] | None = ()
         self._dirty_nodes: set[str] = set()
         self._dirty_gangs: set[str] = set()
-        # nodes changed since the last snapshot (None: all of them), for the planner's caches
-        self._changed: set[str] | None = None
         # the Snapshot's indexes
         self._pods_on_node: dict[str, tuple[Pod, ...]] = {}
         self._held: dict[str, Resources] = {}
         self._gang_pods: dict[str, list[Pod]] = {}
         self._gangs: dict[str, Gang] = {}
-        self._init_nodes_and_pdbs()
+        self._cluster = NodesAndPdbs(self._held)  # nodes, free capacity, health, PDBs
 
     # --------------------------------------------------------------------------- syncing
     def sync(self, now: float) -> View:
         """Apply what the stores saw since the last sync; the pass's view."""
         pods, nodes, pdbs = (s.drain() for s in self._sources)
-        self._apply_nodes(nodes)
-        self._apply_pdbs(pdbs)
+        self._cluster.apply_nodes(nodes)
+        self._cluster.apply_pdbs(pdbs)
         self._apply_pods(pods, now)
         self._apply_podgroups(now)
         self._retime(now)
         self._finish()
         pending = sorted(self._pending.values(), key=attrgetter("seq"))
         annotated = sorted(self._annotated.values(), key=attrgetter("seq"))
-        return View(by_uid=self._live, nodes=self._node_infos,
-                    pdbs=tuple(self._pdb_infos.values()), podgroups=self._groups,
+        return View(by_uid=self._live, nodes=self._cluster.node_infos,
+                    pdbs=self._cluster.pdb_infos(), podgroups=self._groups,
                     pending=tuple(e.info for e in pending),
                     terminating=frozenset(self._terminating),
                     plan_annotated=tuple(e.info for e in annotated))
@@ -295,9 +294,7 @@ class ClusterModel(NodesAndPdbs):
 
     def _finish(self) -> None:
         """Rebuild the per-node and per-gang entries that changed, in the cache's order."""
-        changed = self._changed
-        if changed is not None:
-            changed.update(self._dirty_nodes)
+        self._cluster.mark_changed(self._dirty_nodes)
         for name in self._dirty_nodes:
             on = self._on_node.get(name)
             if not on:
@@ -309,7 +306,7 @@ class ClusterModel(NodesAndPdbs):
                 self._pods_on_node[name] = tuple(p for _, p in sorted(on.values()))
                 c, m, g, f = self._held_sum[name]
                 self._held[name] = Resources(cpu_milli=c, memory_mib=m, gpus=g, gpu_milli=f)
-            self._set_free(name)
+            self._cluster.set_free(name)
         self._dirty_nodes.clear()
         for gang in self._dirty_gangs:
             members = self._in_gang.get(gang)
@@ -319,8 +316,8 @@ class ClusterModel(NodesAndPdbs):
                 self._gangs.pop(gang, None)
             else:
                 ps = [p for _, p in sorted(members.values())]
-                if changed is not None:  # one member's change changes its whole unit
-                    changed.update(p.node for p in ps if p.node is not None)
+                # one member's change changes its whole unit
+                self._cluster.mark_changed(p.node for p in ps)
                 self._gang_pods[gang] = ps
                 self._gangs[gang] = Gang(key=gang, members=tuple(sorted(p.uid for p in ps)))
         self._dirty_gangs.clear()
@@ -334,37 +331,27 @@ class ClusterModel(NodesAndPdbs):
         if now != self._now:
             self._retime(now)
             self._finish()
-        self._set_health(health or {})
+        self._cluster.set_health(health or {})
         if self._pod_tuple is None:
             self._pod_tuple = tuple(filter(None, map(_POD, self._pods.values())))
-        if self._node_tuple is None:
-            self._node_tuple = tuple(self._nodes.values())
-        if self._pdb_view is None:
-            pdbs = tuple(convert.to_pdb(b) for b in self._pdb_infos.values())
-            index = Snapshot(now=0.0, nodes=(), pods=(), pdbs=pdbs)
-            index.pdbs_by_namespace  # noqa: B018 -- computed once per change of the PDBs
-            self._pdb_view = (pdbs, index)
-        if self._largest is None:
-            self._largest = Snapshot(now=0.0, nodes=self._node_tuple,
-                                     pods=()).largest_allocatable
-        pdbs, index = self._pdb_view
-        snap = Snapshot(now=now, nodes=self._node_tuple, pods=self._pod_tuple, pdbs=pdbs,
+        cluster = self._cluster
+        pdbs, index = cluster.pdb_view()
+        snap = Snapshot(now=now, nodes=cluster.node_tuple(), pods=self._pod_tuple, pdbs=pdbs,
                         recent_preemptions=dict(recent_preemptions or {}),
                         unknown_checkpoint=self.limits.unknown_checkpoint,
                         preemption_history=dict(preemption_history or {}))
         known = dict(
-            node_by_name=self._nodes, pod_by_uid=self._model,
+            node_by_name=cluster.nodes, pod_by_uid=self._model,
             _index=(self._pods_on_node, self._held, self._gang_pods),
-            free_by_node=self._free, free_gpus_index=self._free_gpus,
-            largest_allocatable=self._largest, gangs=self._gangs,
+            free_by_node=cluster.free, free_gpus_index=cluster.free_gpus,
+            largest_allocatable=cluster.largest_allocatable(), gangs=self._gangs,
             pdbs_by_namespace=index.pdbs_by_namespace)
         if self._median:
             known["unknown_checkpoint_age"] = _median_age(self._ages, now)
         snap.__dict__.update(known)
-        changed, self._changed = self._changed, set()
         return convert.Converted(snapshot=snap, problems=self._problems,
-                                 node_problems=self._node_problems,
-                                 changed_nodes=None if changed is None else frozenset(changed))
+                                 node_problems=cluster.problems,
+                                 changed_nodes=cluster.take_changed())
 
 
 def _age_base(p: Pod) -> float:
