@@ -3,7 +3,7 @@ admission, mode b, and any preemptor that already fits): the same measure the ku
 extender's prioritize uses (``ours.Ours``), on a per-device view of the planner's node-level
 ``Resources``.
 
-The planner's ``search._Search.fit_without_preemption`` orders the nodes where a pod fits as
+The planner's ``search.NodeSearch.fit_without_preemption`` orders the nodes where a pod fits as
 things stand by:
 
 1. the node's GPU health (``policies.model.health``): healthy, unknown, then degraded; failing nodes

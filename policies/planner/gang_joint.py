@@ -1,7 +1,7 @@
 """Placing a pending gang: member by member, then the tries that look at the gang as a whole.
 
 ``place_members`` places every member in turn, largest first, on a working copy of free
-capacity (``search._Search``), so later members see what earlier ones took and freed.
+capacity (``search.NodeSearch``), so later members see what earlier ones took and freed.
 That greedy walk charges each member the full cost of the victims it picks, so a victim
 that frees room for several members at once looks dear to the first member alone. ``improve``
 therefore tries, next to the member-by-member plan, and keeps the cheapest total:
@@ -40,7 +40,7 @@ from ckpt_preempt.policies.model.model import NvlinkNeed, Placement, Pod, Reject
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import cover, units
 from ckpt_preempt.policies.planner.plan_cache import Share
-from ckpt_preempt.policies.planner.search import _Search
+from ckpt_preempt.policies.planner.search import NodeSearch
 
 # Assumption, not tuned: how many spread victim gangs (cheapest first) a gang plan also tries
 # evicting first. Each try is a whole member-by-member plan, cut short once it costs more than
@@ -48,7 +48,7 @@ from ckpt_preempt.policies.planner.search import _Search
 JOINT_SEEDS = 8
 
 
-def total(search: _Search) -> tuple[float, int, int]:
+def total(search: NodeSearch) -> tuple[float, int, int]:
     """(lost work + fairness penalty, PDB violations, victims) of everything a search chose."""
     chosen = list(search.chosen.values())
     return (
@@ -62,11 +62,11 @@ def place_members(
     snapshot: Snapshot, members: Sequence[Pod], config, builder: units.UnitBuilder,
     memo: dict, first_rank: int = 0, together: int = 1, ceiling: float = float("inf"),
     shared: Share | None = None, seed: units.Unit | None = None, collect: bool = False,
-) -> tuple[_Search, list[Placement], Pod | None]:
+) -> tuple[NodeSearch, list[Placement], Pod | None]:
     """Place every member in turn, the first on its ``first_rank``-th cheapest node; with
     ``together`` > 1, the first that many members share one node, freed by one joint cover;
     with ``seed``, that unit is evicted before any member is placed; with ``collect``, the
-    search keeps the candidate nodes sampled for the first member (``_Search.candidates``).
+    search keeps the candidate nodes sampled for the first member (``NodeSearch.candidates``).
 
     An ``nvlink: required`` gang on a cluster with NVLink cliques is placed inside one clique
     (``policies.model.cliques``): each candidate clique is tried in turn and the cheapest total
@@ -79,8 +79,8 @@ def place_members(
     if domains is None:
         return _place_in(snapshot, members, config, builder, memo, first_rank, together,
                          ceiling, shared, seed, collect)
-    best: tuple[_Search, list[Placement]] | None = None
-    failed: list[tuple[str, _Search, Pod]] = []
+    best: tuple[NodeSearch, list[Placement]] | None = None
+    failed: list[tuple[str, NodeSearch, Pod]] = []
     evaluated = 0
     for clique in domains:
         limit = ceiling if best is None else min(ceiling, best[0].cost)
@@ -98,7 +98,7 @@ def place_members(
     if best is not None:
         best[0].evaluated = evaluated
         return best[0], best[1], None
-    out = _Search(snapshot, builder, config, memo, shared)
+    out = NodeSearch(snapshot, builder, config, memo, shared)
     out.evaluated = evaluated
     seen = set()
     for _, search, _ in failed:
@@ -124,9 +124,9 @@ def _place_in(
     snapshot: Snapshot, members: Sequence[Pod], config, builder: units.UnitBuilder,
     memo: dict, first_rank: int, together: int, ceiling: float, shared: Share | None,
     seed: units.Unit | None, collect: bool,
-) -> tuple[_Search, list[Placement], Pod | None]:
+) -> tuple[NodeSearch, list[Placement], Pod | None]:
     """``place_members`` on every node of ``snapshot``, whatever their cliques."""
-    search = _Search(snapshot, builder, config, memo, shared)
+    search = NodeSearch(snapshot, builder, config, memo, shared)
     search.keep_candidates = collect
     placements = []
     rest = list(members)
@@ -161,8 +161,8 @@ def _place_in(
 
 def improve(
     snapshot: Snapshot, members: Sequence[Pod], config, builder: units.UnitBuilder,
-    memo: dict, shared: Share | None, search: _Search, placements: list[Placement],
-) -> tuple[_Search, list[Placement], int]:
+    memo: dict, shared: Share | None, search: NodeSearch, placements: list[Placement],
+) -> tuple[NodeSearch, list[Placement], int]:
     """The cheapest of the member-by-member plan (``search``, ``placements``: from
     ``place_members`` with ``collect``) and the tries in the module docstring: (its search, its
     placements, nodes the tries evaluated).
@@ -194,7 +194,7 @@ def improve(
     return search, placements, evaluated
 
 
-def spread_units(snapshot: Snapshot, members: Sequence[Pod], first: _Search,
+def spread_units(snapshot: Snapshot, members: Sequence[Pod], first: NodeSearch,
                  ceiling: float, limit: int) -> list[units.Unit]:
     """Up to ``limit`` evictable victim gangs, cheapest first (then by id), that cost no more
     than ``ceiling`` and hold resources on at least two open nodes big enough for a member (so
@@ -247,7 +247,7 @@ def _hosts(unit: units.Unit, by_name: dict, requests: set[Resources]) -> int:
     return count
 
 
-def _bound_afresh(first: _Search, pod: Pod, node) -> float | None:
+def _bound_afresh(first: NodeSearch, pod: Pod, node) -> float | None:
     """``pod``'s lower bound on ``node`` as ``first`` found it for its first member (nothing
     placed yet), but from the snapshot itself: never from the cycle's kept judgements or
     evictable pods, which an earlier cycle may have computed (lower, as costs only grow).
@@ -257,5 +257,5 @@ def _bound_afresh(first: _Search, pod: Pod, node) -> float | None:
                               max_checkpoint_seconds=b.max_checkpoint_seconds,
                               penalty_seconds=b.penalty_seconds, restart_seconds=b.restart_seconds,
                               restart_workload_gpu_seconds=b.restart_workload_gpu_seconds)
-    got = _Search(first.s, fresh, first.cfg, {})._judge(pod, node)
+    got = NodeSearch(first.s, fresh, first.cfg, {})._judge(pod, node)
     return None if isinstance(got[0], RejectReason) else got[0]

@@ -241,7 +241,7 @@ def _pdbs_changed(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
             by_ns.setdefault(b.namespace, [[], []])[k].append(b)
     spaces = {ns for ns, (a, b) in by_ns.items() if a != b}
     gangs = {p.gang for p in base.pods if p.gang is not None and p.namespace in spaces}
-    members = base._index[2]
+    members = base.pods_by_gang
     return {p.node for g in gangs for p in members.get(g, ()) if p.node is not None}
 
 
@@ -253,7 +253,7 @@ def changed_nodes(old: Snapshot, new: Snapshot) -> frozenset[str]:
     out.update(set(was) - set(new.node_by_name))
     was, now = old.pods_on_node, new.pods_on_node
     out.update(name for name in set(was) | set(now) if was.get(name, ()) != now.get(name, ()))
-    gangs_was, gangs_now = old._index[2], new._index[2]
+    gangs_was, gangs_now = old.pods_by_gang, new.pods_by_gang
     for gang in set(gangs_was) | set(gangs_now):
         a, b = gangs_was.get(gang, []), gangs_now.get(gang, [])
         if a != b:

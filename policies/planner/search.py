@@ -1,6 +1,6 @@
 """The planner's per-plan search: one member at a time, node by node.
 
-``_Search`` is the mutable working state of one try of a plan (free capacity, the units chosen,
+``NodeSearch`` is the mutable working state of one try of a plan (free capacity, the units chosen,
 the PDB budget spent, the rejections); ``_Sampler`` walks the candidate driver over it for one
 request, and ``_judge``/``_cover`` bound and then solve each node. It is separate from
 ``policies.planner.preemption`` so the planner's entry point (``plan``, its config, the gang tries
@@ -77,7 +77,7 @@ def domain_fits(pod: Pod, node, free_gpus: int) -> bool:
     return topo.nvlink_fits(free_gpus, pod.gpus)
 
 
-class _Search:
+class NodeSearch:
     """Mutable working state of one ``plan`` call; never escapes it."""
 
     def __init__(self, snapshot: Snapshot, builder: units.UnitBuilder, cfg: PlannerConfig,
@@ -369,7 +369,7 @@ class _Sampler:
     walked (closed or too small ones are judged, and rejected, on the way), from an offset
     hashed from the pod's uid; a candidate is a node whose lower bound is finite."""
 
-    def __init__(self, search: _Search, pod: Pod) -> None:
+    def __init__(self, search: NodeSearch, pod: Pod) -> None:
         self.search, self.pod = search, pod
         self.seen = search.memo.setdefault(("scan", pod.requests, pod.nvlink), {})
         shared = search.shared

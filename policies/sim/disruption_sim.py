@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from ckpt_preempt.policies.model.model import ZERO, CheckpointMode, Node, Resources
 from ckpt_preempt.policies.sim import disruptions as dis
 from ckpt_preempt.policies.sim.costs import Ledger, drain_outcome, restart_gpu_seconds, split_at
-from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation, _JobState
+from ckpt_preempt.policies.sim.engine import JobState, PolicyResult, SimConfig, Simulation
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Member, Workload
 
@@ -126,11 +126,11 @@ class DisruptedSimulation(Simulation):
                 self.blocked[i] = held + free
                 self.cap._move(i, ZERO)
 
-    def _stop(self, js: _JobState, at: float) -> None:
+    def _stop(self, js: JobState, at: float) -> None:
         super()._stop(js, at)
         self._reblock()
 
-    def _try_place(self, js: _JobState) -> list[int] | None:
+    def _try_place(self, js: JobState) -> list[int] | None:
         self._reblock()
         return super()._try_place(js)
 
@@ -176,7 +176,7 @@ class DisruptedSimulation(Simulation):
         else:
             super()._on_event(kind, payload)
 
-    def _on_node(self, i: int) -> list[_JobState]:
+    def _on_node(self, i: int) -> list[JobState]:
         return [js for js in self.running.values() if any(n == i for _, n in js.pods)]
 
     def _disrupt(self, d: dis.Disruption) -> None:
@@ -229,7 +229,7 @@ class DisruptedSimulation(Simulation):
         if not state["left"]:
             self._drained(d)
 
-    def _evict(self, d: dis.Disruption, js: _JobState, token: int, s: dis.Stop) -> None:
+    def _evict(self, d: dis.Disruption, js: JobState, token: int, s: dis.Stop) -> None:
         state = self.pending[d.index]
         state["left"] -= 1
         if js.token == token:  # still running as it was at the signal

@@ -25,17 +25,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ckpt_preempt.policies.sim.engine import _JobState
+    from ckpt_preempt.policies.sim.engine import JobState
 
 
 class ElasticJobs:
     """``_shrink`` and ``_grow_back`` over the engine's state."""
 
-    def _progress(self, js: _JobState, at: float) -> None:
+    def _progress(self, js: JobState, at: float) -> None:
         """Fold the work done by ``at`` into ``remaining``, so the job can change speed then."""
         js.remaining = max(1.0, js.remaining - max(0.0, at - js.origin) * js.speed)
 
-    def _shrinks(self, js: _JobState, named: set[str], leaving: set[str], t: float,
+    def _shrinks(self, js: JobState, named: set[str], leaving: set[str], t: float,
                  release: float, measured: bool) -> bool:
         """Shrink ``js`` when the plan's victims of it (``named``) are all of a shrink
         (``leaving``) and leave at least its minimum running; False: it is no shrink."""
@@ -46,7 +46,7 @@ class ElasticJobs:
         self.counts["victims"] += measured * len(named)
         return True
 
-    def _shrink(self, js: _JobState, leaving: set[str], t: float, release: float,
+    def _shrink(self, js: JobState, leaving: set[str], t: float, release: float,
                 measured: bool) -> None:
         """Stop ``leaving`` (pod uids) of running job ``js`` at ``release`` (plan made at
         ``t``); the rest re-form and train on at reduced speed."""

@@ -183,7 +183,7 @@ class PolicyResult:
     p99_preemptions_per_workload: float = 0.0
 
 
-class _JobState:
+class JobState:
     __slots__ = ("job", "models", "origin", "pods", "queued_at", "remaining", "report",
                  "restore", "retry_at", "speed", "start", "started", "token")
 
@@ -246,9 +246,9 @@ class Simulation(PlannerView, ElasticJobs):
             largest_whole_request(workload.jobs)))
         self.events: list = []
         self.seq = 0
-        self.running: dict[int, _JobState] = {}
+        self.running: dict[int, JobState] = {}
         self._init_view()  # capacity held per node by each priority (PlannerView)
-        self.high: list[_JobState] = []
+        self.high: list[JobState] = []
         self.low: dict[tuple[int, int], list] = {}
         self.t = 0.0
         self.busy = 0.0
@@ -269,7 +269,7 @@ class Simulation(PlannerView, ElasticJobs):
         heapq.heappush(self.events, (t, self.seq, kind, payload))
 
     # -- pods ----------------------------------------------------------------------------
-    def _start(self, js: _JobState, placed: list[int], at: float) -> None:
+    def _start(self, js: JobState, placed: list[int], at: float) -> None:
         js.start = at - (js.job.done_before if not js.started else 0.0)
         js.origin = js.start + js.restore
         js.started = True
@@ -284,11 +284,11 @@ class Simulation(PlannerView, ElasticJobs):
             self._hold(i, pod, +1)
         self._push(js.origin + js.remaining, "finish", (js, js.token))
 
-    def _try_place(self, js: _JobState) -> list[int] | None:
+    def _try_place(self, js: JobState) -> list[int] | None:
         keys = [f"{js.job.id}-{k}" for k in range(len(js.job.members))]
         return self.cap.place(js.job.members, keys)
 
-    def _stop(self, js: _JobState, at: float) -> None:
+    def _stop(self, js: JobState, at: float) -> None:
         """Account busy GPU time (after the warm-up, within the window); release capacity."""
         lo, hi = self.w.warmup, self.w.window
         held = max(0.0, min(at, hi) - max(js.start, lo))
@@ -301,7 +301,7 @@ class Simulation(PlannerView, ElasticJobs):
         js.token += 1
         self.running.pop(js.job.id, None)
 
-    def _enqueue(self, js: _JobState, at: float) -> None:
+    def _enqueue(self, js: JobState, at: float) -> None:
         js.queued_at = at
         if js.job.high:
             self.high.append(js)
@@ -310,7 +310,7 @@ class Simulation(PlannerView, ElasticJobs):
             heapq.heappush(self.low.setdefault(key, []), (at, js.job.id, js))
 
     # -- preemption ----------------------------------------------------------------------
-    def _execute(self, js: _JobState, plan: Plan, snap: Snapshot) -> None:
+    def _execute(self, js: JobState, plan: Plan, snap: Snapshot) -> None:
         t, cfg = self.t, self.cfg
         measured = self.ledger.measured(t)
         drained = {v.uid for v in plan.victims if v.drain}
@@ -362,11 +362,11 @@ class Simulation(PlannerView, ElasticJobs):
         self.ledger.delayed(t, js.job.gpu_share * max(0.0, waited - cfg.grace_seconds))
         self._start(js, placed, release)
 
-    def _waited(self, js: _JobState, started: float) -> None:
+    def _waited(self, js: JobState, started: float) -> None:
         if js.job.arrival >= self.w.warmup:
             self.waits.append(started - js.job.arrival)
 
-    def _charge(self, vs: _JobState, t: float, release: float, drained: bool, nth: int,
+    def _charge(self, vs: JobState, t: float, release: float, drained: bool, nth: int,
                 deadline: float, measured: bool) -> None:
         """Stop victim job ``vs`` at ``release`` (its plan made at ``t``), charge what it
         loses and requeue it; ``nth``: how often it was preempted before."""
@@ -431,7 +431,7 @@ class Simulation(PlannerView, ElasticJobs):
     def run(self) -> PolicyResult:
         jobs = self.w.jobs
         for j in jobs:
-            self._push(j.arrival, "arrive", _JobState(j))
+            self._push(j.arrival, "arrive", JobState(j))
         arrived = 0
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)

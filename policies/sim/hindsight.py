@@ -63,7 +63,7 @@ MAX_SIMULATIONS = 5_000  # runs one search may make before it gives up (Hindsigh
 MAX_VICTIM_SET_JOBS = 4  # the largest victim set enumerated per node (registry plans: any)
 MAX_TIMED_VICTIM_JOBS = 2  # drain subsets and eviction times for victim sets up to this size
 # Evict this long after a victim's true checkpoint completes, so that the engine's floor division
-# in _JobState.last_checkpoint counts it whatever the float rounding (a millisecond, not a wait).
+# in JobState.last_checkpoint counts it whatever the float rounding (a millisecond, not a wait).
 AFTER_CHECKPOINT_SECONDS = 1e-3
 EPS = 1e-9  # GPU-seconds: losses closer than this are equal
 

@@ -42,7 +42,7 @@ from ckpt_preempt.policies.sim.workload import Job, Member
 
 if TYPE_CHECKING:
     from ckpt_preempt.policies.model.model import UnknownCheckpoint
-    from ckpt_preempt.policies.sim.engine import SimConfig, _JobState
+    from ckpt_preempt.policies.sim.engine import JobState, SimConfig
 
 
 def lies(*, seed: int, job_id: int, share: float) -> bool:
@@ -67,14 +67,14 @@ class PlannerView:
     seed: int
     nodes: tuple[Node, ...]
     cap: Capacity
-    running: dict[int, _JobState]
+    running: dict[int, JobState]
     preempted: dict[int, list[float]]  # job id -> when it was preempted
     unknown: UnknownCheckpoint
     plan_fn: Callable[[Snapshot, list[Pod], int], Plan]
     clock: Callable[[], float] | None
     counts: dict[str, int]
     latencies: list[float]
-    _execute: Callable[[_JobState, Plan, Snapshot], None]  # carry a plan out (Simulation's)
+    _execute: Callable[[JobState, Plan, Snapshot], None]  # carry a plan out (Simulation's)
 
     def _init_view(self) -> None:
         # capacity held per node by each priority; pods a preemptor may not evict enter the
@@ -105,7 +105,7 @@ class PlannerView:
         return cache[priority]
 
     # -- pods ----------------------------------------------------------------------------
-    def _model(self, js: _JobState, k: int, node: str | None, t: float) -> Pod:
+    def _model(self, js: JobState, k: int, node: str | None, t: float) -> Pod:
         j, m = js.job, js.job.members[k]
         return Pod(
             uid=f"{j.id}-{k}", name=m.name, priority=j.priority,
@@ -124,7 +124,7 @@ class PlannerView:
     def _reports(self, job: Job) -> bool:
         return job.interval is not None and job.reports
 
-    def _published(self, js: _JobState, t: float) -> float:
+    def _published(self, js: JobState, t: float) -> float:
         """The checkpoint time the job's annotation shows at ``t``: the last one completed by
         ``t - report_lag_seconds`` (its pod start while it restores), with the seeded error of
         that report and, for a liar, its lie; never later than ``t``."""
@@ -184,7 +184,7 @@ class PlannerView:
         closes cordoned ones: policies/sim/disruptions.py)."""
         return self.cap.exclusions(members)
 
-    def _preempt(self, js: _JobState) -> bool:
+    def _preempt(self, js: JobState) -> bool:
         pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
         snap = self._snapshot(pre, js.job)
         self.counts["plans"] += 1

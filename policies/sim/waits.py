@@ -16,15 +16,15 @@ from ckpt_preempt.policies.model.model import Plan
 from ckpt_preempt.policies.sim.costs import report_error
 
 if TYPE_CHECKING:
-    from ckpt_preempt.policies.sim.engine import SimConfig, _JobState
+    from ckpt_preempt.policies.sim.engine import JobState, SimConfig
 
 
-def job_end(vs: _JobState) -> float:
+def job_end(vs: JobState) -> float:
     """When a running job finishes if nothing stops it."""
     return vs.origin + vs.remaining
 
 
-def next_checkpoint(vs: _JobState, t: float) -> float | None:
+def next_checkpoint(vs: JobState, t: float) -> float | None:
     """The job's first periodic checkpoint after ``t``, if it checkpoints periodically."""
     interval = vs.job.interval
     if interval is None:
@@ -34,7 +34,7 @@ def next_checkpoint(vs: _JobState, t: float) -> float | None:
     return vs.origin + ((t - vs.origin) // interval + 1) * interval
 
 
-def timed_wait(plan: Plan, victims: Sequence[_JobState], t: float, cfg: SimConfig,
+def timed_wait(plan: Plan, victims: Sequence[JobState], t: float, cfg: SimConfig,
                seed: int) -> float:
     """Seconds from ``t`` until the controller evicts for ``plan``'s timing (0: no waits)."""
     timing = plan.timing

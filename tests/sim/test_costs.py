@@ -124,7 +124,7 @@ def test_a_published_checkpoint_is_never_in_the_future_and_errs_within_the_jitte
     cfg = replace(IDEAL, report_lag_seconds=lag, report_jitter_seconds=jitter)
     job = low(0, mode=CheckpointMode.PERIODIC, interval=interval)
     sim = engine.Simulation(wl(job), nodes(), "checkpoint-aware", cfg)
-    js = engine._JobState(job)
+    js = engine.JobState(job)
     js.start, js.origin = 0.0, min(restore, t)
     shown = sim._published(js, t)
     truth = js.last_checkpoint(t - lag) if js.last_checkpoint(t - lag) <= t else js.start
@@ -137,7 +137,7 @@ def test_jittered_reports_differ_from_the_truth_in_both_directions_but_never_ahe
     cfg = replace(IDEAL, report_jitter_seconds=300.0)
     job = low(0, mode=CheckpointMode.PERIODIC, interval=900.0)
     sim = engine.Simulation(wl(job), nodes(), "checkpoint-aware", cfg)
-    js = engine._JobState(job)
+    js = engine.JobState(job)
     errors = [sim._published(js, t) - js.last_checkpoint(t) for t in range(1000, 40000, 900)]
     assert min(errors) < -10 and max(errors) > 10
     assert all(abs(e) <= 300 for e in errors)

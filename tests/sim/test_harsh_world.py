@@ -84,7 +84,7 @@ def test_a_lie_only_moves_the_claim_later_within_its_bound_and_never_past_now(
     cfg = replace(IDEAL, report_lag_seconds=lag)
     liar_cfg = replace(cfg, lie_share=share, lie_minutes=most)
     j = replace(periodic(job, interval), checkpoint=CheckpointMode.PERIODIC)
-    honest_js, lying_js = engine._JobState(j), engine._JobState(j)
+    honest_js, lying_js = engine.JobState(j), engine.JobState(j)
     honest = engine.Simulation(wl(j), nodes(), "checkpoint-aware", cfg)._published(honest_js, t)
     lying = engine.Simulation(wl(j), nodes(), "checkpoint-aware", liar_cfg)
     claim = lying._published(lying_js, t)
