@@ -11,8 +11,7 @@ preemptionPolicy Never, planned by the controller. A pod's lost work is its GPUs
 since its last checkpoint (else since it started); a group that goes loses every member's.
 
 The simulator's model of that preemption (``policies.baselines.kube_workload``) runs on the same
-state,
-converted as the controller converts it; its victims are reported next to the real ones (not
+state, converted as the controller converts it; its victims are reported next to the real ones (not
 asserted: it places the gang by best fit and a seeded random tie-break, where the real
 scheduler runs its placement plugins, so the two can differ; see controller/README.md).
 

@@ -14,9 +14,8 @@ It watches only its own pod (RBAC: get/watch/patch on that one pod) and writes o
 - Repeated and malformed drain annotations are ignored (a malformed one is logged once).
 
 An elastic gang's shrink (``policies.planner.shrink``) is a drain request whose ``leaving`` names
-the
-gang's members that go (this pod among them); the hooks and the SDK pass the names on, so the job
-lets exactly those go and the rest re-form without them (only those are evicted).
+the gang's members that go (this pod among them); the hooks and the SDK pass the names on, so the
+job lets exactly those go and the rest re-form without them (only those are evicted).
 
 Hooks: ``ExecHook`` (run a command; exit 0 = saved; ``cancel_command`` on cancel; both get
 ``CKPT_PREEMPT_ACTION``/``_PLAN``/``_DEADLINE``/``_LEAVING``, the last comma-separated and empty

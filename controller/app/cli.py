@@ -3,8 +3,8 @@
 Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int`` (the exit code). Errors the user can fix exit with code 2 and one line on
 stderr (argparse's errors too: ``argtypes.Parser`` prints ``PROG: error: ...`` alone), never a
-traceback.
-Results go to stdout through ``emit``, so ``ckpt-preempt ... | head`` keeps the exit code.
+traceback. Results go to stdout through ``emit``, so ``ckpt-preempt ... | head`` keeps the exit
+code.
 """
 
 from __future__ import annotations

@@ -141,8 +141,7 @@ class Config:
     restart_cost_gpu_seconds_per_workload: float = 0.0
     elastic_shrink: bool = True
     # when to evict (policies.planner.timing): a plan may wait, up to max_checkpoint_seconds, for
-    # its
-    # victims' next periodic checkpoint or declared end when that loses less; False: at once
+    # its victims' next periodic checkpoint or declared end when that loses less; False: at once
     plan_timing: bool = True
     rendezvous_cost_seconds: float = shrink.RENDEZVOUS_SECONDS  # an assumption
     prometheus_url: str = ""
@@ -164,9 +163,8 @@ class Config:
     max_preemptions_per_window: int = bound.MAX_PREEMPTIONS_PER_WINDOW
     preemption_bound_window_seconds: float = bound.PREEMPTION_BOUND_WINDOW_SECONDS
     # early warning (policies/disruption/disruption_signals.py, controller/planning/disruption.py):
-    # checkpointing
-    # pods of a node that shows one of these taints (or a cordon) are asked to checkpoint at
-    # once, at most one round per node per window (an assumption, see WINDOW_SECONDS)
+    # checkpointing pods of a node that shows one of these taints (or a cordon) are asked to
+    # checkpoint at once, at most one round per node per window (an assumption, see WINDOW_SECONDS)
     early_warning: bool = True
     early_warning_signals: tuple[str, ...] = disruption_signals.DEFAULT_SIGNALS
     early_warning_window_seconds: float = disruption_signals.WINDOW_SECONDS

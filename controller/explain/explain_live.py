@@ -2,10 +2,8 @@
 
 One-shot lists (no watch), the same conversion, the same restriction step (nodes and victims
 held by stored plans still running; ``controller.planning.plans.restriction``) and the same planner
-as
-the controller, plus kube-scheduler's DefaultPreemption on the same snapshot for comparison.
-Nothing is written.
-For the CLI (controller/app/cmd_explain.py)::
+as the controller, plus kube-scheduler's DefaultPreemption on the same snapshot for comparison.
+Nothing is written. For the CLI (controller/app/cmd_explain.py)::
 
     from ckpt_preempt.controller.explain import explain_live
     result = explain_live.explain(api, "team-a", "big-job")   # or "team-a/big-job"

@@ -5,8 +5,7 @@ kube-scheduler POSTs JSON to ``<urlPrefix>/<verb>`` and treats anything but 200 
 
 - ``POST .../filter``, ``.../prioritize``, ``.../preempt``: the verbs
   (``controller.extender.extender_verbs``); a body that is not JSON, or not the verb's arguments,
-  is a
-  400 with one line of text;
+  is a 400 with one line of text;
 - ``GET /healthz`` (the server answers), ``/readyz`` (the watch cache has synced),
   ``/metrics`` (Prometheus text).
 

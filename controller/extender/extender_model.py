@@ -3,13 +3,12 @@ and planner values, rebuilt only when the cache changed.
 
 ``build_view`` takes the compact records the controller's watch cache holds
 (``controller.kube.watch.ClusterCache``, trimmed by ``controller.kube.convert``) and returns a
-frozen
-``ClusterView``: per node what bound, unfinished pods hold, the planner's ``Node`` (with the
+frozen ``ClusterView``: per node what bound, unfinished pods hold, the planner's ``Node`` (with the
 hwprobe NVLink topology) and the placement model's ``GpuNode`` (``policies.placement.devices``);
 per pod uid its record; per gang the uids of its bound and of its pending members, gangs read
 as the controller reads them (``gang_key``: a native PodGroup first, then the label and
-annotation conventions).
-``CachedView`` rebuilds it from a live ``ClusterCache`` on the first request after a watch event.
+annotation conventions). ``CachedView`` rebuilds it from a live ``ClusterCache`` on the first
+request after a watch event.
 
 Kubernetes does not say which device indices a pod's ``nvidia.com/gpu`` got (the device plugin
 picks them), and nothing in this project publishes them yet, so a node's used GPUs are put on

@@ -20,9 +20,8 @@ the gate is down (``failurePolicy: Ignore``); so is every later eviction of a po
 the API server refused to write for us (403, 404, 422). The first time this replica refused each
 pod is kept in memory (``FirstRefusals``), so no pod re-writing its own annotations, and no write
 that keeps failing, holds an eviction past the cap (``policies.disruption.eviction_gate``). A
-dry-run
-Eviction (``dryRun``, or ``deleteOptions.dryRun`` as ``kubectl drain --dry-run=server`` sends
-it) writes nothing and is allowed, with a warning saying what the real one would meet.
+dry-run Eviction (``dryRun``, or ``deleteOptions.dryRun`` as ``kubectl drain --dry-run=server``
+sends it) writes nothing and is allowed, with a warning saying what the real one would meet.
 
 The HTTP and TLS side is ``controller/gate/gate_server.py``; the command, ``cmd_gate.py``.
 """

@@ -17,8 +17,7 @@ Each kind is looked up by discovery at start and again every ``discover_seconds`
 found; a cluster without the CRD (404) simply has no minimums of that kind, and one where we may
 not list it (403) is logged once and treated the same. A found kind gets its own ``Informer``
 (``controller.kube.watch``) that keeps ``GroupInfo`` records only. A minMember that is not an
-integer
-in 1..``gangs.MAX_GANG_SIZE`` counts as absent: a minimum only ever holds a gang back
+integer in 1..``gangs.MAX_GANG_SIZE`` counts as absent: a minimum only ever holds a gang back
 (``gangs.readiness``), so dropping a bad one can admit a gang no sooner than its pods alone say.
 """
 

@@ -2,16 +2,14 @@
 signal to checkpoint at once (``policies.disruption.disruption_signals`` decides; this writes).
 
 ``EarlyWarning.step`` runs once per pass of the leader (``controller/planning/reconcile.py``), on
-the
-pass's view of the watch cache: nodes (their taints and ``spec.unschedulable``) and pods. Each
+the pass's view of the watch cache: nodes (their taints and ``spec.unschedulable``) and pods. Each
 pod the pure step names gets the ``ckpt-preempt.io/drain`` request whose plan is the round's
 disruption id, through ``Actions.request_checkpoint`` (the one write path: dry-run, leadership
 and the audit log; ``only_if_unchanged``, so a request built from a stale view never replaces
 a request written meanwhile), and a ``DisruptionCheckpointRequested`` Event. Nothing here
 evicts, and no plan is touched: the eviction comes from whoever tainted the node, and the
 eviction gate (branch of issue 23, ``policies/disruption/eviction_gate.py``) holds it until the pod
-acks
-this request or its deadline passes. A dry run emits the Event with "(dry run)" and writes
+acks this request or its deadline passes. A dry run emits the Event with "(dry run)" and writes
 nothing else. A follower never runs a pass, and ``Actions`` refuses its writes anyway.
 
 The memory of rounds (``disruption_signals.Memory``) lives in this process: a new leader

@@ -10,8 +10,7 @@ queue order. ``plan_record`` turns the planner's plan for a candidate into the `
 that is stored, with its deadlines capped by the config.
 
 These are apart from ``controller/planning/reconcile.py`` because they only shape data: they read
-the
-pass's pods and snapshot and write nothing (a gang with more members than it declares is
+the pass's pods and snapshot and write nothing (a gang with more members than it declares is
 reported through the ``warn`` callback the reconciler passes); the reconciler decides when to
 plan, calls the planner and hands the plans to the write lanes.
 """

@@ -1,16 +1,14 @@
 """The reconcile pass: carry every stored plan one step further, then plan for new preemptors.
 
 One ``tick()`` reads the watch cache through ``controller.kube.cluster_model`` (never the API
-server,
-except inside ``Actions``), so a pass costs what changed since the last one, and a restarted
+server, except inside ``Actions``), so a pass costs what changed since the last one, and a restarted
 controller rebuilds everything from the stored plans:
 
 1. **Stored plans** (ConfigMaps in the controller's own namespace, see
 ``controller.planning.plans``).
    Every plan not yet Done or Aborted is re-validated against live state and advanced one step
    (``controller.planning.advance``). Finished plans lift their reservations, clean up after aborts
-   and
-   are deleted after ``planHistorySeconds``. In dry-run, stored plans are only reported.
+   and are deleted after ``planHistorySeconds``. In dry-run, stored plans are only reported.
 2. **New preemptors**, in queue order (priority, then gang size, then age, then uid):
    (a) pods ``PodScheduled=False/Unschedulable`` with ``preemptionPolicy: Never``;
    (b) gangs whose members carry the ``ckpt-preempt.io/admission`` gate, once every member of
@@ -33,9 +31,8 @@ dies of bad input, and evicts only victims of a stored plan that passes ``lifecy
 Planning is sequential (each plan closes its nodes and victims to the next); the writes are not:
 each plan's sequence of writes (store it, then advance it) is one task of a
 ``controller.writes.write_lanes.Lanes`` batch, up to ``writeConcurrency`` at once, and so is each
-stored
-plan's step and each reservation lifted. Tasks that touch a common pod, node or plan run in the
-order they were submitted; a ``NotLeader`` in any task ends the pass.
+stored plan's step and each reservation lifted. Tasks that touch a common pod, node or plan run in
+the order they were submitted; a ``NotLeader`` in any task ends the pass.
 """
 
 from __future__ import annotations

@@ -24,8 +24,7 @@ The operations, each safe to repeat:
 - ``delete_lease``: the Lease of a controller that is gone (``ckpt-preempt cleanup`` only).
 
 ``Actions`` is safe to call from several threads at once (``controller/writes/write_lanes.py`` runs
-the
-writes of different plans side by side): it keeps no state between calls, and the API client's
+the writes of different plans side by side): it keeps no state between calls, and the API client's
 connection pool is sized for them (``connections``).
 
 Errors: ``Blocked`` (an eviction still refused after the retries), ``Conflict`` (someone else

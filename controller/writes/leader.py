@@ -8,8 +8,7 @@ by the resourceVersion it read: of two replicas racing, the API server lets exac
 before anyone else may take over.
 
 ``may_write()`` is what ``controller.writes.actions`` asks before every single write: true only
-while
-the last successful renewal is less than ``renew_deadline`` old (by this process's monotonic
+while the last successful renewal is less than ``renew_deadline`` old (by this process's monotonic
 clock, measured from *before* the renewal request was sent). The config keeps
 ``renew_deadline + request timeout <= duration``, so a write sent in time lands before any other
 replica may take over, even if this process is then stopped (SIGSTOP, a long GC) mid-pass.

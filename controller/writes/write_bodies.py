@@ -3,8 +3,7 @@
 This module holds the marks the controller leaves on API objects (the stored plans' names and
 labels, the reservation taint and toleration), the predicates that recognise them, and the body
 of every patch, ConfigMap and Event that ``controller.writes.actions.Actions`` writes, each built
-from
-what was read. Nothing here calls the API server: every write still goes through
+from what was read. Nothing here calls the API server: every write still goes through
 ``Actions._write`` and only there. It is apart from ``actions.py`` because readers
 (``plans.py``, ``advance.py``, ``watch.py``, ``explain_live.py``) recognise these marks without
 an API client, and because deciding what a write says is pure while sending it is the write path

@@ -2,8 +2,7 @@
 
 The baseline that separates what checkpoints buy from what weighing GPUs × time buys: the same
 planner (``policies.planner.preemption``: candidate walk, exact within-node search, whole gangs,
-PDBs,
-fairness penalty) with every pod's cost taken as GPUs × time since it started. It is the
+PDBs, fairness penalty) with every pod's cost taken as GPUs × time since it started. It is the
 planner run on a copy of the snapshot with every checkpoint fact removed (no mode, no last
 checkpoint, no checkpoint time, nothing malformed; unknown checkpoints count from the start)
 and without draining. The victims' ``lost_gpu_seconds`` in its plans are therefore GPU × age,

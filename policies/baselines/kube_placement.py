@@ -1,9 +1,8 @@
 """Where kube-scheduler's default profile puts a pod: resource fit, then node scores.
 
 ``policies.baselines.kube_workload`` needs this to follow workload-aware preemption, which
-schedules a
-pending PodGroup on the cluster with every potential victim removed and keeps the victims
-that fit back next to it: the node each member lands on decides which victims go. Mirrors
+schedules a pending PodGroup on the cluster with every potential victim removed and keeps the
+victims that fit back next to it: the node each member lands on decides which victims go. Mirrors
 kubernetes/kubernetes@v1.37.2:
 
 - ``pkg/scheduler/schedule_one_podgroup.go`` ``podGroupSchedulingDefaultAlgorithm``: the

@@ -1,8 +1,7 @@
 """kube-scheduler with workload-aware preemption (KEP-5710), reimplemented on our model.
 
 The strongest upstream baseline for gangs: DefaultPreemption (``policies.baselines.kube_default``)
-made
-gang-aware, as kubernetes/kubernetes@v1.37.2 does it with the ``GenericWorkload`` gate on
+made gang-aware, as kubernetes/kubernetes@v1.37.2 does it with the ``GenericWorkload`` gate on
 (beta, off by default; design in kubernetes/enhancements ``keps/sig-scheduling/
 5710-workload-aware-preemption/README.md``). Paths below are in kubernetes@v1.37.2
 ``pkg/scheduler/``; checked against it by the differential run (bench/differential.py

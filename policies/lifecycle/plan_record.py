@@ -4,9 +4,8 @@
 the controller owns in its own namespace (``plan_to_annotation``/``plan_from_annotation``); the
 drain request a victim gets is an annotation (``DrainRequest``), acknowledged by
 ``checkpoint-done`` (``acked``). These are apart from ``policies.lifecycle.lifecycle`` (the state
-machine
-that reads a record and the live check before each write) because they are the data it works on
-and the strict parsing of it.
+machine that reads a record and the live check before each write) because they are the data it works
+on and the strict parsing of it.
 
 Errors: ``PlanFormatError`` / ``DrainFormatError`` (both ``ValueError``) for values that do
 not parse strictly. Callers treat such a value as carrying no plan, and never act on it.
@@ -75,8 +74,7 @@ class PlannedVictim:
     workload: str = ""  # the victim's workload key (gang, owner or pod), for fairness history
     gang: str = ""  # its gang, if any: once one member is evicted, the rest always follow
     # one of the members an elastic gang gives up (policies.planner.shrink): its gang's other
-    # members
-    # are no victims and are never touched; its drain request names every member that leaves
+    # members are no victims and are never touched; its drain request names every member that leaves
     shrink: bool = False
     # what the plan waits for before evicting it (policies.planner.timing): "" nothing, "checkpoint"
     # its next periodic checkpoint (a last-checkpoint newer than the plan), "end" its end
@@ -279,8 +277,7 @@ class DrainRequest:
     requested: float
     deadline: float
     # an elastic gang's shrink (policies.planner.shrink): the names of its members that leave, this
-    # pod
-    # among them; the job runs on without them. Empty: the pod's whole workload goes.
+    # pod among them; the job runs on without them. Empty: the pod's whole workload goes.
     leaving: tuple[str, ...] = ()
 
 

@@ -14,9 +14,8 @@ protection, and none makes it cheaper to preempt:
   no NVLink need;
 - a bad ``checkpoint-interval`` or ``expected-end`` is ignored: nothing is predicted, and the
   planner evicts as it would without them (``policies.planner.timing``: a prediction only ever
-  makes a
-  plan wait, up to the drain cap, and a victim whose checkpoint or end does not come by then is
-  evicted and charged as before);
+  makes a plan wait, up to the drain cap, and a victim whose checkpoint or end does not come by then
+  is evicted and charged as before);
 - a bad gang name is ignored (the next convention, if any, names the gang), a bad gang total
   leaves the gang's size undeclared;
 - a bad ``min-members`` (not a count, more than the gang's declared total, or on a pod in no
@@ -56,8 +55,7 @@ NVLINK = PREFIX + "nvlink"
 # the fewest members a gang runs with (torchrun-elastic style jobs): members above it may leave
 MIN_MEMBERS = PREFIX + "min-members"
 # when to preempt (policies.planner.timing): a periodic checkpointer's declared period (a
-# duration), and
-# when a pod expects to end (RFC 3339)
+# duration), and when a pod expects to end (RFC 3339)
 CHECKPOINT_INTERVAL = PREFIX + "checkpoint-interval"
 EXPECTED_END = PREFIX + "expected-end"
 RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (the controller's)

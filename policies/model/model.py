@@ -98,8 +98,7 @@ class RejectReason(enum.StrEnum):
     NVLINK_UNKNOWN = "nvlink-required-but-topology-unknown"
     NVLINK_INFEASIBLE = "nvlink-required-but-no-domain-fits"
     # an nvlink: required gang spanning nodes (policies.planner.preemption, "NVLink cliques"): this
-    # node
-    # is outside the clique being tried; or no clique can host the whole gang
+    # node is outside the clique being tried; or no clique can host the whole gang
     NVLINK_OTHER_CLIQUE = "nvlink-gang-in-another-clique"
     NVLINK_NO_CLIQUE = "nvlink-required-gang-but-no-clique-fits"
     COSTLIER = "another-node-loses-less-work"

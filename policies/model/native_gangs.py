@@ -7,8 +7,7 @@ podGroupReplicaKey}`` instead, naming a group inside a ``Workload`` (k8s.io/api@
 core/v1/types.go, ``WorkloadReference``); 1.36 replaced it (tombstoned in v0.37.2).
 
 This convention is tried before every label convention of ``policies.model.gangs``: a pod in a
-native
-group is that group's gang, whatever labels it also carries.
+native group is that group's gang, whatever labels it also carries.
 
 What the PodGroup says (k8s.io/api@v0.37.2 scheduling/v1beta1/types.go):
 

@@ -1,8 +1,7 @@
 """``Snapshot``: the whole cluster at one instant, and the indexes every policy reads from it.
 
 Apart from the record types it holds (``policies.model.model``) because it is the one model class
-with
-behaviour of its own: lazily built indexes (pods per node, free resources, gangs, PDBs per
+with behaviour of its own: lazily built indexes (pods per node, free resources, gangs, PDBs per
 namespace) and ``restricted``, the per-preemptor view a controller cycle derives without
 re-indexing. It imports ``policies.model.model``, never the reverse.
 """
@@ -44,8 +43,7 @@ class Snapshot:
     recent_preemptions: Mapping[str, int] = field(default_factory=dict)
     unknown_checkpoint: UnknownCheckpoint = UnknownCheckpoint()
     # per Pod.workload: preemptions within the bound's longer window (policies.planner.bound), for
-    # the
-    # fairness penalty that doubles with each; empty: the penalty counts recent ones only
+    # the fairness penalty that doubles with each; empty: the penalty counts recent ones only
     preemption_history: Mapping[str, int] = field(default_factory=dict)
 
     @cached_property

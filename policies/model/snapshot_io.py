@@ -19,8 +19,7 @@ whole GPUs; optional ``gpu_milli`` on nodes and pods: MIG slices in thousandths 
     preemptor: ml/big      # or a list of pod names: the members of a pending gang
 
 Pods are built by ``policies.model.annotations.build_pod`` exactly as the controller builds them,
-with
-the given ``Limits`` (who may opt out, caps, the unknown-checkpoint policy), so a snapshot
+with the given ``Limits`` (who may opt out, caps, the unknown-checkpoint policy), so a snapshot
 explains what the live controller would decide.
 """
 

@@ -6,8 +6,7 @@ would otherwise refuse some members and leave the gang half-evicted); single pod
 PDB violations, as in kube-scheduler. ``min_cover`` is the branch-and-bound search for the
 cheapest set of units freeing what a pod needs on one node, and ``gpu_lower_bound`` the bound
 that orders nodes before it runs. They are apart from ``policies.planner.units`` (what a unit is
-and how
-one is built from a snapshot) because they only consume units.
+and how one is built from a snapshot) because they only consume units.
 """
 
 from __future__ import annotations

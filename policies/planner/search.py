@@ -4,8 +4,7 @@
 the PDB budget spent, the rejections); ``_Sampler`` walks the candidate driver over it for one
 request, and ``_judge``/``_cover`` bound and then solve each node. It is separate from
 ``policies.planner.preemption`` so the planner's entry point (``plan``, its config, the gang tries
-and
-the plan it returns) reads apart from the node-level search it drives. The helpers others
+and the plan it returns) reads apart from the node-level search it drives. The helpers others
 use (``nvlink_gpus``, ``domain_fits``, ``sampling``) are imported from here.
 
 Without preemption (``fit_without_preemption``), among the nodes where the pod fits as things

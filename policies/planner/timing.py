@@ -1,8 +1,8 @@
 """When to preempt: evict now, right after a victim's next periodic checkpoint, or once it ends.
 
 A plan's victims are chosen first (``policies.planner.preemption``); this module then decides when
-the
-plan evicts them. Two predictions, both from what the pod declares (``policies.model.annotations``):
+the plan evicts them. Two predictions, both from what the pod declares
+(``policies.model.annotations``):
 
 - a periodic checkpointer (``checkpoint-interval`` and a reported ``last-checkpoint`` L) next
   checkpoints at L + interval; a pod whose report is already overdue (L + interval + margin is

@@ -84,8 +84,7 @@ class UnitBuilder:
         self._shrink_rate: dict[str, float] = {}
         # ``shared``: a cycle's store of what ``evictable_on`` found, for this builder's priority
         # band and cost settings (``policies.planner.plan_cache``), used for every node but
-        # ``unshared``
-        # (where the snapshot differs from the one the store describes)
+        # ``unshared`` (where the snapshot differs from the one the store describes)
         self._shared = shared
         self._unshared = unshared
         self.restart_seconds = restart_seconds

@@ -35,8 +35,7 @@ checkpoint deadline (the largest drained estimate, at most ``max_checkpoint_seco
 victim losing everything since its last periodic checkpoint. The extra wait a drain imposes on
 the preemptor, over a plain kill after ``grace_seconds``, is reported as ``delay_gpu_hours``.
 A plan that waits for victims' checkpoints or ends (``Plan.timing``, ``policies.planner.timing``)
-holds
-the preemptor's reservation until they are seen or its deadline (``policies/sim/waits.py``);
+holds the preemptor's reservation until they are seen or its deadline (``policies/sim/waits.py``);
 its victims that ended meanwhile are not evicted, the rest are charged at that moment, and the
 whole wait over the grace period is delay.
 

@@ -8,10 +8,9 @@ the same with workload-aware preemption (KEP-5710), our own search blind to chec
 
 greedy-checkpoint is checkpoint-aware-drain with the within-node branch and bound cut to one
 step (``search_budget=1``): ``policies.planner.cover.min_cover`` then falls back to its greedy
-cover,
-the node's victims cheapest first (lost work + restart + fairness penalty) until the preemptor
-fits. Candidate nodes, node choice, whole gangs and PDBs are the planner's. It answers what the
-exact search adds over the obvious greedy with the same costs.
+cover, the node's victims cheapest first (lost work + restart + fairness penalty) until the
+preemptor fits. Candidate nodes, node choice, whole gangs and PDBs are the planner's. It answers
+what the exact search adds over the obvious greedy with the same costs.
 
 When to preempt (``policies.planner.timing``), apart from ``POLICIES`` so that runs of every policy
 keep their set: ``TIMING_POLICY`` is the drain policy that also decides when to evict (its

@@ -1,8 +1,7 @@
 """How long the simulated controller waits for a plan's timing (``Plan.timing``), from the
 ground truth: the victims ``policies.planner.timing`` chose to wait for are seen checkpointed when
-their
-next periodic checkpoint's report arrives (``report_lag_seconds`` after it completes, and only if
-the published time, with its seeded error, is later than the plan: the controller's ack rule), or
+their next periodic checkpoint's report arrives (``report_lag_seconds`` after it completes, and only
+if the published time, with its seeded error, is later than the plan: the controller's ack rule), or
 seen ended ``report_lag_seconds`` after they end; the plan evicts when all are seen, or at its
 deadline. Used by ``Simulation._execute`` (policies/sim/engine.py).
 """
