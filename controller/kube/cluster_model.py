@@ -35,7 +35,7 @@ from ckpt_preempt.policies.model import annotations as ann
 from ckpt_preempt.policies.model.health import Health
 from ckpt_preempt.policies.model.model import Gang, Pod, Resources
 from ckpt_preempt.policies.model.native_gangs import NativeGroup
-from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.snapshot import LAZY, Snapshot
 from ckpt_preempt.policies.model.times import parse_rfc3339
 
 
@@ -340,15 +340,12 @@ class ClusterModel:
                         recent_preemptions=dict(recent_preemptions or {}),
                         unknown_checkpoint=self.limits.unknown_checkpoint,
                         preemption_history=dict(preemption_history or {}))
-        known = dict(
-            node_by_name=cluster.nodes, pod_by_uid=self._model,
-            _index=(self._pods_on_node, self._held, self._gang_pods),
-            free_by_node=cluster.free, free_gpus_index=cluster.free_gpus,
-            largest_allocatable=cluster.largest_allocatable(), gangs=self._gangs,
-            pdbs_by_namespace=index.pdbs_by_namespace)
-        if self._median:
-            known["unknown_checkpoint_age"] = _median_age(self._ages, now)
-        snap.__dict__.update(known)
+        snap = snap.with_indexes(
+            node_by_name=cluster.nodes, pod_by_uid=self._model, pods_on_node=self._pods_on_node,
+            held=self._held, pods_by_gang=self._gang_pods, free_by_node=cluster.free,
+            free_gpus_index=cluster.free_gpus, largest_allocatable=cluster.largest_allocatable(),
+            gangs=self._gangs, pdbs_by_namespace=index.pdbs_by_namespace,
+            unknown_checkpoint_age=_median_age(self._ages, now) if self._median else LAZY)
         return convert.Converted(snapshot=snap, problems=self._problems,
                                  node_problems=cluster.problems,
                                  changed_nodes=cluster.take_changed())

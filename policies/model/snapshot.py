@@ -26,6 +26,8 @@ from ckpt_preempt.policies.model.model import (
     UnknownCheckpoint,
 )
 
+LAZY = object()  # Snapshot.with_indexes: leave this cached value to be computed when asked
+
 
 @dataclass(frozen=True, kw_only=True)
 class Snapshot:
@@ -116,6 +118,27 @@ class Snapshot:
             for p in self.pods if p.node is not None and p.last_checkpoint is not None
         ]
         return max(0.0, statistics.median(ages)) if ages else None
+
+    def with_indexes(self, *, node_by_name: dict[str, Node], pod_by_uid: dict[str, Pod],
+                     pods_on_node: dict[str, tuple[Pod, ...]], held: dict[str, Resources],
+                     pods_by_gang: dict[str, list[Pod]], free_by_node: dict[str, Resources],
+                     free_gpus_index: list[tuple[int, str]], largest_allocatable: Resources,
+                     gangs: dict[str, Gang],
+                     pdbs_by_namespace: dict[str, list[tuple[int, PodDisruptionBudget]]],
+                     unknown_checkpoint_age: object = LAZY) -> Snapshot:
+        """This snapshot with its indexes handed in instead of computed from its nodes and
+        pods (the controller's incremental cluster model keeps them current), shared, not
+        copied. The caller vouches that each equals what the property would compute
+        (tests/controller/test_cluster_model_props.py checks it after every random change).
+        ``unknown_checkpoint_age`` is computed when asked unless given (``LAZY``)."""
+        if unknown_checkpoint_age is not LAZY:
+            self.__dict__["unknown_checkpoint_age"] = unknown_checkpoint_age
+        self.__dict__.update(
+            node_by_name=node_by_name, pod_by_uid=pod_by_uid,
+            _index=(pods_on_node, held, pods_by_gang), free_by_node=free_by_node,
+            free_gpus_index=free_gpus_index, largest_allocatable=largest_allocatable,
+            gangs=gangs, pdbs_by_namespace=pdbs_by_namespace)
+        return self
 
     def with_nodes(self, nodes: tuple[Node, ...],
                    free_gpus_index: list[tuple[int, str]]) -> Snapshot:
