@@ -42,9 +42,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
-from evidence import _params, _progress, _trace  # bench/evidence.py, next to this script
-from harsh_world import SCALE  # openb's share: the harsh world's, for the same reason
-
+from bench.evidence import _params, _progress, _trace
+from bench.harsh_world import SCALE  # openb's share: the harsh world's, for the same reason
 from ckpt_preempt.policies.model.model import CheckpointMode
 from ckpt_preempt.policies.sim import disruptions as dis
 from ckpt_preempt.policies.sim import experiment, planners, report, stats

@@ -35,8 +35,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
-from evidence import EVIDENCE_SCALE, cells  # bench/evidence.py, next to this script
-
+from bench.evidence import EVIDENCE_SCALE, cells
 from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, floor_cuts, hindsight, stats
 from ckpt_preempt.policies.sim.engine import SimConfig

@@ -35,8 +35,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
-from evidence import _progress, run_task  # bench/evidence.py, next to this script
-
+from bench.evidence import _progress, run_task
 from ckpt_preempt.policies.baselines import cost_aware, kube_default, kube_workload
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 from ckpt_preempt.policies.sim.workload import WorkloadParams

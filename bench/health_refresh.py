@@ -1,6 +1,6 @@
 """Benchmark: one GPU-health refresh for 1,000 nodes x 8 GPUs against a real Prometheus.
 
-The test bench's Prometheus (e2e/promstack.py; `make testbin` gets it) scrapes, every 15 s, the
+The test bench's Prometheus (e2e/harness/promstack.py; `make testbin` gets it) scrapes, every 15 s, the
 fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
 deploy/dcgm/health-counters.csv (15 series per GPU). Every 50th node misbehaves, so every kind
 of rule has something to find: critical and memory XIDs, and NVLink CRC errors, PCIe replays
@@ -38,20 +38,16 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from ckpt_preempt.controller.core.config import Config, HealthQueryMode  # noqa: E402
-from ckpt_preempt.controller.health.health import PrometheusHealth  # noqa: E402
-from ckpt_preempt.controller.health.health_promql import (  # noqa: E402
+from ckpt_preempt.controller.core.config import Config, HealthQueryMode
+from ckpt_preempt.controller.health.health import PrometheusHealth
+from ckpt_preempt.controller.health.health_promql import (
     RECORDED_REPORTING,
     RULES_GROUP,
     recording_rules,
     render,
 )
-from ckpt_preempt.policies.model import health as ph  # noqa: E402
-from e2e.promstack import (  # noqa: E402
+from ckpt_preempt.policies.model import health as ph
+from e2e.harness.promstack import (
     DcgmFixtureExporter,
     PrometheusMissing,
     find_prometheus,

@@ -17,10 +17,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def main() -> int:
@@ -29,7 +25,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
 
-    from tests.hwprobe.mocklib import PROFILES, mock_library
+    from e2e.harness.mock_nvml import PROFILES, mock_library
 
     library = mock_library()
     if not library.is_file():

@@ -18,8 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from placement import parse_seeds, read_trace  # bench/placement.py, next to this script
-
+from bench.placement import parse_seeds, read_trace
 from ckpt_preempt.policies.placement import benchmark, gap_squares, ours, protocol
 
 TRACE = "openb_pod_list_default.csv"

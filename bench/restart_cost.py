@@ -26,8 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from evidence import run_all  # bench/evidence.py, next to this script
-
+from bench.evidence import run_all
 from ckpt_preempt.policies.sim import experiment, report, stats
 from ckpt_preempt.policies.sim.planners import DRAIN_POLICY
 from ckpt_preempt.policies.sim.protocols import WORKLOADS

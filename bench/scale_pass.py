@@ -18,22 +18,16 @@ import gc
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
-from ckpt_preempt.controller.core.config import Config  # noqa: E402
-from ckpt_preempt.controller.kube import convert, records  # noqa: E402
-from ckpt_preempt.controller.kube.cluster_model import ClusterModel  # noqa: E402
-from ckpt_preempt.controller.kube.informer import LoggedStore  # noqa: E402
-from ckpt_preempt.policies.model import annotations as ann  # noqa: E402
+from bench.synthetic_cluster import rfc3339, trace, uniform
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.controller.kube.cluster_model import ClusterModel
+from ckpt_preempt.controller.kube.informer import LoggedStore
+from ckpt_preempt.policies.model import annotations as ann
 
 NOW = 2_000_000_000.0
 SIZES = {"small": (4278, 40_000), "large": (12_500, 100_000)}

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from bench.chaos import Chaos, ChaosConfig
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.chaos import Chaos, ChaosConfig
 
 pytestmark = pytest.mark.e2e
 DRAINS, KILLS = 12, 5

@@ -13,13 +13,13 @@ import uuid
 
 import pytest
 
-from bench.eviction_gate import burst
 from ckpt_preempt.controller.gate import gate_server
 from ckpt_preempt.controller.gate.gate import Gate, GateSettings
 from ckpt_preempt.policies.disruption.eviction_gate import GateLimits
-from e2e import kube
-from e2e.localcluster import free_port
-from e2e.test_eviction_gate_support import drain_request, make_certs
+from e2e.harness import kube
+from e2e.harness.eviction_gate_run import drain_request, make_certs
+from e2e.harness.gate_burst import burst
+from e2e.harness.localcluster import free_port
 
 pytestmark = pytest.mark.e2e
 PODS = 6

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.scale_kwok import burst
 from ckpt_preempt.controller.core.config import Config
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.kwok_scale import burst
 
 pytestmark = pytest.mark.e2e
 NODES, PREEMPTORS = 8, 5

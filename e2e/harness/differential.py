@@ -29,7 +29,7 @@ from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.kube import convert, records
 from ckpt_preempt.policies.model.model import LabelRequirement, Pod
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from e2e import kube
+from e2e.harness import kube
 
 PREEMPTOR = "preemptor"
 PREEMPTOR_CLASS, PREEMPTOR_PRIORITY = "diff-high", 1000

@@ -1,14 +1,6 @@
-"""Differential run: policies.baselines.kube_default against the real kube-scheduler on random
-clusters.
-
-    .venv/bin/python bench/differential.py [--cases 200] [--seed 1] [--out PATH]
-    .venv/bin/python bench/differential.py --workload [...]   # kube_workload, native PodGroups
-
-Starts its own local control plane (etcd, kube-apiserver, kube-scheduler with its default
-profile, kube-controller-manager, kwok) and runs `--cases` random clusters on it, one after
-the other, each in a fresh namespace on fresh fake nodes deleted afterwards (e2e/differential.py
-says what a case is and how it is observed). `classify` compares kube-scheduler's victims with
-kube_default's on the same snapshot:
+"""Judging one differential case (e2e/harness/differential.py made and observed it):
+`classify` compares kube-scheduler's victims with ``policies.baselines.kube_default``'s on the
+same snapshot.
 
 - agree: the same victim set (by name); both empty when neither finds a node;
 - tie (documented tie-break): kube_default itself reaches kube-scheduler's choice when only an
@@ -19,42 +11,26 @@ kube_default's on the same snapshot:
 - real: anything else, with the whole state and the upstream rules (`RULES`) that explain it;
 - anomaly: the run gave no clean answer (no outcome in time, or a bind without preemption).
 
-The e2e test (e2e/test_kube_differential.py) runs a short version. Progress goes to stderr; one JSON
-line at the end: cases, agreements, documented tie-breaks, real disagreements, anomalies (runs
-without a clean answer), the agreement rate (agreements plus documented tie-breaks, over the
-cases with a clean answer) and the wall time. Every case that is not a plain agreement is
-written with its full state to `--out` (default bench/results/differential.json).
-Exit status 0 when there is no real disagreement, 1 otherwise, 2 on bad input or no testbin.
+    verdicts = run(cluster, cases, seed)        # generate, observe and classify each case
+    summary(verdicts, seconds)                  # the figures bench/differential.py prints
+    classify(observation(stored_verdict))       # a stored case again, without a cluster
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import itertools
-import json
 import random
 import sys
-import tempfile
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from kubernetes.client.rest import ApiException
 
-import urllib3  # noqa: E402
-from kubernetes import config  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
-
-from bench import differential_workload  # noqa: E402
-from ckpt_preempt.policies.baselines import kube_default  # noqa: E402
-from ckpt_preempt.policies.model.model import (  # noqa: E402
+from ckpt_preempt.policies.baselines import kube_default
+from ckpt_preempt.policies.model.model import (
     LabelRequirement,
     Node,
     Pod,
@@ -63,13 +39,10 @@ from ckpt_preempt.policies.model.model import (  # noqa: E402
     Resources,
     breaks_budget,
 )
-from ckpt_preempt.policies.model.snapshot import Snapshot  # noqa: E402
-from e2e import differential, kube  # noqa: E402
-from e2e.differential import Observation  # noqa: E402
-from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
+from ckpt_preempt.policies.model.snapshot import Snapshot
+from e2e.harness import differential, kube
+from e2e.harness.differential import Observation
 
-DEFAULT_OUT = REPO / "bench" / "results" / "differential.json"
-WORKLOAD_OUT = REPO / "bench" / "results" / "differential_workload.json"
 TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach
 ORDER_SHUFFLES = 16  # pod orders tried when looking for a tie between equal victims
 
@@ -339,73 +312,3 @@ def run(c: kube.Cluster, cases: int, seed: int, *, pdb_edges: bool = True,
               f"{v.kube.get('victims')} ours={v.ours.get('node') or '-'} "
               f"{v.ours.get('victims')} ({time.monotonic() - t0:.1f}s)", file=log, flush=True)
     return verdicts
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", type=int, default=200)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--no-pdb-edges", action="store_true",
-                   help="leave out unlabeled pods, empty PDB selectors and overlapping PDBs "
-                        "(where kube-scheduler's PDB rules differ from policy/v1 eviction)")
-    p.add_argument("--workdir", help="keep the control plane's logs here")
-    p.add_argument("--replay", type=Path, metavar="RESULTS",
-                   help="no cluster: classify again the ties and real disagreements stored in "
-                        "RESULTS (an --out file) with the current kube_default")
-    p.add_argument("--workload", action="store_true",
-                   help="kube_workload against workload-aware preemption on clusters with native "
-                        "PodGroups (bench/differential_workload.py); default --out "
-                        f"{WORKLOAD_OUT.relative_to(REPO)}")
-    args = p.parse_args(argv)
-    if args.workload:
-        return differential_workload.main(args, WORKLOAD_OUT if args.out == DEFAULT_OUT
-                                          else args.out)
-    if args.replay:
-        return replay(args.replay)
-    if args.cases < 1:
-        print("differential: --cases must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        bins = find_testbin()
-    except TestbinMissing as e:
-        print(f"differential: {e}", file=sys.stderr)
-        return 2
-    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
-    t0 = time.monotonic()
-    with contextlib.ExitStack() as stack:
-        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diff-"))
-        lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster"))
-        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
-        c = kube.Cluster("local", lc.kubeconfig, api, local=lc)
-        verdicts = run(c, args.cases, args.seed, pdb_edges=not args.no_pdb_edges)
-        version = versions(bins).get("KUBERNETES_VERSION", "")
-    figures = {**summary(verdicts, time.monotonic() - t0), "seed": args.seed,
-               "pdb_edges": not args.no_pdb_edges, "kubernetes": version}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [json.dumps(v.as_json()) for v in verdicts if v.kind != "agree"]  # a line each
-    head = json.dumps(figures)
-    args.out.write_text(f'{{"summary": {head},\n"not_agreeing": [\n' + ",\n".join(rows) + "]}\n")
-    print(json.dumps(figures))
-    return 0 if figures["real_disagreements"] == 0 else 1
-
-
-def replay(path: Path) -> int:
-    try:
-        data = json.loads(path.read_text())
-        stored, edges = data["not_agreeing"], data["summary"]["pdb_edges"]
-        seen = [observation(v, pdb_edges=edges) for v in stored if v["kind"] in ("tie", "real")]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"differential: cannot replay {path}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    now = [classify(s) for s in seen]
-    for before, after in zip((v for v in stored if v["kind"] in ("tie", "real")), now,
-                             strict=True):
-        if before["kind"] != after.kind:
-            print(f"case {after.case}: {before['kind']} -> {after.kind}", file=sys.stderr)
-    print(json.dumps({"replayed": len(now), **Counter(v.kind for v in now)}))
-    return 0 if all(v.kind != "real" for v in now) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.hwprobe.mocklib import MockNvml, mock_library
+from e2e.harness.mock_nvml import MockNvml, mock_library
 
 
 @pytest.fixture(scope="session")
