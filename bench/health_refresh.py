@@ -1,7 +1,11 @@
 """Benchmark: one GPU-health refresh for 1,000 nodes x 8 GPUs against a real Prometheus.
 
-The test bench's Prometheus (e2e/harness/promstack.py; `make testbin` gets it) scrapes, every 15 s, the
-fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
+Usage: python -m bench.health_refresh [--nodes 1000] [--gpus 8] [--refreshes 100]
+[--mode direct,recorded] [--spacing-ms 200]
+Target: p99 <= 200 ms.
+
+The test bench's Prometheus (e2e/harness/promstack.py; `make testbin` gets it) scrapes, every 15 s,
+the fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
 deploy/dcgm/health-counters.csv (15 series per GPU). Every 50th node misbehaves, so every kind
 of rule has something to find: critical and memory XIDs, and NVLink CRC errors, PCIe replays
 and thermal throttling that keep rising at every scrape. With `recorded` among the modes,
@@ -18,10 +22,7 @@ Prometheus' own evaluation time for a refresh's queries run one at a time (its q
 the states found. And ``rule_group_evaluation``: Prometheus' own time to evaluate the recording
 rules group (/api/v1/rules evaluationTime, every distinct evaluation seen during the run): the
 cost recorded mode moves from the refresh to the server, once per evaluation interval. Both
-modes run against the same Prometheus, rules installed. Prints one JSON line; target p99 <=
-200 ms.
-Usage: python bench/health_refresh.py [--nodes 1000] [--gpus 8] [--refreshes 100]
-                                      [--mode direct,recorded] [--spacing-ms 200]
+modes run against the same Prometheus, rules installed. Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Benchmark: one full hwprobe probe of the 8-GPU HGX H100 mock profile.
 
-Prints one JSON line. Target: a full probe (every GPU, every link with its error counters,
-every pair's common ancestor and five P2P statuses, fabric info) in at most 200 ms. Measured,
-not asserted: the number goes into hwprobe/README.md.
+Usage: python -m bench.hwprobe_probe [--profile h100] [--repeats 30]
+Target: a full probe (every GPU, every link with its error counters, every pair's common
+ancestor and five P2P statuses, fabric info) in at most 200 ms. Measured, not asserted: the
+number goes into hwprobe/README.md.
 
 The mock library is the one e2e/testbin/mocknvml/build.sh caches for the current sources;
-NVML is initialised once per probe (as `hwprobe report` does). Usage:
-    .venv/bin/python bench/hwprobe_probe.py [--profile h100] [--repeats 30]
+NVML is initialised once per probe (as `hwprobe report` does). Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
-"""Benchmark: the image's containers as the chart runs them (e2e/harness/images.py), on the local control
-plane: for the controller, the extender and hwprobe (on the mock NVML), `--runs` cold starts
+"""Benchmark: the image's containers as the chart runs them (e2e/harness/images.py), on the local
+control plane: for the controller, the extender and hwprobe (on the mock NVML), `--runs` cold starts
 each, timing `podman run` to `/readyz` answering 200, then the resident memory (VmRSS of the
 container's process) after `--idle` seconds of doing nothing. Also the image's size, and the
 time of `podman run ... --version` (container start, Python start and the CLI, nothing else).
+
+Usage: python -m bench.image_start [--runs 5] [--idle 5]   (needs `make testbin` and `make image`)
+Target: none: a measurement (deploy/README.md reports it; good: each component ready within a
+few seconds of `podman run`).
 
 Every start is cold for the process (a new container; the image's layers are in the page cache
 after the first). Reported per component: mean and 95 % confidence interval (Student's t), min,
 max, and the load average, since these 2-core machines are shared.
 
-Prints one JSON line. Usage: python bench/image_start.py [--runs 5] [--idle 5]
-Needs `make testbin` and `make image`.
+Prints one JSON line.
 """
 
 from __future__ import annotations

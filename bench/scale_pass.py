@@ -2,13 +2,16 @@
 full rebuild, at 4,278 nodes / 40k pods (the spot-GPU trace) and 12,500 nodes x 8 GPUs / 100k
 pods (bench/synthetic_cluster.py), when 0 % and 1 % of the pods changed since the last pass.
 
+Usage: python -m bench.scale_pass [--sizes small,large] [--repeats 5]
+Target: <= 100 ms at 1 % changed, RSS <= 1 GiB (large).
+
 "full": what the pass did before controller/kube/cluster_model.py: read the cache, drop finished
 pods, build the pass's maps, ``convert.snapshot()`` and the Snapshot's indexes the planner
 uses. "incremental": ``ClusterModel.sync()`` + ``ClusterModel.snapshot()`` after the changes
 reached the store (half of the changed pods modified, a quarter finished and deleted, a quarter
 created, bound where those went). Each figure is the median of ``--repeats`` passes. RSS: the
 process after the cache (trimmed records) is built, and what the model adds to it.
-Prints one JSON line. Usage: python bench/scale_pass.py [--sizes small,large] [--repeats 5]
+Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 of its requests and cuts its watches, and every preemption still ends Done or cleanly Aborted, with
 no pod evicted twice or outside a stored plan (counted from the API server's audit log).
 
-Also here: the proxy itself, and the audit checks of bench/chaos.py caught in the act (rogue
-evictions made on purpose must be reported), so a silent checker cannot pass the chaos tests.
+Also here: the proxy itself, and the audit checks of the chaos run (e2e/harness/chaos/checks.py)
+caught in the act (rogue evictions made on purpose must be reported), so a silent checker cannot
+pass the chaos tests.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Gate replicas against the real API server: two replicas that answer the same Evictions at
 the same moment write one drain request per pod and give the same answer, with no leader; and
 the gate's HTTPS server answers bad requests with a 400, never a crash. Plus the burst
-benchmark's short seeded run (bench/eviction_gate.py)."""
+benchmark's short seeded run (e2e/harness/gate_burst.py; `python -m bench.eviction_gate` runs it
+long)."""
 
 from __future__ import annotations
 

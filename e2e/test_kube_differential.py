@@ -1,12 +1,12 @@
 """policies.baselines.kube_default against the real kube-scheduler on the same clusters.
 
 A short seeded run of e2e/harness/differential.py's random clusters, classified by
-bench/differential.py (which runs 200+); kube-scheduler v1.37.2's PDB rules that differ from
-policy/v1 eviction, each on a hand-made cluster where they decide the victim; and, without a
-cluster, the generator's invariants and the classifier on hand-made snapshots. The same for
-policies.baselines.kube_workload against workload-aware preemption with native PodGroups
-(e2e/harness/differential_workload.py, bench/differential.py --workload), on a control plane of its
-own with GenericWorkload on."""
+e2e/harness/differential_classify.py (`python -m bench.differential` runs 200+); kube-scheduler
+v1.37.2's PDB rules that differ from policy/v1 eviction, each on a hand-made cluster where they
+decide the victim; and, without a cluster, the generator's invariants and the classifier on
+hand-made snapshots. The same for policies.baselines.kube_workload against workload-aware preemption
+with native PodGroups (e2e/harness/differential_workload.py, `python -m bench.differential
+--workload`), on a control plane of its own with GenericWorkload on."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def test_kube_workload_picks_the_victims_workload_aware_preemption_picks(native_
     kinds = [v.kind for v in verdicts]
     assert "anomaly" not in kinds and "real" not in kinds, shown
     # below 100 nodes only the order parallel Filter finishes in is left to chance (1 of 200
-    # cases in bench/differential.py --workload): all but one case agree outright
+    # cases in `python -m bench.differential --workload`): all but one case agree outright
     assert kinds.count("agree") >= WORKLOAD_CASES - 1, shown
     assert not any(v.events_differ for v in verdicts), shown
     assert sum(bool(v.kube["victims"]) for v in verdicts) >= WORKLOAD_CASES // 2, shown

@@ -1,7 +1,8 @@
-"""A burst of preemptors onto full nodes (bench/scale_kwok.py's burst, small): every preemptor
-is bound, and the pods evicted are exactly the victims of the plans the controller stored, each
-evicted once, while the plans' writes are sent side by side (writeConcurrency, default 8). The
-bench reports the time; this test asserts no timing."""
+"""A burst of preemptors onto full nodes (e2e/harness/kwok_scale.py's burst, small;
+`python -m bench.scale_kwok` runs it big): every preemptor is bound, and the pods evicted are
+exactly the victims of the plans the controller stored, each evicted once, while the plans'
+writes are sent side by side (writeConcurrency, default 8). The bench reports the time; this
+test asserts no timing."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ GenericWorkload on, no ckpt-preempt controller) preempts; what it did is read ba
 e2e/harness/differential.py: the case's pods gone or being deleted, the ``Preempted`` events, and
 the nodes the members were bound to. The same state, listed right before the preemptor's pods were
 created and converted as the controller converts it (PodGroups included), goes to
-``kube_workload.plan``; bench/differential.py ``--workload`` classifies.
+``kube_workload.plan``; differential_workload_classify.py classifies.
 
     case = generate(seed, index)
     seen = run_case(cluster, case, run="r1")   # on a LocalCluster(..., native_workload=True)

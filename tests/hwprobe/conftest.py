@@ -1,4 +1,5 @@
-"""Fixtures for the mock-NVML tests (see mocklib.py for how the mock is found and run)."""
+"""Fixtures for the mock-NVML tests (e2e/harness/mock_nvml.py says how the mock is found and
+run)."""
 
 from __future__ import annotations
 
