@@ -80,31 +80,33 @@ test: $(STAMP) lint testbin chart torch-venv
 unit: $(STAMP)
 	@$(BIN)/python -m pytest tests $(PYTEST_ARGS); rc=$$?; [ $$rc -ne 5 ] || exit 1; exit $$rc
 
+# Every benchmark runs as a module from the repository root (python -m bench.NAME; its
+# docstring says what it measures, how to run it and its target).
 bench: $(STAMP)
-	$(BIN)/python bench/evidence.py --out bench/results
-	$(BIN)/python bench/harsh_world.py
-	nice -n 10 $(BIN)/python bench/disruptions.py
-	$(BIN)/python bench/restart_cost.py
-	$(BIN)/python bench/timing.py
-	$(BIN)/python bench/starvation_bound.py
-	$(BIN)/python bench/elastic_shrink.py
-	$(BIN)/python bench/lost_work.py
-	$(BIN)/python bench/fairness.py
-	$(BIN)/python bench/optimality.py
-	$(BIN)/python bench/floor.py --seeds 40 --styles all --procs 2 > bench/results/floor.json
-	$(BIN)/python bench/floor.py --seeds 40 --styles openb/stress,training/replay --exact-reports > bench/results/floor_exact_reports.json
-	$(BIN)/python bench/plan_latency.py
-	$(BIN)/python bench/plan_latency.py --size frontier
-	$(BIN)/python bench/extender_latency.py
-	$(BIN)/python bench/eviction_gate.py
-	$(BIN)/python bench/health_refresh.py
-	$(BIN)/python bench/chaos.py
-	$(BIN)/python bench/differential.py --cases 220 --out bench/results/differential.json
-	$(BIN)/python bench/differential.py --workload --cases 200 --seed 2
-	$(BIN)/python bench/scale_pass.py
-	$(BIN)/python bench/scale_kwok.py
-	$(BIN)/python bench/nvlink_cliques.py
-	$(BIN)/python bench/admission_placement.py
+	$(BIN)/python -m bench.evidence --out bench/results
+	$(BIN)/python -m bench.harsh_world
+	nice -n 10 $(BIN)/python -m bench.disruptions
+	$(BIN)/python -m bench.restart_cost
+	$(BIN)/python -m bench.timing
+	$(BIN)/python -m bench.starvation_bound
+	$(BIN)/python -m bench.elastic_shrink
+	$(BIN)/python -m bench.lost_work
+	$(BIN)/python -m bench.fairness
+	$(BIN)/python -m bench.optimality
+	$(BIN)/python -m bench.floor --seeds 40 --styles all --procs 2 > bench/results/floor.json
+	$(BIN)/python -m bench.floor --seeds 40 --styles openb/stress,training/replay --exact-reports > bench/results/floor_exact_reports.json
+	$(BIN)/python -m bench.plan_latency
+	$(BIN)/python -m bench.plan_latency --size frontier
+	$(BIN)/python -m bench.extender_latency
+	$(BIN)/python -m bench.eviction_gate
+	$(BIN)/python -m bench.health_refresh
+	$(BIN)/python -m bench.chaos
+	$(BIN)/python -m bench.differential --cases 220 --out bench/results/differential.json
+	$(BIN)/python -m bench.differential --workload --cases 200 --seed 2
+	$(BIN)/python -m bench.scale_pass
+	$(BIN)/python -m bench.scale_kwok
+	$(BIN)/python -m bench.nvlink_cliques
+	$(BIN)/python -m bench.admission_placement
 
 # docs/architecture.svg from its Graphviz source (Debian: apt-get install graphviz). The SVG
 # carries the source's sha256, which tests/docs/test_architecture.py checks, so CI needs no dot.

@@ -2,6 +2,10 @@
 next, under each placement rule of the planner (``PlannerConfig.placement``): best fit, our
 scorer one member at a time, and our scorer on the block of members a node can take.
 
+Usage: python -m bench.admission_placement [--n 2000] [--seed 11] [--queue 0] [--large 2000]
+Target: none: a measurement (a rule is better than best fit where it leaves less fragmentation
+and the next arrivals get more GPUs).
+
 Instances: 4–12 nodes of 4 or 8 GPUs, partly filled with 1/2/4/8-GPU pods; a pending gang of
 2–4 members of 1, 2 or 4 GPUs that fits without preemption (others are skipped). After the plan:
 
@@ -18,7 +22,6 @@ or worse on each instance. The rule's own time per plan is in ``ms_per_plan``;
 candidates (every one of them is scored).
 ``--queue K`` puts the first K arrivals in the snapshot as pending pods, as a controller
 cycle's queue is: the planner's target then sees what is about to arrive.
-Usage: python bench/admission_placement.py [--n 2000] [--seed 11] [--queue 0] [--large 2000]
 """
 
 from __future__ import annotations

@@ -1,28 +1,25 @@
-"""Differential run: policies.baselines.kube_default against the real kube-scheduler on random
-clusters.
+"""Differential run: whether policies.baselines.kube_default (and, with ``--workload``,
+kube_workload) chooses the victims the real kube-scheduler chooses, on random clusters.
 
-    .venv/bin/python bench/differential.py [--cases 200] [--seed 1] [--out PATH]
-    .venv/bin/python bench/differential.py --workload [...]   # kube_workload, native PodGroups
+Usage: python -m bench.differential [--cases 200] [--seed 1] [--out PATH] [--no-pdb-edges]
+[--workdir DIR] [--replay RESULTS] [--workload]
+Target: >= 95 % of the cases with a clean answer identical or a documented tie-break
+(both modes).
 
 Starts its own local control plane (etcd, kube-apiserver, kube-scheduler with its default
 profile, kube-controller-manager, kwok) and runs `--cases` random clusters on it, one after
-the other, each in a fresh namespace on fresh fake nodes deleted afterwards (e2e/differential.py
-says what a case is and how it is observed). `classify` compares kube-scheduler's victims with
-kube_default's on the same snapshot:
+the other, each in a fresh namespace on fresh fake nodes deleted afterwards
+(e2e/harness/differential.py says what a case is and how it is observed;
+e2e/harness/differential_classify.py how it is judged: agree, documented tie, real, anomaly).
+`--workload`: kube_workload against kube-scheduler's workload-aware preemption on clusters with
+native PodGroups (e2e/harness/differential_workload.py and differential_workload_classify.py);
+every case is stored, default --out bench/results/differential_workload.json. `--replay`
+classifies a stored run again without a cluster.
 
-- agree: the same victim set (by name); both empty when neither finds a node;
-- tie (documented tie-break): kube_default itself reaches kube-scheduler's choice when only an
-  order that upstream leaves to chance changes: its random offset (several nodes equal on
-  every criterion of pickOneNodeForPreemption; kube-scheduler takes the first in a Go map's
-  iteration order), or the order of victims equal under MoreImportantVictim (same priority and
-  start time: kube-scheduler keeps its cache's pod order, which pod updates reshuffle);
-- real: anything else, with the whole state and the upstream rules (`RULES`) that explain it;
-- anomaly: the run gave no clean answer (no outcome in time, or a bind without preemption).
-
-The e2e test (e2e/test_kube_differential.py) runs a short version. Progress goes to stderr; one JSON
-line at the end: cases, agreements, documented tie-breaks, real disagreements, anomalies (runs
-without a clean answer), the agreement rate (agreements plus documented tie-breaks, over the
-cases with a clean answer) and the wall time. Every case that is not a plain agreement is
+The e2e test (e2e/test_kube_differential.py) runs a short version. Progress goes to stderr; one
+JSON line at the end: cases, agreements, documented tie-breaks, real disagreements, anomalies
+(runs without a clean answer), the agreement rate (agreements plus documented tie-breaks, over
+the cases with a clean answer) and the wall time. Every case that is not a plain agreement is
 written with its full state to `--out` (default bench/results/differential.json).
 Exit status 0 when there is no real disagreement, 1 otherwise, 2 on bad input or no testbin.
 """
@@ -31,314 +28,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
-import random
 import sys
 import tempfile
 import time
-import uuid
 import warnings
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import urllib3
+from kubernetes import config
 
-import urllib3  # noqa: E402
-from kubernetes import config  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
-
-from bench import differential_workload  # noqa: E402
-from ckpt_preempt.policies.baselines import kube_default  # noqa: E402
-from ckpt_preempt.policies.model.model import (  # noqa: E402
-    LabelRequirement,
-    Node,
-    Pod,
-    PodDisruptionBudget,
-    RejectReason,
-    Resources,
-    breaks_budget,
-)
-from ckpt_preempt.policies.model.snapshot import Snapshot  # noqa: E402
-from e2e import differential, kube  # noqa: E402
-from e2e.differential import Observation  # noqa: E402
-from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions  # noqa: E402
+from e2e.harness import differential_classify as dc
+from e2e.harness import differential_workload_classify as dwc
+from e2e.harness import kube
+from e2e.harness.localcluster import LocalCluster, TestbinMissing, find_testbin, versions
+from e2e.harness.paths import REPO
 
 DEFAULT_OUT = REPO / "bench" / "results" / "differential.json"
 WORKLOAD_OUT = REPO / "bench" / "results" / "differential_workload.json"
-TIE_SEEDS = 32  # random offsets tried when looking for a tie kube_default itself can reach
-ORDER_SHUFFLES = 16  # pod orders tried when looking for a tie between equal victims
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    kind: str  # "agree", "tie" (documented tie-break), "real", "anomaly"
-    case: int
-    kube: dict  # {"node", "victims"} as kube-scheduler did it
-    ours: dict  # the same from kube_default.plan (random offset seed 0)
-    events_differ: bool = False  # the "Preempted" events name other pods than the deletions
-    detail: dict = field(default_factory=dict)
-
-    def as_json(self) -> dict:
-        return asdict(self)
-
-
-def _outcome(plan) -> tuple[str, tuple[str, ...]]:
-    if not plan.feasible:
-        return "", ()
-    return plan.placements[0].node, tuple(sorted(v.name for v in plan.victims))
-
-
-def predict(snap: Snapshot, preemptor: Pod, seed: int = 0) -> tuple[str, tuple[str, ...]]:
-    """(node, sorted victim names) by kube_default; ("", ()) when it finds no plan."""
-    cfg = replace(kube_default.KubeDefaultConfig(), seed=seed)
-    return _outcome(kube_default.plan(snap, [preemptor], cfg))
-
-
-def _with_label_guard(b):
-    """The PDB as kube-scheduler applies it to unlabeled pods: it never charges them."""
-    guard = LabelRequirement(key="app", operator="Exists")  # every labeled pod carries app
-    return replace(b, match_all=False, match_expressions=(*b.match_expressions, guard))
-
-
-# PDB rules of kube-scheduler v1.37.2 (the testbin's; FilterVictimsWithPDBViolation in
-# pkg/scheduler/framework/preemption/util.go) that differ from policy/v1 eviction, as snapshot
-# rewrites: a real disagreement that a rewrite reproduces is explained by kube_default missing
-# that rule (it follows them; these name a regression). A third rule has no rewrite
-# (EARLY_STOP): that function stops charging a pod's PDBs at the first one it breaks (in the
-# PDB lister's order, a map's).
-RULES: dict[str, Callable[[Snapshot], Snapshot]] = {
-    # "A PDB with a nil or empty selector matches nothing."
-    "empty-selector-pdb-ignored": lambda s: replace(
-        s, pdbs=tuple(b for b in s.pdbs if not b.match_all)),
-    # a pod without labels breaks no PDB (returns before looking at the PDBs)
-    "unlabeled-pod-breaks-no-pdb": lambda s: replace(
-        s, pdbs=tuple(_with_label_guard(b) for b in s.pdbs)),
-}
-
-
-def _orders(snap: Snapshot) -> list[Snapshot]:
-    """The snapshot with its pods in several orders (list order, reversed, shuffled): for
-    victims equal under MoreImportantVictim (same priority and start time), kube-scheduler's
-    order is its cache's, which every pod update reshuffles (NodeInfo.RemovePod swaps the last
-    pod into the gap; an update is a remove and an add), and Go's sort.Slice keeps it for
-    short lists (insertion sort up to 12 elements: Go's sort/zsortfunc.go, maxInsertion);
-    kube_default's is the snapshot's."""
-    rng = random.Random(0)
-    out = [snap, replace(snap, pods=snap.pods[::-1])]
-    for _ in range(ORDER_SHUFFLES):
-        pods = list(snap.pods)
-        rng.shuffle(pods)
-        out.append(replace(snap, pods=tuple(pods)))
-    return out
-
-
-def _reachable(snap: Snapshot, pre: Pod, tie: str) -> dict[tuple[str, ...], str]:
-    """Victim sets kube_default reaches when only what upstream leaves to chance changes ->
-    the node: its random offset (tie "node", TIE_SEEDS of them), plus the order of equally
-    important victims ("victim-order") or of the PDBs ("pdb-order": upstream charges a pod to
-    its PDBs in the lister's order, a map's, and stops at the first it breaks)."""
-    if tie == "node":
-        variants = [snap]
-    elif tie == "victim-order":
-        variants = _orders(snap)
-    else:
-        variants = [replace(snap, pdbs=tuple(o))
-                    for o in itertools.permutations(snap.pdbs, min(len(snap.pdbs), 5))]
-    out: dict[tuple[str, ...], str] = {}
-    for s in variants:
-        for seed in range(TIE_SEEDS):
-            node, victims = predict(s, pre, seed)
-            out.setdefault(victims, node)
-    return out
-
-
-def criteria(snap: Snapshot, names: tuple[str, ...]) -> dict:
-    """pickOneNodeForPreemption's criteria for this victim set (PDB breaks counted in
-    importance order, as the reprieve meets them)."""
-    by_name = {p.name: p for p in snap.pods}
-    pods = sorted((by_name[n] for n in names if n in by_name),
-                  key=lambda p: (-p.priority, p.start_time or snap.now, p.uid))
-    if not pods:
-        return {}
-    top = pods[0].priority
-    return {"pdb_violations": sum(kube_default.scheduler_breaks_budget(pods, snap.pdbs)),
-            "top_priority": top, "priority_sum": sum(p.priority for p in pods),
-            "victims": len(pods),
-            "earliest_top_start_age": round(snap.now - min(
-                p.start_time or snap.now for p in pods if p.priority == top))}
-
-
-def state(seen: Observation) -> dict:
-    """Everything needed to replay a case (``replay``) or follow it by hand."""
-    s = seen.snapshot
-    free = {n.name: s.free(n.name) for n in s.nodes}
-    return {
-        "now": s.now, "namespace": seen.namespace, "preemptor_uid": seen.preemptor.uid,
-        "nodes": [{"name": n.name, "allocatable": asdict(n.allocatable),
-                   "free": asdict(free[n.name]), "closed": str(n.closed or "")} for n in s.nodes],
-        "pods": [{"name": p.name, "uid": p.uid, "node": p.node, "priority": p.priority,
-                  "start_time": p.start_time,
-                  "start_age": None if p.start_time is None else round(s.now - p.start_time),
-                  "requests": asdict(p.requests), "labels": dict(p.labels)}
-                 for p in s.pods],
-        "pdbs": [{"name": b.name, "match_labels": dict(b.match_labels),
-                  "match_expressions": [asdict(e) for e in b.match_expressions],
-                  "match_all": b.match_all, "disruptions_allowed": b.disruptions_allowed}
-                 for b in s.pdbs],
-        "preempted_events": list(seen.preempted_events), "nominated": seen.nominated,
-    }
-
-
-def _case_ref(seen: Observation) -> dict:
-    """What regenerates the case: ``differential.generate(seed, index, pdb_edges=...)``."""
-    return {"seed": seen.case.seed, "index": seen.case.index, "tie_prone": seen.case.tie_prone}
-
-
-def observation(verdict: dict, *, pdb_edges: bool = True) -> Observation:
-    """The Observation a stored verdict (``Verdict.as_json``, tie or real) was made from; the
-    case is generated again (`pdb_edges` as in the run), the snapshot is the stored state."""
-    st, c = verdict["detail"]["state"], verdict["detail"]["case"]
-    ns = st["namespace"]
-    snap = Snapshot(
-        now=st["now"],
-        nodes=tuple(Node(name=n["name"], allocatable=Resources(**n["allocatable"]),
-                         excluded=RejectReason(n["closed"]) if n["closed"] else None)
-                    for n in st["nodes"]),
-        pods=tuple(Pod(uid=p["uid"], name=p["name"], namespace=ns, priority=p["priority"],
-                       requests=Resources(**p["requests"]), node=p["node"],
-                       start_time=p["start_time"], labels=p["labels"]) for p in st["pods"]),
-        pdbs=tuple(PodDisruptionBudget(
-            name=b["name"], namespace=ns, match_labels=b["match_labels"],
-            match_expressions=tuple(LabelRequirement(key=e["key"], operator=e["operator"],
-                                                     values=tuple(e["values"]))
-                                    for e in b["match_expressions"]),
-            match_all=b["match_all"], disruptions_allowed=b["disruptions_allowed"])
-            for b in st["pdbs"]))
-    case = differential.generate(c["seed"], c["index"], pdb_edges=pdb_edges)
-    return Observation(case=case, namespace=ns, snapshot=snap,
-                       preemptor=snap.pod_by_uid[st["preemptor_uid"]],
-                       victims=tuple(verdict["kube"]["victims"]),
-                       preempted_events=tuple(st["preempted_events"]), node=verdict["kube"]["node"],
-                       nominated=st["nominated"])
-
-
-EARLY_STOP = "pdb-charge-stops-at-first-break"
-
-
-def early_stop_nodes(snap: Snapshot, pre: Pod, nodes: set[str]) -> list[str]:
-    """Nodes among `nodes` where stopping at a pod's first broken PDB, in some PDB list order
-    (upstream's is a map's), changes which of the potential victims break a PDB, against
-    charging every PDB covering a pod (policies.model.model.breaks_budget). The scheduler's charge
-    is
-    kube_default.scheduler_breaks_budget (its two matching rules included, which RULES did not
-    explain when this is asked). No rewrite of the snapshot can mimic the order, so these are
-    only suspects."""
-    out = []
-    for name in sorted(n for n in nodes if n):
-        potential = sorted(
-            (p for p in snap.pods_on_node.get(name, ()) if p.priority < pre.priority),
-            key=lambda p: (-p.priority, p.start_time or snap.now))
-        ours = breaks_budget(potential, snap.pdbs)
-        if any(kube_default.scheduler_breaks_budget(potential, order) != ours
-               for order in itertools.permutations(snap.pdbs)):
-            out.append(name)
-    return out
-
-
-def classify(seen: Observation) -> Verdict:
-    snap, pre = seen.snapshot, seen.preemptor
-    node, victims = predict(snap, pre)
-    base = {"case": seen.case.index,
-            "kube": {"node": seen.node, "victims": list(seen.victims)},
-            "ours": {"node": node, "victims": list(victims)},
-            "events_differ": set(seen.preempted_events) != set(seen.victims)}
-    if not seen.anomaly and seen.node and not seen.victims:
-        anomaly = "kube-scheduler bound the preemptor without preempting"
-    else:
-        anomaly = seen.anomaly
-    if anomaly:
-        return Verdict(kind="anomaly", detail={"why": anomaly, "state": state(seen)}, **base)
-    if victims == seen.victims:
-        return Verdict(kind="agree", **base)
-    for tie in TIE_WHY:
-        reachable = _reachable(snap, pre, tie)
-        if seen.victims in reachable:
-            return Verdict(kind="tie", detail={
-                "tie": tie, "why": TIE_WHY[tie], "kube_criteria": criteria(snap, seen.victims),
-                "ours_criteria": criteria(snap, victims),
-                "tied_choices": [{"node": n, "victims": list(v)} for v, n in reachable.items()],
-                "state": state(seen), "case": _case_ref(seen)}, **base)
-    explained = []
-    names = list(RULES)
-    for mask in range(1, 2 ** len(names)):
-        chosen = [n for i, n in enumerate(names) if mask >> i & 1]
-        if any(set(e) <= set(chosen) for e in explained):
-            continue  # a smaller set of rules explains it already
-        rewritten = snap
-        for rule in chosen:
-            rewritten = RULES[rule](rewritten)
-        if any(seen.victims in _reachable(rewritten, pre, tie) for tie in TIE_WHY):
-            explained.append(chosen)
-    suspects = [] if explained else early_stop_nodes(snap, pre, {seen.node, node})
-    return Verdict(kind="real", detail={
-        "explained_by": explained, "suspected": [EARLY_STOP] if suspects else [],
-        "suspected_on_nodes": suspects,
-        "kube_criteria": criteria(snap, seen.victims), "ours_criteria": criteria(snap, victims),
-        "state": state(seen), "case": _case_ref(seen)}, **base)
-
-
-TIE_WHY = {  # in the order they are tried
-    "node": "nodes equal on every pickOneNodeForPreemption criterion: kube-scheduler takes the "
-            "first in a Go map's iteration order, kube_default the first from its random offset",
-    "victim-order": "victims equal under MoreImportantVictim (priority, start time) are "
-                    "reprieved in the scheduler cache's pod order, which pod updates reshuffle",
-    "pdb-order": "FilterVictimsWithPDBViolation charges a pod to its PDBs in the PDB lister's "
-                 "order (a map's) and stops at the first one it breaks",
-}
-
-
-def summary(verdicts: list[Verdict], seconds: float) -> dict:
-    kinds = Counter(v.kind for v in verdicts)
-    clean = len(verdicts) - kinds["anomaly"]
-    rules = Counter("+".join(sorted(e)) for v in verdicts if v.kind == "real"
-                    for e in (v.detail["explained_by"] or [
-                        [f"{x} (suspected)" for x in v.detail["suspected"]]])[:1] if e)
-    return {"cases": len(verdicts), "agreements": kinds["agree"],
-            "documented_ties": kinds["tie"], "real_disagreements": kinds["real"],
-            "anomalies": kinds["anomaly"],
-            "agreement_rate": round((kinds["agree"] + kinds["tie"]) / clean, 4) if clean else None,
-            "ties_by_kind": dict(Counter(v.detail["tie"] for v in verdicts if v.kind == "tie")),
-            "real_explained_by": dict(rules),
-            "real_unexplained": sum(not (v.detail["explained_by"] or v.detail["suspected"])
-                                    for v in verdicts if v.kind == "real"),
-            "kube_preempted": sum(bool(v.kube["victims"]) for v in verdicts),
-            "event_mismatches": sum(v.events_differ for v in verdicts),
-            "wall_seconds": round(seconds, 1)}
-
-
-def run(c: kube.Cluster, cases: int, seed: int, *, pdb_edges: bool = True,
-        log=sys.stderr) -> list[Verdict]:
-    differential.ensure_priority_classes(c)
-    tag = uuid.uuid4().hex[:5]
-    verdicts = []
-    for i in range(cases):
-        case = differential.generate(seed, i, pdb_edges=pdb_edges)
-        t0 = time.monotonic()
-        try:
-            v = classify(differential.run_case(c, case, run=tag))
-        except (kube.WaitTimeout, ApiException) as e:  # one broken case does not end the run
-            v = Verdict(kind="anomaly", case=i, kube={}, ours={},
-                        detail={"why": f"{type(e).__name__}: {e}"[:2000]})
-        verdicts.append(v)
-        print(f"case {i + 1}/{cases}: {v.kind:7s} kube={v.kube.get('node') or '-'} "
-              f"{v.kube.get('victims')} ours={v.ours.get('node') or '-'} "
-              f"{v.ours.get('victims')} ({time.monotonic() - t0:.1f}s)", file=log, flush=True)
-    return verdicts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,12 +63,11 @@ def main(argv: list[str] | None = None) -> int:
                         "RESULTS (an --out file) with the current kube_default")
     p.add_argument("--workload", action="store_true",
                    help="kube_workload against workload-aware preemption on clusters with native "
-                        "PodGroups (bench/differential_workload.py); default --out "
+                        "PodGroups (e2e/harness/differential_workload.py); default --out "
                         f"{WORKLOAD_OUT.relative_to(REPO)}")
     args = p.parse_args(argv)
     if args.workload:
-        return differential_workload.main(args, WORKLOAD_OUT if args.out == DEFAULT_OUT
-                                          else args.out)
+        return workload_main(args, WORKLOAD_OUT if args.out == DEFAULT_OUT else args.out)
     if args.replay:
         return replay(args.replay)
     if args.cases < 1:
@@ -378,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster"))
         api = config.new_client_from_config(config_file=str(lc.kubeconfig))
         c = kube.Cluster("local", lc.kubeconfig, api, local=lc)
-        verdicts = run(c, args.cases, args.seed, pdb_edges=not args.no_pdb_edges)
+        verdicts = dc.run(c, args.cases, args.seed, pdb_edges=not args.no_pdb_edges)
         version = versions(bins).get("KUBERNETES_VERSION", "")
-    figures = {**summary(verdicts, time.monotonic() - t0), "seed": args.seed,
+    figures = {**dc.summary(verdicts, time.monotonic() - t0), "seed": args.seed,
                "pdb_edges": not args.no_pdb_edges, "kubernetes": version}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.dumps(v.as_json()) for v in verdicts if v.kind != "agree"]  # a line each
@@ -391,20 +98,70 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def replay(path: Path) -> int:
+    """Classify the stored ties and real disagreements again with the current kube_default."""
     try:
         data = json.loads(path.read_text())
         stored, edges = data["not_agreeing"], data["summary"]["pdb_edges"]
-        seen = [observation(v, pdb_edges=edges) for v in stored if v["kind"] in ("tie", "real")]
+        seen = [dc.observation(v, pdb_edges=edges) for v in stored if v["kind"] in ("tie", "real")]
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"differential: cannot replay {path}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    now = [classify(s) for s in seen]
+    now = [dc.classify(s) for s in seen]
     for before, after in zip((v for v in stored if v["kind"] in ("tie", "real")), now,
                              strict=True):
         if before["kind"] != after.kind:
             print(f"case {after.case}: {before['kind']} -> {after.kind}", file=sys.stderr)
     print(json.dumps({"replayed": len(now), **Counter(v.kind for v in now)}))
     return 0 if all(v.kind != "real" for v in now) else 1
+
+
+def write_workload(path: Path, figures: dict, verdicts: list[dwc.Verdict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = ",\n".join(json.dumps(v.as_json(), separators=(",", ":")) for v in verdicts)
+    path.write_text(f'{{"summary": {json.dumps(figures)},\n"cases": [\n{rows}]}}\n')
+
+
+def workload_replay(path: Path) -> int:
+    """Classify every stored case again with the current kube_workload; one JSON line."""
+    try:
+        stored = json.loads(path.read_text())["cases"]
+        again = [dwc.classify(*dwc.snapshot_of(v["detail"]["state"]), tuple(v["kube"]["victims"]),
+                          case=v["case"]) for v in stored
+                 if v["kind"] != "anomaly" and "state" in v["detail"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"differential: cannot replay {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"replayed": len(again), **dwc.summary(again, 0.0)}))
+    return 0 if all(v.kind != "real" for v in again) else 1
+
+
+def workload_main(args: argparse.Namespace, out: Path) -> int:
+    """--workload: `args` as main parsed them (--cases, --seed, --workdir, --replay); results to
+    `out`. Exit status as main's."""
+    if args.replay:
+        return workload_replay(args.replay)
+    if args.cases < 1:
+        print("differential: --cases must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        bins = find_testbin()
+    except TestbinMissing as e:
+        print(f"differential: {e}", file=sys.stderr)
+        return 2
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diff-"))
+        lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster", native_workload=True))
+        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
+        verdicts = dwc.run(kube.Cluster("local", lc.kubeconfig, api, local=lc), args.cases,
+                       args.seed)
+        version = versions(bins).get("KUBERNETES_VERSION", "")
+    figures = {**dwc.summary(verdicts, time.monotonic() - t0), "seed": args.seed,
+               "kubernetes": version}
+    write_workload(out, figures, verdicts)
+    print(json.dumps(figures))
+    return 0 if figures["real_disagreements"] == 0 else 1
 
 
 if __name__ == "__main__":

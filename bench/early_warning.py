@@ -1,6 +1,10 @@
 """What the early warning adds to every reconcile pass (controller/planning/disruption.py), at
 scale.
 
+Usage: python -m bench.early_warning [--nodes 12500] [--pods-per-node 4] [--passes 50]
+Target: none: a measurement (good: the quiet pass, which every cluster pays, a small share of a
+reconcile pass).
+
 12,500 nodes of 8 GPUs (``--nodes``) with ``--pods-per-node`` running on-request pods each, as
 the watch cache keeps them (``records.node_info`` / ``pod_info``). Three states, each timed over
 ``--passes`` passes of ``EarlyWarning.step`` after one warm-up pass (whose requests are written
@@ -11,7 +15,6 @@ Event only), so only our own decision and conversion time is measured.
 Prints one JSON line per state: p50/p99/max milliseconds per pass, of this process's CPU time
 (``time.process_time``: the pass is single-threaded, and on a shared machine wall time mostly
 measures the neighbours).
-Usage: python bench/early_warning.py [--nodes 12500] [--pods-per-node 4] [--passes 50]
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Elastic shrink on or off (the ablation), on the training scenario, paired by seed.
 
+Usage: python -m bench.elastic_shrink [--seeds 10] [--scale 0.1]
+[--out bench/results/elastic_shrink.json]
+Target: none: a measurement (good: shrink on ÷ off below 1.0 for ours, interval included).
+
 Each seed builds one workload (``policies.sim.protocols``; the training scenario draws its
 elastic jobs, ``policies.sim.scenarios``), and every policy replays it with shrink on and off
 (``SimConfig.shrink``): ours (``checkpoint-aware-drain``) and cost-aware (our search, blind to
@@ -8,8 +12,6 @@ median of the per-seed ratios of lost GPU-hours, shrink on ÷ off for ours and f
 and ours ÷ the strongest baseline within each setting, with 95 % bootstrap intervals over seeds
 (``policies.sim.stats``); and the medians of what a shrink trades against (preemptor waits, GPU
 utilisation, victims, shrinks, grow-backs).
-
-    python bench/elastic_shrink.py --seeds 10 --scale 0.1 --out bench/results/elastic_shrink.json
 
 It prints one JSON line (the ratios); ``--out`` gets the whole document (medians, per-seed
 values, each seed's workload).
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             results[protocol][seed] = out
             cpu += seconds
     doc = {
-        "command": "python bench/elastic_shrink.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m bench.elastic_shrink " + " ".join(argv or sys.argv[1:]),
         "scale": args.scale, "policy": OURS,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(cpu, 1),

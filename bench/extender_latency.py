@@ -1,5 +1,8 @@
 """Benchmark: the scheduler extender's filter and prioritize latency at 5,000 nodes.
 
+Usage: python -m bench.extender_latency [--nodes 5000] [--requests 300] [--budget-ms 5]
+Target: p99 <= 10 ms for both verbs.
+
 The extender (``controller.extender.extender``) serves on a local port; requests are real HTTP round
 trips with ``nodeCacheCapable`` bodies (the pod object and node names), as kube-scheduler sends
 them. Its cache is filled with synthetic 8-GPU nodes (half of them with a hwprobe NVLink
@@ -14,8 +17,7 @@ through untouched); prioritize requests are GPU pods of random shapes, scored by
 scorer under its time budget (``--budget-ms``) with BestFit as the fallback.
 ``view_rebuild_s`` is how long the extender takes to rebuild its view of the cache after a
 watch event (done in the background: requests meanwhile use the previous view).
-Prints one JSON line; target p99 <= 10 ms for both verbs.
-Usage: python bench/extender_latency.py [--nodes 5000] [--requests 300] [--budget-ms 5]
+Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """Benchmark (d): the unknown-checkpoint policy and the fairness guard, measured on the replay.
 
+Usage: python -m bench.fairness [--seeds 1,2,3,4,5] [--scale 0.25] [--share-silent 0.0]
+[--unknown start-time,cluster-median,assume:30m] [--penalties 0,900,1800,3600]
+[--window 3600] [--jobs 2]
+Target: none: a measurement; it chose the shipped defaults (good: a variant that lowers the most
+preemptions of one job without raising lost GPU-hours beyond the interval of the first).
+
 For each seed, runs `ckpt-preempt simulate`'s default scenario under kube-default (the
 baseline) and under checkpoint-aware-drain once per variant: every unknown-checkpoint policy
 crossed with every fairness penalty (seconds per GPU per recent preemption; 0 turns the guard
@@ -8,10 +14,7 @@ any one job suffered, how many jobs were preempted more than once, and which sha
 preempted jobs report no checkpoint (next to their share of all low-priority jobs), each with
 the mean over seeds, a 95 % t-interval, and the paired difference to the first variant.
 ``--share-silent`` makes that share of the jobs that checkpoint keep quiet about it.
-Prints one JSON line. Usage:
-  python bench/fairness.py [--seeds 1,2,3,4,5] [--scale 0.25] [--share-silent 0.0]
-         [--unknown start-time,cluster-median,assume:30m] [--penalties 0,900,1800,3600]
-         [--window 3600] [--jobs 2]
+Prints one JSON line.
 """
 
 from __future__ import annotations

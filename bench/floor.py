@@ -1,6 +1,11 @@
 """Benchmark: each policy's loss ÷ the hindsight floor (policies/sim/hindsight.py), on small
 instances cut from every cell of the evidence run.
 
+Usage: python -m bench.floor [--seeds 40] [--styles CELL,...|all] [--procs 2]
+Target: none of its own; it says how far each policy is from the best reachable, and whether
+the issue's targets (ours <= 0.5 x the strongest baseline on openb, <= 0.3 on training) are
+reachable at all on these cuts.
+
 What: for each cell of bench/evidence.py (its workload, protocol, scale and replay windows; the
 ablations excepted), one seeded cut per seed (``policies.sim.floor_cuts``: ``--nodes`` nodes,
 at most ``--jobs`` jobs of which 1 to ``--high`` are high-priority, so the cluster is full when
@@ -17,12 +22,8 @@ the lowest median loss over the cell's cuts), i.e. the best any policy could do 
 the floor ÷ the per-cut best baseline. Cuts where nobody preempted, and cuts whose search passed
 ``--max-simulations``, are counted and left out.
 
-How to run: python bench/floor.py [--seeds 40] [--styles CELL,...|all] [--procs 2]
-(``make bench`` writes bench/results/floor.json). ``--styles`` defaults to the cells with
+``make bench`` writes bench/results/floor.json. ``--styles`` defaults to the cells with
 contention (stress and replay of each workload); ``all`` adds the steady cells.
-Target: none of its own; it says how far each policy is from the best reachable, and whether
-the issue's targets (ours ≤ 0.5 × the strongest baseline on openb, ≤ 0.3 on training) are
-reachable at all on these cuts.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
-from evidence import EVIDENCE_SCALE, cells  # bench/evidence.py, next to this script
-
+from bench.evidence import EVIDENCE_SCALE, cells
 from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, floor_cuts, hindsight, stats
 from ckpt_preempt.policies.sim.engine import SimConfig

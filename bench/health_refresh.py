@@ -1,7 +1,11 @@
 """Benchmark: one GPU-health refresh for 1,000 nodes x 8 GPUs against a real Prometheus.
 
-The test bench's Prometheus (e2e/promstack.py; `make testbin` gets it) scrapes, every 15 s, the
-fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
+Usage: python -m bench.health_refresh [--nodes 1000] [--gpus 8] [--refreshes 100]
+[--mode direct,recorded] [--spacing-ms 200]
+Target: p99 <= 200 ms.
+
+The test bench's Prometheus (e2e/harness/promstack.py; `make testbin` gets it) scrapes, every 15 s,
+the fixture exporter serving dcgm-exporter's format for 8,000 GPUs, every field of
 deploy/dcgm/health-counters.csv (15 series per GPU). Every 50th node misbehaves, so every kind
 of rule has something to find: critical and memory XIDs, and NVLink CRC errors, PCIe replays
 and thermal throttling that keep rising at every scrape. With `recorded` among the modes,
@@ -18,10 +22,7 @@ Prometheus' own evaluation time for a refresh's queries run one at a time (its q
 the states found. And ``rule_group_evaluation``: Prometheus' own time to evaluate the recording
 rules group (/api/v1/rules evaluationTime, every distinct evaluation seen during the run): the
 cost recorded mode moves from the refresh to the server, once per evaluation interval. Both
-modes run against the same Prometheus, rules installed. Prints one JSON line; target p99 <=
-200 ms.
-Usage: python bench/health_refresh.py [--nodes 1000] [--gpus 8] [--refreshes 100]
-                                      [--mode direct,recorded] [--spacing-ms 200]
+modes run against the same Prometheus, rules installed. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -38,20 +39,16 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from ckpt_preempt.controller.core.config import Config, HealthQueryMode  # noqa: E402
-from ckpt_preempt.controller.health.health import PrometheusHealth  # noqa: E402
-from ckpt_preempt.controller.health.health_promql import (  # noqa: E402
+from ckpt_preempt.controller.core.config import Config, HealthQueryMode
+from ckpt_preempt.controller.health.health import PrometheusHealth
+from ckpt_preempt.controller.health.health_promql import (
     RECORDED_REPORTING,
     RULES_GROUP,
     recording_rules,
     render,
 )
-from ckpt_preempt.policies.model import health as ph  # noqa: E402
-from e2e.promstack import (  # noqa: E402
+from ckpt_preempt.policies.model import health as ph
+from e2e.harness.promstack import (
     DcgmFixtureExporter,
     PrometheusMissing,
     find_prometheus,

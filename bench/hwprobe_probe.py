@@ -1,12 +1,12 @@
 """Benchmark: one full hwprobe probe of the 8-GPU HGX H100 mock profile.
 
-Prints one JSON line. Target: a full probe (every GPU, every link with its error counters,
-every pair's common ancestor and five P2P statuses, fabric info) in at most 200 ms. Measured,
-not asserted: the number goes into hwprobe/README.md.
+Usage: python -m bench.hwprobe_probe [--profile h100] [--repeats 30]
+Target: a full probe (every GPU, every link with its error counters, every pair's common
+ancestor and five P2P statuses, fabric info) in at most 200 ms. Measured, not asserted: the
+number goes into hwprobe/README.md.
 
 The mock library is the one e2e/testbin/mocknvml/build.sh caches for the current sources;
-NVML is initialised once per probe (as `hwprobe report` does). Usage:
-    .venv/bin/python bench/hwprobe_probe.py [--profile h100] [--repeats 30]
+NVML is initialised once per probe (as `hwprobe report` does). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def main() -> int:
@@ -29,7 +25,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
 
-    from tests.hwprobe.mocklib import PROFILES, mock_library
+    from e2e.harness.mock_nvml import PROFILES, mock_library
 
     library = mock_library()
     if not library.is_file():

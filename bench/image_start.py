@@ -1,15 +1,18 @@
-"""Benchmark: the image's containers as the chart runs them (e2e/images.py), on the local control
-plane: for the controller, the extender and hwprobe (on the mock NVML), `--runs` cold starts
+"""Benchmark: the image's containers as the chart runs them (e2e/harness/images.py), on the local
+control plane: for the controller, the extender and hwprobe (on the mock NVML), `--runs` cold starts
 each, timing `podman run` to `/readyz` answering 200, then the resident memory (VmRSS of the
 container's process) after `--idle` seconds of doing nothing. Also the image's size, and the
 time of `podman run ... --version` (container start, Python start and the CLI, nothing else).
+
+Usage: python -m bench.image_start [--runs 5] [--idle 5]   (needs `make testbin` and `make image`)
+Target: none: a measurement (deploy/README.md reports it; good: each component ready within a
+few seconds of `podman run`).
 
 Every start is cold for the process (a new container; the image's layers are in the page cache
 after the first). Reported per component: mean and 95 % confidence interval (Student's t), min,
 max, and the load average, since these 2-core machines are shared.
 
-Prints one JSON line. Usage: python bench/image_start.py [--runs 5] [--idle 5]
-Needs `make testbin` and `make image`.
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -27,18 +30,14 @@ import uuid
 import warnings
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import pytest  # (the e2e helpers skip through it; caught below)
+import urllib3
+from kubernetes import config
 
-import pytest  # noqa: E402  (the e2e helpers skip through it; caught below)
-import urllib3  # noqa: E402
-from kubernetes import config  # noqa: E402
-
-from e2e import images, kube  # noqa: E402
-from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, free_port  # noqa: E402
-from e2e.test_images import mock_nvml_flags  # noqa: E402
-from tests.hwprobe.mocklib import mock_library  # noqa: E402
+from e2e.harness import images, kube
+from e2e.harness.images import mock_nvml_flags
+from e2e.harness.localcluster import LocalCluster, TestbinMissing, find_testbin, free_port
+from e2e.harness.mock_nvml import mock_library
 
 # Student's t at 97.5 % for n-1 degrees of freedom (n = 2..10), for the 95 % interval.
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,

@@ -1,10 +1,13 @@
 """Benchmark (a): lost work of each policy ÷ the strongest baseline on `simulate`'s default cell.
 
+Usage: python -m bench.lost_work [--seeds 1,2,3,4,5] [--scale 0.25]
+Target: none: a measurement (good: ours below 1.0 of the strongest baseline, interval included).
+
 Runs the default scenario (openb, stress protocol) for several seeds under every policy and
 prints one JSON line: per policy the median lost GPU-hours and the median of per-seed ratios to
 the strongest baseline (the baseline losing least in the cell) and to kube-default, each with
 its 95 % bootstrap interval over seeds. The full picture (every protocol, ablations) is
-bench/evidence.py. Usage: python bench/lost_work.py [--seeds 1,2,3,4,5] [--scale 0.25]
+bench/evidence.py.
 """
 
 from __future__ import annotations

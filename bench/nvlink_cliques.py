@@ -1,5 +1,8 @@
 """Planning ``nvlink: required`` gangs on rack-scale NVLink: the cost of the one-clique rule.
 
+Usage: python -m bench.nvlink_cliques [--racks 278] [--samples 10] [--seed 1]
+Target: every feasible plan with cliques uses one rack (checked); latency: none, a measurement.
+
 A cluster of ``--racks`` GB200 NVL72 racks (18 compute trays of 4 GPUs each, one NVLink fabric
 clique per rack), every GPU busy with 1-4-GPU training pods of random checkpoint ages. Each
 sample plans one pending gang of 2-8 four-GPU members, ``nvlink: required``, of higher
@@ -7,8 +10,7 @@ priority, twice on the same pods: with the cliques on the nodes (the gang must s
 ``policies.model.cliques``) and with them stripped (today's rule: any trays). Reports plan latency
 (median, p99, and their ratio, measured in this run), the lost work of both (the price of
 keeping the gang's NVLink), and checks that every feasible plan with cliques uses one rack.
-Prints one JSON line. Usage: python bench/nvlink_cliques.py [--racks 278] [--samples 10]
-[--seed 1]
+Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """Benchmark (b): planner lost work ÷ the exact optimum on random small instances.
 
+Usage: python -m bench.optimality [--n 1000] [--seed 7] [--gang-sizes 2]
+Target: median ratio <= 1.05.
+
 Instances: 2–8 full nodes of 4 or 8 GPUs (up to ~60 pods), filled with 1–8-GPU pods of
 random priority, checkpoint age and mode (some in gangs of 2–3), and a pending pod or a
 gang (2 members; see --gang-sizes) of higher priority. The oracle enumerates eviction sets
 in cost order. Prints one JSON line: median, p95 and worst ratio over instances where both
 find a plan and the optimum loses work, plus how often the planner misses a plan the oracle
 finds.
-Usage: python bench/optimality.py [--n 1000] [--seed 7] [--gang-sizes 2]
 """
 
 from __future__ import annotations

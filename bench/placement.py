@@ -1,5 +1,14 @@
 """Placement benchmark: FGD's own protocol, every policy side by side (see its README).
 
+Usage: python -m bench.placement [--trace openb_pod_list_default.csv] [--seeds 42-51]
+       [--policies Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Ours] [--ablation]
+       [--budget 0.1,0.5] [--offline] [--out bench/results] [--fraction 1.0]
+       python -m bench.placement --balance [--seeds 42-44] [--out bench/results]
+       python -m bench.placement --profile [--seeds 42-46] [--out bench/results]
+       python -m bench.placement --candidates all|LABEL,... [--seeds 42-51] [--out bench/results]
+                                 [--reuse-baselines]
+Target: ours >= 96.0 % allocated at 130 % arrived demand (median over seeds).
+
 Docs: policies/placement/README.md.
 
 Runs each policy on each seed (FGD's protocol: ckpt_preempt.policies.placement.protocol), bins
@@ -7,14 +16,6 @@ the allocation ratio by arrived demand, and reports the median at 130 % next to 
 Optionally: the ablation of our scorer's ideas, the scoring-budget fallback, and an offline
 reference (first-fit-decreasing over the same arrivals). Progress goes to stderr, one JSON line
 to stdout; ``--out`` receives placement.json and placement.png (needs the ``plot`` extra).
-
-Usage: python bench/placement.py [--trace openb_pod_list_default.csv] [--seeds 42-51]
-       [--policies Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Ours] [--ablation]
-       [--budget 0.1,0.5] [--offline] [--out bench/results] [--fraction 1.0]
-       python bench/placement.py --balance [--seeds 42-44] [--out bench/results]
-       python bench/placement.py --profile [--seeds 42-46] [--out bench/results]
-       python bench/placement.py --candidates all|LABEL,... [--seeds 42-51] [--out bench/results]
-                                 [--reuse-baselines]
 
 ``--balance`` runs instead the pack-or-spread comparison with departures
 (ckpt_preempt.policies.placement.balance) over cluster sizes and utilisations, and writes

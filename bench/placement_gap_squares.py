@@ -1,12 +1,13 @@
 """Our scorer with a Sum-of-Squares term for shared GPUs, on FGD's benchmark, paired by seed
 with Ours (policies/placement/gap_squares.py; README, "Third round").
 
+Usage: python -m bench.placement_gap_squares [--seeds 42-51] [--modes tie,first,blend]
+       [--weight 1] [--out bench/results]
+Target: ours >= 96.0 % allocated at 130 % arrived demand, as bench/placement.py's.
+
 Each mode runs on every seed next to Ours with the term off (the same loop, which places
 exactly as ``protocol.run``), so the differences are paired. Progress goes to stderr, one JSON
 line to stdout; ``--out DIR`` also writes placement_gap_squares.json.
-
-Usage: python bench/placement_gap_squares.py [--seeds 42-51] [--modes tie,first,blend]
-       [--weight 1] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from placement import parse_seeds, read_trace  # bench/placement.py, next to this script
-
+from bench.placement import parse_seeds, read_trace
 from ckpt_preempt.policies.placement import benchmark, gap_squares, ours, protocol
 
 TRACE = "openb_pod_list_default.csv"

@@ -1,5 +1,9 @@
 """Benchmark (c): plan latency at scale, with and without the cycle's planner caches.
 
+Usage: python -m bench.plan_latency [--size spot|frontier] [--pods N] [--samples 300]
+       [--seed 3] [--active 20] [--cold | --no-cold] [--joint-seeds N]
+Target: p99 <= 25 ms (spot) and <= 50 ms (frontier), cached, gangs included.
+
 Two cluster sizes (``--size``): ``spot`` (default), the 4,278-node spot-GPU cluster with ~40k
 running pods, its nodes from the bundled cluster-trace-v2026-spot-gpu node list (GPUs and CPUs
 per node; memory is not in the trace, so 8 GiB per CPU is assumed); ``frontier``, 12,500
@@ -23,9 +27,7 @@ preempted), ``--churn`` of the running pods checkpointed since, and a new queue 
 ``--samples`` preemptors, planned with the caches carried from the first cycle
 (``PlanCache.carried``, as the controller carries them) and with a fresh cache; both must
 choose the same.
-Prints one JSON line per run; targets: p99 ≤ 25 ms (spot) and ≤ 50 ms (frontier), cached.
-Usage: python bench/plan_latency.py [--size spot|frontier] [--pods N] [--samples 300]
-       [--seed 3] [--active 20] [--cold | --no-cold] [--joint-seeds N]
+Prints one JSON line per run.
 """
 
 from __future__ import annotations

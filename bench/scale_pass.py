@@ -2,13 +2,16 @@
 full rebuild, at 4,278 nodes / 40k pods (the spot-GPU trace) and 12,500 nodes x 8 GPUs / 100k
 pods (bench/synthetic_cluster.py), when 0 % and 1 % of the pods changed since the last pass.
 
+Usage: python -m bench.scale_pass [--sizes small,large] [--repeats 5]
+Target: <= 100 ms at 1 % changed, RSS <= 1 GiB (large).
+
 "full": what the pass did before controller/kube/cluster_model.py: read the cache, drop finished
 pods, build the pass's maps, ``convert.snapshot()`` and the Snapshot's indexes the planner
 uses. "incremental": ``ClusterModel.sync()`` + ``ClusterModel.snapshot()`` after the changes
 reached the store (half of the changed pods modified, a quarter finished and deleted, a quarter
 created, bound where those went). Each figure is the median of ``--repeats`` passes. RSS: the
 process after the cache (trimmed records) is built, and what the model adds to it.
-Prints one JSON line. Usage: python bench/scale_pass.py [--sizes small,large] [--repeats 5]
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -18,22 +21,16 @@ import gc
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.synthetic_cluster import rfc3339, trace, uniform  # noqa: E402
-from ckpt_preempt.controller.core.config import Config  # noqa: E402
-from ckpt_preempt.controller.kube import convert, records  # noqa: E402
-from ckpt_preempt.controller.kube.cluster_model import ClusterModel  # noqa: E402
-from ckpt_preempt.controller.kube.informer import LoggedStore  # noqa: E402
-from ckpt_preempt.policies.model import annotations as ann  # noqa: E402
+from bench.synthetic_cluster import rfc3339, trace, uniform
+from ckpt_preempt.controller.core.config import Config
+from ckpt_preempt.controller.kube import convert, records
+from ckpt_preempt.controller.kube.cluster_model import ClusterModel
+from ckpt_preempt.controller.kube.informer import LoggedStore
+from ckpt_preempt.policies.model import annotations as ann
 
 NOW = 2_000_000_000.0
 SIZES = {"small": (4278, 40_000), "large": (12_500, 100_000)}

@@ -1,5 +1,10 @@
 """Benchmark (issue 22): the starvation bound and the escalating fairness penalty, every policy.
 
+Usage: python -m bench.starvation_bound [--seeds 1-10] [--scale 0.05] [--jobs 2] [--out FILE]
+       [--cells openb/replay,...] [--variants "bound on",...]
+Target: none: a measurement (good: with the bound, no job preempted more than 4 times in 24 h,
+at a paired cost in lost GPU-hours whose interval reaches 0).
+
 For each cell (openb/stress, openb/replay, training/replay at a small scale) and seed, replays
 one workload under every policy (``planners.POLICIES``) in three variants of the simulator:
 
@@ -15,9 +20,7 @@ job (median over seeds), the lost GPU-hours (median with a 95 % bootstrap interv
 preemptions, preemptor wait p95 and preemptors still waiting at the end; and, paired per seed,
 what the bound costs: ``bound on`` minus ``bound off`` lost GPU-hours (median of the per-seed
 differences with a 95 % bootstrap interval). Writes bench/results/starvation_bound.json and
-prints a markdown table. Usage:
-  python bench/starvation_bound.py [--seeds 1-10] [--scale 0.05] [--jobs 2] [--out FILE]
-         [--cells openb/replay,...] [--variants "bound on",...]
+prints a markdown table.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ E2E_CLUSTER=existing  the cluster $KUBECONFIG points at (kwok as for kind).
 
 Without a testbin the local backend skips, unless CKPT_REQUIRE_TESTBIN=1 (CI), where it fails.
 When a test fails, the part of every component's log written during it is attached to the report.
-Fixture and helper API: see the docstring of e2e/kube.py.
+Fixture and helper API: see the docstring of e2e/harness/kube.py.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from e2e import kube
-from e2e.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_testbin
-from tests.hwprobe.mocklib import MockNvml, mock_library
+from e2e.harness import kube
+from e2e.harness.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_testbin
+from e2e.harness.mock_nvml import MockNvml, mock_library
 
 LOG_LINES = 400  # per component per failed test; the full logs stay in the pytest tmp dir
 _active: list[kube.Cluster] = []

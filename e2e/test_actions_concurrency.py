@@ -12,7 +12,7 @@ import pytest
 from ckpt_preempt.controller.kube import records
 from ckpt_preempt.controller.writes.actions import Actions
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
+from e2e.harness import kube
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,8 @@ from ckpt_preempt.controller.app import server
 from ckpt_preempt.controller.core.metrics import Metrics
 from ckpt_preempt.controller.extender.extender import ExtenderMetrics
 from ckpt_preempt.hwprobe.serve import Metrics as HwprobeMetrics
-from e2e import promstack
-from e2e.localcluster import free_port
+from e2e.harness import promstack
+from e2e.harness.localcluster import free_port
 from tests.deploy import monitoring as mon
 
 prometheus = promstack.prometheus

@@ -1,9 +1,10 @@
-"""The controller behind e2e/faultproxy.py: the API answers 409, 429, 500 and 503 to a share of
-its requests and cuts its watches, and every preemption still ends Done or cleanly Aborted, with
+"""The controller behind e2e/harness/faultproxy.py: the API answers 409, 429, 500 and 503 to a share
+of its requests and cuts its watches, and every preemption still ends Done or cleanly Aborted, with
 no pod evicted twice or outside a stored plan (counted from the API server's audit log).
 
-Also here: the proxy itself, and the audit checks of bench/chaos.py caught in the act (rogue
-evictions made on purpose must be reported), so a silent checker cannot pass the chaos tests.
+Also here: the proxy itself, and the audit checks of the chaos run (e2e/harness/chaos/checks.py)
+caught in the act (rogue evictions made on purpose must be reported), so a silent checker cannot
+pass the chaos tests.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pytest
 from kubernetes import config
 from kubernetes.client.rest import ApiException
 
-from bench.chaos import (
+from ckpt_preempt.policies.lifecycle import plan_record
+from e2e.harness import kube
+from e2e.harness.chaos import (
     BYSTANDER,
     VICTIM,
     Chaos,
@@ -26,11 +29,7 @@ from bench.chaos import (
     check_gangs,
     plan_versions,
 )
-from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.faultproxy import CODES, NO_FAULTS, WRITE, FaultProxy, Faults
-from e2e.localcluster import ADMIN_TOKEN, read_audit
-from e2e.test_controller_support import (
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
@@ -38,6 +37,8 @@ from e2e.test_controller_support import (
     priority_classes,
     start_controller_process,
 )
+from e2e.harness.faultproxy import CODES, NO_FAULTS, WRITE, FaultProxy, Faults
+from e2e.harness.localcluster import ADMIN_TOKEN, read_audit
 
 pytestmark = pytest.mark.e2e
 HOLD = "e2e.ckpt-preempt.io/hold"  # a finalizer: the pod stays Terminating until it is removed

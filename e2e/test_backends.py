@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import docker_problem
-from e2e.localcluster import BINARIES, TestbinMissing, find_testbin
+from e2e.harness.localcluster import BINARIES, TestbinMissing, find_testbin
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "e2e/test_bench.py::test_gpu_pod_is_scheduled_onto_fake_gpu_node_and_runs"

@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from e2e import kube
-from e2e.localcluster import versions
+from e2e.harness import kube
+from e2e.harness.localcluster import versions
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,8 @@
 """Chaos, short and seeded: two controller replicas, one SIGKILLed at random points (the Lease
 holder 3 times in 4) and restarted, while preemptors keep coming. The driver and the checks
-are bench/chaos.py's (the full run: `make bench`); the promises are checked from the API
-server's audit log and API state, not from what the controller says about itself.
+are e2e/harness/chaos/'s (the full run: `python -m bench.chaos`, in `make bench`); the promises are
+checked from the API server's audit log and API state, not from what the controller says about
+itself.
 
 CKPT_CHAOS_SEED picks another seed (default 1).
 """
@@ -12,8 +13,8 @@ import os
 
 import pytest
 
-from bench.chaos import Chaos, ChaosConfig
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.chaos import Chaos, ChaosConfig
 
 pytestmark = pytest.mark.e2e
 DRAINS, KILLS = 12, 5

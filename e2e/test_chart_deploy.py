@@ -23,8 +23,8 @@ from ckpt_preempt.hwprobe.report import LABEL_PREFIX
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
 from ckpt_preempt.policies.model.topology import ANNOTATION
-from e2e import chart, kube
-from e2e.test_controller_support import (
+from e2e.harness import chart, kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     REPO,
@@ -33,7 +33,7 @@ from e2e.test_controller_support import (
     priority_classes,
     reasons,
 )
-from e2e.test_trust_support import extra_namespace, status_of
+from e2e.harness.trust import extra_namespace, status_of
 
 pytestmark = pytest.mark.e2e
 

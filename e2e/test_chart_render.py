@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from ckpt_preempt.controller.core import config
-from e2e import chart
-from e2e.test_trust_support import ADMISSION, CONTROLLER_RBAC, DEPLOY
+from e2e.harness import chart
+from e2e.harness.trust import ADMISSION, CONTROLLER_RBAC, DEPLOY
 
 NAMESPACE = "ckpt-preempt"  # deploy/'s plain files are release ckpt-preempt in this namespace
 SET_BY_TEMPLATE = {"leaseNamespace", "planNamespace", "dryRun"}  # templates/configmap.yaml

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from e2e import chart
+from e2e.harness import chart
 from tests.deploy import monitoring as mon
 
 ON = {"monitoring": {"prometheusRule": {"enabled": True,

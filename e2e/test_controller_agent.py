@@ -21,8 +21,8 @@ from kubernetes import config
 import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller.agent import agent_process
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     free_port,
     grant_agent,
     start_agent,

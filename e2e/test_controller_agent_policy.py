@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e import kube
+from e2e.harness import kube
 
 pytestmark = pytest.mark.e2e
 AGENT = Path(__file__).resolve().parents[1] / "deploy/rbac/agent.yaml"

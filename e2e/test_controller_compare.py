@@ -15,8 +15,8 @@ import pytest
 
 from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.explain import explain_live
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_KUBE,
     HIGH_NEVER,
     LOW,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ckpt_preempt.controller.writes.leader import LeaseElector
-from e2e import kube
+from e2e.harness import kube
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,8 @@ import pytest
 
 from ckpt_preempt.controller.kube.records import TOPOLOGY_ANNOTATION as TOPOLOGY
 from ckpt_preempt.policies.model.topology import SCHEMA
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_KUBE,
     HIGH_NEVER,
     LOW,

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
@@ -20,7 +20,7 @@ from e2e.test_controller_support import (
     reasons,
     running_controller,
 )
-from e2e.test_trust_support import admission_policies, controller_rbac, reserved
+from e2e.harness.trust import admission_policies, controller_rbac, reserved
 
 pytestmark = pytest.mark.e2e
 

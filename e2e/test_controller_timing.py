@@ -9,8 +9,8 @@ import pytest
 
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import annotations as ann
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ckpt_preempt.controller.kube.watch import ClusterCache
-from e2e import kube
+from e2e.harness import kube
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.kube.records import ADMISSION_GATE
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     config_for,
     priority_classes,

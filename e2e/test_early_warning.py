@@ -25,9 +25,9 @@ from kubernetes.client.rest import ApiException
 from ckpt_preempt.controller.core.events import Reason
 from ckpt_preempt.controller.writes.leader import LeaseElector
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import config_for, reasons, running_controller
-from e2e.test_trust_support import controller_rbac, extra_namespace, tenant
+from e2e.harness import kube
+from e2e.harness.controller_run import config_for, reasons, running_controller
+from e2e.harness.trust import controller_rbac, extra_namespace, tenant
 
 pytestmark = pytest.mark.e2e
 KARPENTER = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}

@@ -12,8 +12,8 @@ import pytest
 
 from ckpt_preempt.controller.core.events import Reason
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     config_for,
     free_port,
     grant_agent,

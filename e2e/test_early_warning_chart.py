@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ckpt_preempt.controller.core import config
-from e2e import chart
+from e2e.harness import chart
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ from ckpt_preempt.policies.lifecycle.plan_record import (
     DrainRequest,
     drain_to_annotation,
 )
-from e2e import kube
-from e2e.test_eviction_gate_support import (
+from e2e.harness import kube
+from e2e.harness.eviction_gate_run import (
     ack,
     drain,
     drain_request,

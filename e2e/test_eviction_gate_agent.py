@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     REPO,
     exists,
     free_port,
@@ -40,7 +40,7 @@ from e2e.test_controller_support import (
     start_agent,
     user_kubeconfig,
 )
-from e2e.test_eviction_gate_support import gate_config, running_gate, start_drain
+from e2e.harness.eviction_gate_run import gate_config, running_gate, start_drain
 
 pytestmark = pytest.mark.e2e
 TRAIN = REPO / "examples/tiny_training/train.py"

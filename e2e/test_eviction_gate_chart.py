@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from e2e import chart
-from e2e.test_eviction_gate_support import GATE_RULES
+from e2e.harness import chart
+from e2e.harness.eviction_gate_run import GATE_RULES
 
 NAMESPACE = "ckpt-preempt"
 ON = {"evictionGate": {"enabled": True}}

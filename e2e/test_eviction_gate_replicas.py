@@ -1,7 +1,8 @@
 """Gate replicas against the real API server: two replicas that answer the same Evictions at
 the same moment write one drain request per pod and give the same answer, with no leader; and
 the gate's HTTPS server answers bad requests with a 400, never a crash. Plus the burst
-benchmark's short seeded run (bench/eviction_gate.py)."""
+benchmark's short seeded run (e2e/harness/gate_burst.py; `python -m bench.eviction_gate` runs it
+long)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import uuid
 
 import pytest
 
-from bench.eviction_gate import burst
 from ckpt_preempt.controller.gate import gate_server
 from ckpt_preempt.controller.gate.gate import Gate, GateSettings
 from ckpt_preempt.policies.disruption.eviction_gate import GateLimits
-from e2e import kube
-from e2e.localcluster import free_port
-from e2e.test_eviction_gate_support import drain_request, make_certs
+from e2e.harness import kube
+from e2e.harness.eviction_gate_run import drain_request, make_certs
+from e2e.harness.gate_burst import burst
+from e2e.harness.localcluster import free_port
 
 pytestmark = pytest.mark.e2e
 PODS = 6

@@ -12,15 +12,15 @@ import pytest
 from kubernetes import client
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_eviction_gate_support import (
+from e2e.harness import kube
+from e2e.harness.eviction_gate_run import (
     ack,
     drain_request,
     gate_config,
     running_gate,
     scope,
 )
-from e2e.test_trust_support import RBAC_GROUP, TENANT_USER, extra_namespace, status_of
+from e2e.harness.trust import RBAC_GROUP, TENANT_USER, extra_namespace, status_of
 
 pytestmark = pytest.mark.e2e
 CAP = 6.0  # the admin's maxCheckpointSeconds in these tests

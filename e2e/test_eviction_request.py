@@ -19,8 +19,8 @@ from kubernetes import client
 
 from ckpt_preempt.controller.planning import disruption_api
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import config_for, reasons, running_controller
+from e2e.harness import kube
+from e2e.harness.controller_run import config_for, reasons, running_controller
 
 pytestmark = pytest.mark.e2e
 RESPONDER = "ckpt-preempt.io/checkpoint"

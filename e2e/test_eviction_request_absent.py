@@ -9,8 +9,8 @@ import time
 import pytest
 
 from ckpt_preempt.controller.planning import disruption_api
-from e2e import kube
-from e2e.test_controller_support import config_for, running_controller
+from e2e.harness import kube
+from e2e.harness.controller_run import config_for, running_controller
 
 pytestmark = pytest.mark.e2e
 

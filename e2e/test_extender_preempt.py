@@ -10,11 +10,11 @@ import pytest
 
 from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.explain import explain_live
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.controller_run import HIGH_KUBE, HIGH_NEVER, exists, priority_classes
+from e2e.harness.extender_run import metric, running_extender
+from e2e.harness.extender_run import scheduler_config as extender_config
 from e2e.test_controller_compare import WORKLOAD, _lost, _make
-from e2e.test_controller_support import HIGH_KUBE, HIGH_NEVER, exists, priority_classes
-from e2e.test_extender_support import metric, running_extender
-from e2e.test_extender_support import scheduler_config as extender_config
 
 pytestmark = pytest.mark.e2e
 

@@ -11,14 +11,14 @@ import pytest
 
 from ckpt_preempt.controller.kube.records import TOPOLOGY_ANNOTATION as TOPOLOGY
 from ckpt_preempt.policies.model.topology import SCHEMA
-from e2e import kube
-from e2e.test_extender_support import (
+from e2e.harness import kube
+from e2e.harness.extender_run import (
     metric,
     running_extender,
     silent_listener,
     stop,
 )
-from e2e.test_extender_support import scheduler_config as extender_config
+from e2e.harness.extender_run import scheduler_config as extender_config
 
 pytestmark = pytest.mark.e2e
 GPUS_PER_NODE = 8

@@ -1,6 +1,6 @@
 """GPU health end to end: the controller on the local control plane reads a real Prometheus
-(e2e/promstack.py) that scrapes a fixture exporter speaking dcgm-exporter's format, whose values
-these tests change while the controller runs.
+(e2e/harness/promstack.py) that scrapes a fixture exporter speaking dcgm-exporter's format, whose
+values these tests change while the controller runs.
 
 - a node whose GPU reports XID 79 is never chosen for a preemptor, although its victim would
   lose the least work;
@@ -23,9 +23,8 @@ from ckpt_preempt.controller.core.events import Reason
 from ckpt_preempt.controller.health.health import HEALTH_PLAN_PREFIX
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.health import Health
-from e2e import kube, promstack
-from e2e.promstack import DcgmFixtureExporter
-from e2e.test_controller_support import (
+from e2e.harness import kube, promstack
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     LOWER,
@@ -40,6 +39,7 @@ from e2e.test_controller_support import (
     start_agent,
     user_kubeconfig,
 )
+from e2e.harness.promstack import DcgmFixtureExporter
 
 pytestmark = pytest.mark.e2e
 dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus

@@ -3,8 +3,8 @@ test changes on the exporter is what a query returns, with dcgm-exporter's names
 
 from __future__ import annotations
 
-from e2e import promstack
-from e2e.promstack import DcgmFixtureExporter, read_counters
+from e2e.harness import promstack
+from e2e.harness.promstack import DcgmFixtureExporter, read_counters
 
 dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus
 

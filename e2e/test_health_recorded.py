@@ -13,8 +13,8 @@ from ckpt_preempt.controller.health import health_promql
 from ckpt_preempt.controller.health.health import PrometheusHealth
 from ckpt_preempt.policies.model import health as ph
 from ckpt_preempt.policies.model.health import Health
-from e2e import kube, promstack
-from e2e.promstack import DcgmFixtureExporter
+from e2e.harness import kube, promstack
+from e2e.harness.promstack import DcgmFixtureExporter
 
 dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus
 

@@ -32,9 +32,8 @@ from ckpt_preempt.controller.kube.records import MANAGED_BY
 from ckpt_preempt.controller.writes.write_bodies import PLAN_PREFIX
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.annotations import RESERVED_TAINT
-from e2e import chart, kube
-from e2e.localcluster import read_audit
-from e2e.test_controller_support import (
+from e2e.harness import chart, kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     PLAN_LABEL_SELECTOR,
@@ -44,7 +43,8 @@ from e2e.test_controller_support import (
     reasons,
     rfc3339,
 )
-from e2e.test_trust_support import status_of
+from e2e.harness.localcluster import read_audit
+from e2e.harness.trust import status_of
 
 pytestmark = pytest.mark.e2e
 

@@ -3,8 +3,8 @@
 NVML is the testbin's mock libnvidia-ml.so.1 on an HGX H100 profile whose PCI bus ids are the
 fixture exporter's, so the cross-check matches GPUs by `pci_bus_id` (the fixture's UUIDs are its
 own; tests/hwprobe/test_dcgm_check.py covers matching by UUID). Prometheus is the real binary
-(e2e/promstack.py), scraping `DcgmFixtureExporter` every second; the CLI runs as a subprocess,
-as an operator would run it on the node.
+(e2e/harness/promstack.py), scraping `DcgmFixtureExporter` every second; the CLI runs as a
+subprocess, as an operator would run it on the node.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from e2e import promstack
-from e2e.promstack import DcgmFixtureExporter, FixtureGpu
-from tests.hwprobe.mocklib import PROFILES
+from e2e.harness import promstack
+from e2e.harness.mock_nvml import PROFILES
+from e2e.harness.promstack import DcgmFixtureExporter, FixtureGpu
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mocknvml]
 dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from e2e import kube
+from e2e.harness import kube
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mocknvml]
 

@@ -1,7 +1,7 @@
 """The project's image (deploy/Dockerfile, built by `make image`) run for real with podman: the
 controller, the extender and hwprobe each start from the image with exactly the command, args,
-config file, volumes and securityContext that `helm template` renders (e2e/images.py maps the
-rendered pod template onto podman flags), under a token of the chart's ServiceAccount projected
+config file, volumes and securityContext that `helm template` renders (e2e/harness/images.py maps
+the rendered pod template onto podman flags), under a token of the chart's ServiceAccount projected
 where the kubelet projects it, on the host network against the local control plane.
 
 Each test also checks, from outside, that the running process is what the chart promises: not
@@ -19,9 +19,8 @@ import pytest
 
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.topology import ANNOTATION
-from e2e import images, kube
-from e2e.test_chart_deploy import FAST, GPU_PRESENT
-from e2e.test_controller_support import (
+from e2e.harness import images, kube
+from e2e.harness.controller_run import (
     HIGH_KUBE,
     HIGH_NEVER,
     LOW,
@@ -30,9 +29,10 @@ from e2e.test_controller_support import (
     priority_classes,
     reasons,
 )
+from e2e.harness.extender_run import metric
+from e2e.harness.extender_run import scheduler_config as extender_config
+from e2e.test_chart_deploy import FAST, GPU_PRESENT
 from e2e.test_extender_scheduler import NVLINK_REQUIRED, _topology
-from e2e.test_extender_support import metric
-from e2e.test_extender_support import scheduler_config as extender_config
 
 pytestmark = pytest.mark.e2e
 
@@ -143,15 +143,6 @@ def test_extender_container_answers_kube_scheduler(
     assert "Traceback" not in log and " 403" not in log, log[-3000:]
 
 
-def mock_nvml_flags(library, profile: str = "h100") -> tuple[str, ...]:
-    """The mock libnvidia-ml.so.1 mounted where the NVIDIA container runtime mounts the
-    driver's (found by the dynamic loader, no environment variable), its profile beside."""
-    path = images.REPO / "hwprobe" / "profiles" / f"{profile}.yaml"
-    return ("--volume", f"{library}:{images.NVML_PATH}:ro",
-            "--volume", f"{path}:/etc/mock-nvml/profile.yaml:ro",
-            "--env", "MOCK_NVML_CONFIG=/etc/mock-nvml/profile.yaml")
-
-
 @pytest.mark.mocknvml
 def test_hwprobe_container_publishes_with_the_mock_nvml_mounted(
         local, image, gpu_nodes, nvml, tmp_path):
@@ -160,7 +151,7 @@ def test_hwprobe_container_publishes_with_the_mock_nvml_mounted(
     values = {"hwprobe": {"interval": 1, "metricsPort": port}}
     with images.chart_pod(local, "hwprobe", values, node=node) as (template, view, _), \
             _started(image, template, view, port, tmp_path,
-                     extra=mock_nvml_flags(nvml.library)) as ctr:
+                     extra=images.mock_nvml_flags(nvml.library)) as ctr:
             value = local.core.read_node(node).metadata.annotations[ANNOTATION]
             code, body = images.http_get(f"http://127.0.0.1:{port}/metrics")
             log = ctr.logs()

@@ -1,12 +1,12 @@
 """policies.baselines.kube_default against the real kube-scheduler on the same clusters.
 
-A short seeded run of e2e/differential.py's random clusters, classified by
-bench/differential.py (which runs 200+); kube-scheduler v1.37.2's PDB rules that differ from
-policy/v1 eviction, each on a hand-made cluster where they decide the victim; and, without a
-cluster, the generator's invariants and the classifier on hand-made snapshots. The same for
-policies.baselines.kube_workload against workload-aware preemption with native PodGroups
-(e2e/differential_workload.py, bench/differential.py --workload), on a control plane of its
-own with GenericWorkload on."""
+A short seeded run of e2e/harness/differential.py's random clusters, classified by
+e2e/harness/differential_classify.py (`python -m bench.differential` runs 200+); kube-scheduler
+v1.37.2's PDB rules that differ from policy/v1 eviction, each on a hand-made cluster where they
+decide the victim; and, without a cluster, the generator's invariants and the classifier on
+hand-made snapshots. The same for policies.baselines.kube_workload against workload-aware preemption
+with native PodGroups (e2e/harness/differential_workload.py, `python -m bench.differential
+--workload`), on a control plane of its own with GenericWorkload on."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import differential_workload as bench_workload
-from bench.differential import RULES, classify, predict
 from ckpt_preempt.policies.model.model import Node, Pod, Resources
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from e2e import differential, differential_workload
-from e2e.differential import Case, NodeSpec, Observation, PdbSpec, PodSpec
+from e2e.harness import differential, differential_workload
+from e2e.harness import differential_workload_classify as workload_classify
+from e2e.harness.differential import Case, NodeSpec, Observation, PdbSpec, PodSpec
+from e2e.harness.differential_classify import RULES, classify, predict
 
 pytestmark = pytest.mark.e2e
 SEED, CASES = 20261203, 15
@@ -175,14 +175,14 @@ def test_classify_tells_a_victim_order_tie_from_a_real_difference():
 def test_kube_workload_picks_the_victims_workload_aware_preemption_picks(native_cluster):
     differential_workload.ensure_priority_classes(native_cluster)
     run = uuid.uuid4().hex[:5]
-    verdicts = [bench_workload.classify_seen(differential_workload.run_case(
+    verdicts = [workload_classify.classify_seen(differential_workload.run_case(
         native_cluster, differential_workload.generate(WORKLOAD_SEED, i), run=run))
         for i in range(WORKLOAD_CASES)]
     shown = "\n".join(json.dumps(v.as_json()) for v in verdicts if v.kind != "agree")
     kinds = [v.kind for v in verdicts]
     assert "anomaly" not in kinds and "real" not in kinds, shown
     # below 100 nodes only the order parallel Filter finishes in is left to chance (1 of 200
-    # cases in bench/differential.py --workload): all but one case agree outright
+    # cases in `python -m bench.differential --workload`): all but one case agree outright
     assert kinds.count("agree") >= WORKLOAD_CASES - 1, shown
     assert not any(v.events_differ for v in verdicts), shown
     assert sum(bool(v.kube["victims"]) for v in verdicts) >= WORKLOAD_CASES // 2, shown
@@ -227,10 +227,10 @@ def test_workload_classifier_tells_a_filter_order_tie_from_a_real_difference():
     member = Pod(uid="u-m", name="m-0", priority=1000, gang="ns/m",
                  requests=Resources(cpu_milli=100, memory_mib=64, gpus=1))
     snap = Snapshot(now=10_000.0, nodes=nodes, pods=(*low, member))
-    ours = bench_workload.predict(snap, (member,))["victims"]
+    ours = workload_classify.predict(snap, (member,))["victims"]
     other = ["v1"] if ours == ["v0"] else ["v0"]
-    assert bench_workload.classify(snap, (member,), tuple(ours), case=0).kind == "agree"
-    tie = bench_workload.classify(snap, (member,), tuple(other), case=0)
+    assert workload_classify.classify(snap, (member,), tuple(ours), case=0).kind == "agree"
+    tie = workload_classify.classify(snap, (member,), tuple(other), case=0)
     assert tie.kind == "tie" and tie.detail["tie"] == "filter-order", tie
-    both = bench_workload.classify(snap, (member,), ("v0", "v1"), case=0)
+    both = workload_classify.classify(snap, (member,), ("v0", "v1"), case=0)
     assert both.kind == "real", both  # one is enough

@@ -41,8 +41,8 @@ from kubernetes import client
 from ckpt_preempt.controller.kube import convert, podgroups, records
 from ckpt_preempt.policies.baselines import kube_workload
 from ckpt_preempt.policies.model import annotations as ann
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_KUBE,
     HIGH_NEVER,
     LOW,

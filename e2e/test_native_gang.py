@@ -14,8 +14,8 @@ from kubernetes import client
 from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.explain import explain_live
 from ckpt_preempt.controller.kube.records import ADMISSION_GATE
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
@@ -154,7 +154,7 @@ def test_controller_rbac_lets_the_cache_watch_podgroups(cluster, namespace):
     watches: a group created afterwards reaches the cache with its minCount and mode."""
     from ckpt_preempt.controller.kube.watch import ClusterCache
     from ckpt_preempt.policies.model.native_gangs import Disruption
-    from e2e.test_trust_support import controller_rbac
+    from e2e.harness.trust import controller_rbac
 
     with controller_rbac(cluster, namespace) as api:
         cache = ClusterCache(api, plan_namespace=namespace)

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from ckpt_preempt.controller.kube.watch import ClusterCache
-from e2e import kube
+from e2e.harness import kube
 
 pytestmark = pytest.mark.e2e
 

@@ -14,16 +14,16 @@ import pytest
 from ckpt_preempt.controller.kube.records import ADMISSION_GATE, TOPOLOGY_ANNOTATION
 from ckpt_preempt.hwprobe import report
 from ckpt_preempt.hwprobe.model import Fabric, Gpu, Pair, PcieLevel, Topology
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     config_for,
     exists,
     priority_classes,
     running_controller,
 )
-from e2e.test_extender_support import running_extender
-from e2e.test_extender_support import scheduler_config as extender_config
+from e2e.harness.extender_run import running_extender
+from e2e.harness.extender_run import scheduler_config as extender_config
 
 pytestmark = pytest.mark.e2e
 GPUS = 4  # a GB200 compute tray

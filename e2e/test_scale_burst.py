@@ -1,15 +1,16 @@
-"""A burst of preemptors onto full nodes (bench/scale_kwok.py's burst, small): every preemptor
-is bound, and the pods evicted are exactly the victims of the plans the controller stored, each
-evicted once, while the plans' writes are sent side by side (writeConcurrency, default 8). The
-bench reports the time; this test asserts no timing."""
+"""A burst of preemptors onto full nodes (e2e/harness/kwok_scale.py's burst, small;
+`python -m bench.scale_kwok` runs it big): every preemptor is bound, and the pods evicted are
+exactly the victims of the plans the controller stored, each evicted once, while the plans'
+writes are sent side by side (writeConcurrency, default 8). The bench reports the time; this
+test asserts no timing."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.scale_kwok import burst
 from ckpt_preempt.controller.core.config import Config
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.kwok_scale import burst
 
 pytestmark = pytest.mark.e2e
 NODES, PREEMPTORS = 8, 5

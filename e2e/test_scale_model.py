@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench.scale_kwok import create_nodes, fill
 from ckpt_preempt.controller.kube import convert
 from ckpt_preempt.controller.kube.cluster_model import ClusterModel
 from ckpt_preempt.controller.kube.watch import ClusterCache
 from ckpt_preempt.policies.model import annotations as ann
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.kwok_scale import create_nodes, fill
 
 pytestmark = pytest.mark.e2e
 NODES, PER_NODE = 12, 4

@@ -10,7 +10,7 @@ from dataclasses import fields
 import yaml
 
 from ckpt_preempt.controller.core import config
-from e2e.test_trust_support import DEPLOY
+from e2e.harness.trust import DEPLOY
 
 CHART = DEPLOY / "helm/ckpt-preempt"
 NAMESPACE = "ckpt-preempt"  # the release namespace the plain files are written for

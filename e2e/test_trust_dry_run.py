@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
@@ -21,7 +21,7 @@ from e2e.test_controller_support import (
     priority_classes,
     running_controller,
 )
-from e2e.test_trust_support import reserved, store_plan
+from e2e.harness.trust import reserved, store_plan
 
 pytestmark = pytest.mark.e2e
 CHECKPOINT_SECONDS = 3.0

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
@@ -23,7 +23,7 @@ from e2e.test_controller_support import (
     priority_classes,
     running_controller,
 )
-from e2e.test_trust_support import (
+from e2e.harness.trust import (
     MANAGED_BY,
     admission_policies,
     controller_rbac,

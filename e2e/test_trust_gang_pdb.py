@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,

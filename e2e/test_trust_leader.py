@@ -12,9 +12,8 @@ import time
 import pytest
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.localcluster import read_audit
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
@@ -24,7 +23,8 @@ from e2e.test_controller_support import (
     start_controller_process,
     user_kubeconfig,
 )
-from e2e.test_trust_support import CONTROLLER_USER, controller_rbac
+from e2e.harness.localcluster import read_audit
+from e2e.harness.trust import CONTROLLER_USER, controller_rbac
 
 pytestmark = pytest.mark.e2e
 CHECKPOINT_SECONDS = 3

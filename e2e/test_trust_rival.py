@@ -10,15 +10,15 @@ import time
 import pytest
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.test_controller_support import (
+from e2e.harness import kube
+from e2e.harness.controller_run import (
     HIGH_NEVER,
     LOW,
     config_for,
     priority_classes,
     running_controller,
 )
-from e2e.test_trust_support import extra_namespace
+from e2e.harness.trust import extra_namespace
 
 pytestmark = pytest.mark.e2e
 RUNS = 5

@@ -2,8 +2,8 @@
 with its watch cache off (so watches are served from etcd, whose history is really gone).
 
 The controller's ClusterCache (Nodes, Pods, PDBs and its plan ConfigMaps) talks to the API
-server through e2e/faultproxy.py, which can cut its watch streams and hold new ones off. While
-they are off, one object of each kind is added and one deleted, and etcd is compacted past the
+server through e2e/harness/faultproxy.py, which can cut its watch streams and hold new ones off.
+While they are off, one object of each kind is added and one deleted, and etcd is compacted past the
 cache's resourceVersions; when the watches come back from those resourceVersions the API server
 answers 410, the cache relists, and it must then hold exactly what the API server holds.
 """
@@ -18,9 +18,9 @@ from kubernetes import config
 from ckpt_preempt.controller.kube.records import MANAGED_BY
 from ckpt_preempt.controller.kube.watch import ClusterCache
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.faultproxy import FaultProxy
-from e2e.localcluster import ADMIN_TOKEN
+from e2e.harness import kube
+from e2e.harness.faultproxy import FaultProxy
+from e2e.harness.localcluster import ADMIN_TOKEN
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,7 @@
 # Builds the real control plane the e2e tests run against, from the Go modules pinned in go.mod:
 #   etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok (+ kwok's stage YAMLs).
 # Output: $CKPT_TESTBIN_ROOT/<key>/ (default ~/.cache/ckpt-preempt/testbin/<key>), where <key> is
-# a hash of go.mod, go.sum and RECIPE below, so a warm machine rebuilds nothing. e2e/localcluster.py
+# a hash of go.mod, go.sum and RECIPE below, so a warm machine rebuilds nothing. e2e/harness/localcluster.py
 # computes the same key to find the binaries. Binaries never go into the repository.
 set -euo pipefail
 

@@ -5,7 +5,7 @@ made gang-aware, as kubernetes/kubernetes@v1.37.2 does it with the ``GenericWork
 (beta, off by default; design in kubernetes/enhancements ``keps/sig-scheduling/
 5710-workload-aware-preemption/README.md``). Paths below are in kubernetes@v1.37.2
 ``pkg/scheduler/``; checked against it by the differential run (bench/differential.py
-``--workload``, e2e/differential_workload.py).
+``--workload``, e2e/harness/differential_workload.py).
 
 Preemption units (``framework/preemption/types.go`` ``getCrossNodesVictims``): the pods of a
 PodGroup with ``disruptionMode: All`` are one unit, every scheduled pod of the group wherever

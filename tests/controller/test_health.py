@@ -15,7 +15,7 @@ from ckpt_preempt.controller.planning.reconcile import Reconciler
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import health as ph
 from ckpt_preempt.policies.model.health import GpuKey, Health, HealthReport
-from e2e.localcluster import free_port
+from e2e.harness.localcluster import free_port
 from tests.controller.fakes import T0, FakeCache, RecordingActions, node, pod
 from tests.controller.test_reconcile import OLD
 from tests.controller.test_stepper import CKPT, PERIODIC

@@ -1,4 +1,5 @@
-"""Fixtures for the mock-NVML tests (see mocklib.py for how the mock is found and run)."""
+"""Fixtures for the mock-NVML tests (e2e/harness/mock_nvml.py says how the mock is found and
+run)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 
 import pytest
 
-from tests.hwprobe.mocklib import MockNvml, mock_library
+from e2e.harness.mock_nvml import MockNvml, mock_library
 
 
 @pytest.fixture(scope="session")

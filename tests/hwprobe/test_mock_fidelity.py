@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.hwprobe.mocklib import REPO
+from e2e.harness.mock_nvml import REPO
 
 pytestmark = pytest.mark.mocknvml
 

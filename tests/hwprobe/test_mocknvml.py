@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.hwprobe.mocklib import REPO
+from e2e.harness.mock_nvml import REPO
 
 CLI = "ckpt_preempt.hwprobe.cli"
 pytestmark = pytest.mark.mocknvml

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from ckpt_preempt.hwprobe.report import json_schema
-from tests.hwprobe.mocklib import PROFILES
+from e2e.harness.mock_nvml import PROFILES
 
 pytestmark = pytest.mark.mocknvml
 

@@ -98,7 +98,7 @@ def test_socket_from_the_environment(mocknvml, kubelet):
     import subprocess
     import sys
 
-    from tests.hwprobe.mocklib import REPO
+    from e2e.harness.mock_nvml import REPO
 
     done = subprocess.run([sys.executable, "-m", "ckpt_preempt.hwprobe.cli", "gpu-use"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)

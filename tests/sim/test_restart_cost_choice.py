@@ -1,12 +1,7 @@
 """bench/restart_cost.py's choice of the shipped restartCostSeconds: the smallest worst cell."""
 
-import sys
-from pathlib import Path
-
+from bench import restart_cost
 from ckpt_preempt.policies.sim import stats
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import restart_cost  # bench/restart_cost.py, a script beside bench/evidence.py
 
 
 def _e(x):

@@ -2,7 +2,7 @@
 # Builds helm (the version pinned in this folder's go.mod, as a Go `tool`) and caches it under
 # $CKPT_HELM_ROOT/<key>/helm (default ~/.cache/ckpt-preempt/helm/<key>, honouring XDG_CACHE_HOME),
 # where <key> hashes go.mod, go.sum and RECIPE. A warm cache builds nothing. Used by `make chart`
-# and the e2e chart tests (e2e/chart.py computes the same key). Prints the binary on its last line.
+# and the e2e chart tests (e2e/harness/chart.py computes the same key). Prints the binary on its last line.
 # `build.sh --find` builds nothing: prints the cached binary, or exits 1 when there is none.
 # Cold: about 2 min on 2 cores once the modules are downloaded (measured 123 s), ~5 min with them.
 set -euo pipefail

@@ -4,7 +4,7 @@
 # (default ~/.cache/ckpt-preempt/kubectl/<key>, honouring XDG_CACHE_HOME), where <key> hashes
 # go.mod, go.sum and RECIPE. Its own module and cache, so adding it did not change the control
 # plane's key. A warm cache builds nothing. Used by the
-# e2e tests that drive `kubectl drain` (e2e/kubectl.py computes the same key). Prints the binary
+# e2e tests that drive `kubectl drain` (e2e/harness/kubectl.py computes the same key). Prints the binary
 # on its last line; `build.sh --find` builds nothing: prints the cached binary, or exits 1.
 set -euo pipefail
 export LC_ALL=C

@@ -5,7 +5,7 @@
 # only; the binary links libc alone, and the tests use the HTTP API, not the UI.
 # Output: $CKPT_PROMETHEUS_ROOT/<key>/{prometheus,promtool,versions.env}, default
 # ~/.cache/ckpt-preempt/prometheus/<key> (honouring XDG_CACHE_HOME), where <key> hashes this
-# script; e2e/promstack.py computes the same key. A warm cache downloads nothing. Prints the
+# script; e2e/harness/promstack.py computes the same key. A warm cache downloads nothing. Prints the
 # cache folder on its last line.
 set -euo pipefail
 export LC_ALL=C

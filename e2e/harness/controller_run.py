@@ -18,9 +18,9 @@ from kubernetes import client
 from ckpt_preempt.controller.app.runner import Controller
 from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 HIGH_NEVER, HIGH_KUBE = "e2e-ckpt-high-never", "e2e-ckpt-high-kube"
 LOW, LOWER = "e2e-ckpt-low", "e2e-ckpt-lower"
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
+from e2e.harness import kube
+from e2e.harness.paths import REPO
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = REPO / "deploy"
 CONTROLLER_RBAC = DEPLOY / "rbac/controller.yaml"
 ADMISSION = DEPLOY / "admission"
 DEPLOYED_CONTROLLER = "system:serviceaccount:ckpt-preempt:ckpt-preempt-controller"

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from e2e.harness.paths import REPO
+
 MOCK_SRC = REPO / "e2e" / "testbin" / "mocknvml"
 PROFILES = REPO / "hwprobe" / "profiles"
 

@@ -9,10 +9,10 @@ cannot be preempted), a few PDBs over team labels; then one pending PodGroup of 
 (equal GPUs and CPU; memory drawn per member, so their order matters) at high priority that
 does not fit as the cluster is. kube-scheduler (default profile,
 GenericWorkload on, no ckpt-preempt controller) preempts; what it did is read back as in
-e2e/differential.py: the case's pods gone or being deleted, the ``Preempted`` events, and the
-nodes the members were bound to. The same state, listed right before the preemptor's pods were
+e2e/harness/differential.py: the case's pods gone or being deleted, the ``Preempted`` events, and
+the nodes the members were bound to. The same state, listed right before the preemptor's pods were
 created and converted as the controller converts it (PodGroups included), goes to
-``kube_workload.plan``; bench/differential.py ``--workload`` classifies.
+``kube_workload.plan``; differential_workload_classify.py classifies.
 
     case = generate(seed, index)
     seen = run_case(cluster, case, run="r1")   # on a LocalCluster(..., native_workload=True)
@@ -31,8 +31,8 @@ from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.kube import convert, podgroups, records
 from ckpt_preempt.policies.model.model import Pod
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from e2e import kube
-from e2e.differential import (
+from e2e.harness import kube
+from e2e.harness.differential import (
     CLASS_WEIGHTS,
     CLASSES,
     COARSE_START_AGES,

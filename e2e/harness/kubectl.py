@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from e2e.harness.paths import REPO
+
 KUBECTL_SRC = REPO / "e2e/testbin/kubectl"
 KUBECTL_RECIPE = "1"  # must match RECIPE in testbin/kubectl/build.sh
 

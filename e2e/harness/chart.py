@@ -38,10 +38,10 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from e2e import kube
-from e2e.localcluster import free_port
+from e2e.harness import kube
+from e2e.harness.localcluster import free_port
+from e2e.harness.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy/helm/ckpt-preempt"
 HELM_SRC = REPO / "e2e/testbin/helm"
 HELM_RECIPE = "1"  # must match RECIPE in testbin/helm/build.sh

@@ -29,7 +29,7 @@ modelName, then Hostname (renamed `hostname` after that release, in PR #655: pas
 `hostname_label="hostname"`), then the `label`-type fields (DCGM_FI_DRIVER_VERSION).
 
 Fixtures: bind them in a test module (an import would read as an unused name to the linter):
-    from e2e import promstack
+    from e2e.harness import promstack
     dcgm_exporter, prometheus = promstack.dcgm_exporter, promstack.prometheus
     dcgm_exporter      function  a started DcgmFixtureExporter, stopped afterwards
     prometheus         function  prometheus(targets, scrape_interval_s=1.0, rule_files=...,
@@ -58,11 +58,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e.localcluster import _die_with_parent, free_port
+from e2e.harness.localcluster import _die_with_parent, free_port
+from e2e.harness.paths import REPO, TESTBIN
 
-HERE = Path(__file__).resolve().parent
-BUILD_SCRIPT = HERE / "testbin" / "prometheus" / "build.sh"
-COUNTERS_FILE = HERE.parent / "deploy" / "dcgm" / "health-counters.csv"
+BUILD_SCRIPT = TESTBIN / "prometheus" / "build.sh"
+COUNTERS_FILE = REPO / "deploy" / "dcgm" / "health-counters.csv"
 HOW_TO_GET = ("get it with `make testbin` (or e2e/testbin/prometheus/build.sh: Debian's package, "
               "needs apt-get), or set CKPT_PROMETHEUS to a prometheus binary")
 EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format

@@ -25,9 +25,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.policies.lifecycle import plan_record
-from e2e import kube
-from e2e.kubectl import kubectl
-from e2e.localcluster import free_port, kubeconfig_text
+from e2e.harness import kube
+from e2e.harness.kubectl import kubectl
+from e2e.harness.localcluster import free_port, kubeconfig_text
 
 GATE_USER = "ckpt-preempt-controller"  # a token user of the local cluster (no groups)
 SCOPE_LABEL = "e2e.ckpt-preempt.io/gate"

@@ -1,6 +1,7 @@
-"""The ``--workload`` mode of bench/differential.py: policies.baselines.kube_workload against
+"""Judging one workload differential case: policies.baselines.kube_workload against
 kube-scheduler's workload-aware preemption (GenericWorkload on) on random clusters with native
-PodGroups (e2e/differential_workload.py says what a case is and how it is observed).
+PodGroups (e2e/harness/differential_workload.py says what a case is and how it is observed);
+`python -m bench.differential --workload` runs many.
 
 `classify` compares kube-scheduler's victims with kube_workload's on the same snapshot:
 
@@ -13,28 +14,21 @@ PodGroups (e2e/differential_workload.py says what a case is and how it is observ
 - real: anything else, with the whole state;
 - anomaly: the run gave no clean answer (no outcome in time, some members bound and not all).
 
-Every case is stored with its state, so `replay` can classify a stored run again with
-another kube_workload (as the README's figure for the model before this mode was measured).
+Every case is stored with its state (`state`, `snapshot_of`), so bench/differential.py's
+`--replay` can classify a stored run again with another kube_workload (as the README's figure
+for the model before this mode was measured).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import itertools
-import json
 import random
 import sys
-import tempfile
 import time
 import uuid
-import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
-import urllib3
-from kubernetes import config
 from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.policies.baselines import kube_workload
@@ -48,9 +42,8 @@ from ckpt_preempt.policies.model.model import (
     Resources,
 )
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from e2e import differential_workload as dw
-from e2e import kube
-from e2e.localcluster import LocalCluster, TestbinMissing, find_testbin, versions
+from e2e.harness import differential_workload as dw
+from e2e.harness import kube
 
 TIE_SEEDS = 32  # random picks among equal top-scoring nodes tried
 ORDER_SHUFFLES = 16  # pod orders tried for equally important victims
@@ -208,52 +201,3 @@ def run(c: kube.Cluster, cases: int, seed: int, *, log=sys.stderr) -> list[Verdi
         print(f"case {i + 1}/{cases}: {v.kind:7s} kube={v.kube['victims']} "
               f"ours={v.ours['victims']} ({time.monotonic() - t0:.1f}s)", file=log, flush=True)
     return verdicts
-
-
-def write(path: Path, figures: dict, verdicts: list[Verdict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = ",\n".join(json.dumps(v.as_json(), separators=(",", ":")) for v in verdicts)
-    path.write_text(f'{{"summary": {json.dumps(figures)},\n"cases": [\n{rows}]}}\n')
-
-
-def replay(path: Path) -> int:
-    """Classify every stored case again with the current kube_workload; one JSON line."""
-    try:
-        stored = json.loads(path.read_text())["cases"]
-        again = [classify(*snapshot_of(v["detail"]["state"]), tuple(v["kube"]["victims"]),
-                          case=v["case"]) for v in stored
-                 if v["kind"] != "anomaly" and "state" in v["detail"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"differential: cannot replay {path}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({"replayed": len(again), **summary(again, 0.0)}))
-    return 0 if all(v.kind != "real" for v in again) else 1
-
-
-def main(args: argparse.Namespace, out: Path) -> int:
-    """bench/differential.py --workload: `args` as it parsed them (--cases, --seed, --workdir,
-    --replay); results to `out`. Exit status as there."""
-    if args.replay:
-        return replay(args.replay)
-    if args.cases < 1:
-        print("differential: --cases must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        bins = find_testbin()
-    except TestbinMissing as e:
-        print(f"differential: {e}", file=sys.stderr)
-        return 2
-    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
-    t0 = time.monotonic()
-    with contextlib.ExitStack() as stack:
-        tmp = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diff-"))
-        lc = stack.enter_context(LocalCluster(bins, Path(tmp) / "cluster", native_workload=True))
-        api = config.new_client_from_config(config_file=str(lc.kubeconfig))
-        verdicts = run(kube.Cluster("local", lc.kubeconfig, api, local=lc), args.cases,
-                       args.seed)
-        version = versions(bins).get("KUBERNETES_VERSION", "")
-    figures = {**summary(verdicts, time.monotonic() - t0), "seed": args.seed,
-               "kubernetes": version}
-    write(out, figures, verdicts)
-    print(json.dumps(figures))
-    return 0 if figures["real_disagreements"] == 0 else 1

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-TESTBIN_SRC = HERE / "testbin"
+from e2e.harness.paths import TESTBIN
+
+TESTBIN_SRC = TESTBIN
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok")
 RECIPE = "1"  # must match RECIPE in testbin/build.sh
 

@@ -351,7 +351,7 @@ def own_local_cluster(workdir: Path, **options: Any):
 
     from kubernetes import config
 
-    from e2e.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_testbin
+    from e2e.harness.localcluster import USER_TOKENS, LocalCluster, TestbinMissing, find_testbin
 
     backend = os.environ.get("E2E_CLUSTER", "local")
     if backend != "local":

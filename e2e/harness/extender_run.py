@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from e2e import kube
-from e2e.localcluster import free_port
-from e2e.test_controller_support import REPO
+from e2e.harness import kube
+from e2e.harness.controller_run import REPO
+from e2e.harness.localcluster import free_port
 
 SAMPLE = REPO / "deploy" / "scheduler" / "scheduler-config.yaml"
 

@@ -6,6 +6,7 @@ exactly as a kubelet would run one of the chart's pods, from the rendered pod te
     with running(image, template, pod, workdir, extra=[...]) as ctr: ...   # ctr.pid, ctr.logs()
     seconds = wait_ready(ctr, port, started)  # from `podman run` to /readyz 200
     status(pid)                             -> /proc/<pid>/status as a dict (Uid, CapEff, ...)
+    mock_nvml_flags(library)                -> podman flags mounting the mock NVML and its profile
 
 `chart_pod` renders a release into a namespace enforcing Pod Security "restricted", installs
 what the component's pod needs (the whole chart for the controller; the ServiceAccount, RBAC
@@ -45,9 +46,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import chart, kube
+from e2e.harness import chart, kube
+from e2e.harness.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "e2e" / "testbin" / "images" / "build.sh"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the kubelet projects the token
 # Where the NVIDIA container runtime mounts the driver's libnvidia-ml.so.1 in a Debian-based image:
@@ -237,6 +238,15 @@ def running(image_name: str, template: dict, pod: KubeletView, workdir: Path, *,
     finally:
         (workdir / "container.log").write_text(ctr.logs())
         podman("rm", "--force", "--time", "5", name, check=False)
+
+
+def mock_nvml_flags(library, profile: str = "h100") -> tuple[str, ...]:
+    """The mock libnvidia-ml.so.1 mounted where the NVIDIA container runtime mounts the
+    driver's (found by the dynamic loader, no environment variable), its profile beside."""
+    path = REPO / "hwprobe" / "profiles" / f"{profile}.yaml"
+    return ("--volume", f"{library}:{NVML_PATH}:ro",
+            "--volume", f"{path}:/etc/mock-nvml/profile.yaml:ro",
+            "--env", "MOCK_NVML_CONFIG=/etc/mock-nvml/profile.yaml")
 
 
 def status(pid: int) -> dict[str, str]:

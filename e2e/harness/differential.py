@@ -13,8 +13,8 @@ converts it (``controller.kube.convert``), goes to ``kube_default.plan``; ``clas
     case = generate(seed, index)
     seen = run_case(cluster, case, run="r1")        # creates, observes, deletes the case
 
-bench/differential.py classifies what was seen (agree / documented tie / real / anomaly) and
-runs many cases; e2e/test_kube_differential.py runs a few.
+differential_classify.py classifies what was seen (agree / documented tie / real / anomaly);
+`python -m bench.differential` runs many cases, e2e/test_kube_differential.py a few.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.kube import convert, records
 from ckpt_preempt.policies.model.model import LabelRequirement, Pod
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from e2e import kube
+from e2e.harness import kube
 
 PREEMPTOR = "preemptor"
 PREEMPTOR_CLASS, PREEMPTOR_PRIORITY = "diff-high", 1000
@@ -127,7 +127,7 @@ def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
 def generate(seed: int, index: int, *, pdb_edges: bool = True) -> Case:
     """Case `index` of run `seed`: the same arguments always give the same case.
     `pdb_edges=False` leaves out where kube-scheduler's PDB rules differ from policy/v1
-    eviction (RULES in bench/differential.py): unlabeled pods, empty PDB selectors and pods
+    eviction (RULES in differential_classify.py): unlabeled pods, empty PDB selectors and pods
     two PDBs cover."""
     rng = random.Random(f"differential:{seed}:{index}")
     tie_prone = rng.random() < TIE_PRONE_SHARE
