@@ -29,9 +29,10 @@ import time
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.extender.extender import Extender
-from ckpt_preempt.controller.extender.extender_model import StaticView, build_view
+from ckpt_preempt.controller.extender.extender_model import build_view
 from ckpt_preempt.controller.kube import records
 from ckpt_preempt.policies.model.topology import SCHEMA
+from e2e.harness.offline import StaticView
 
 GPUS_PER_NODE = 8
 PODS_PER_NODE = 4

@@ -18,7 +18,7 @@ reference (first-fit-decreasing over the same arrivals). Progress goes to stderr
 to stdout; ``--out`` receives placement.json and placement.png (needs the ``plot`` extra).
 
 ``--balance`` runs instead the pack-or-spread comparison with departures
-(ckpt_preempt.policies.placement.balance) over cluster sizes and utilisations, and writes
+(bench.placement_research.balance) over cluster sizes and utilisations, and writes
 placement_balance.json. ``--profile`` writes where FGD, Ours and offline FFD lose
 (placement_profile.json); ``--candidates`` runs one-change variants of Ours next to FGD and Ours,
 paired by seed (placement_candidates.json).
@@ -37,7 +37,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ckpt_preempt.policies.placement import balance, baselines, benchmark, fgd, ours, protocol
+from bench.placement_research import balance
+from ckpt_preempt.policies.placement import baselines, benchmark, fgd, ours, protocol
 from ckpt_preempt.policies.placement.benchmark import POLICIES as DEFAULT_POLICIES
 
 PROGRESS_STEP = benchmark.PROGRESS_STEP

@@ -1,5 +1,5 @@
 """Our scorer with a Sum-of-Squares term for shared GPUs, on FGD's benchmark, paired by seed
-with Ours (policies/placement/gap_squares.py; README, "Third round").
+with Ours (bench/placement_research/gap_squares.py; README, "Third round").
 
 Usage: python -m bench.placement_gap_squares [--seeds 42-51] [--modes tie,first,blend]
        [--weight 1] [--out bench/results]
@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from bench.placement import parse_seeds, read_trace
-from ckpt_preempt.policies.placement import benchmark, gap_squares, ours, protocol
+from bench.placement_research import gap_squares
+from ckpt_preempt.policies.placement import benchmark, ours, protocol
 
 TRACE = "openb_pod_list_default.csv"
 

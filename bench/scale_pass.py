@@ -29,8 +29,8 @@ from bench.synthetic_cluster import rfc3339, trace, uniform
 from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.kube import convert, records
 from ckpt_preempt.controller.kube.cluster_model import ClusterModel
-from ckpt_preempt.controller.kube.informer import LoggedStore
 from ckpt_preempt.policies.model import annotations as ann
+from e2e.harness.offline import LoggedStore
 
 NOW = 2_000_000_000.0
 SIZES = {"small": (4278, 40_000), "large": (12_500, 100_000)}

@@ -61,7 +61,7 @@ class ExtenderMetrics:
 
 class Extender:
     """``view``: an object with ``current() -> ClusterView`` and ``synced() -> bool``
-    (``extender_model.CachedView`` or ``StaticView``)."""
+    (``extender_model.CachedView``; tests use ``e2e.harness.offline.StaticView``)."""
 
     def __init__(self, view, *, budget_seconds: float = DEFAULT_PRIORITIZE_BUDGET_SECONDS,
                  settings: verbs.PreemptSettings | None = None) -> None:

@@ -230,16 +230,3 @@ class CachedView:
                         self._rebuild()
                     stop.wait(MIN_REBUILD_GAP_SECONDS)
         threading.Thread(target=loop, name="extender-view", daemon=True).start()
-
-
-class StaticView:
-    """A fixed view (tests, the latency benchmark)."""
-
-    def __init__(self, view: ClusterView) -> None:
-        self.view = view
-
-    def synced(self) -> bool:
-        return True
-
-    def current(self) -> ClusterView:
-        return self.view

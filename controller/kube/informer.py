@@ -75,30 +75,6 @@ class ChangeLog:
         return out
 
 
-class LoggedStore:
-    """An Informer's store without the network: a dict and its ChangeLog, fed by the caller
-    (benchmarks and tests feeding ``controller.kube.cluster_model`` directly)."""
-
-    def __init__(self, items: dict[str, Any] | None = None) -> None:
-        self.items: dict[str, Any] = {} if items is None else items
-        self._log = ChangeLog()
-
-    def put(self, key: str, obj: Any) -> None:
-        self._log.put(key, key in self.items)
-        self.items[key] = obj
-
-    def delete(self, key: str) -> None:
-        self.items.pop(key, None)
-        self._log.delete(key)
-
-    def relist(self, items: dict[str, Any]) -> None:
-        self.items = items
-        self._log.relisted()
-
-    def drain(self) -> Changes:
-        return self._log.drain(self.items)
-
-
 class Informer:
     def __init__(self, kind: str, list_fn: Callable[..., Any], trim: Callable[[dict], Any],
                  key: Callable[[dict], str], changed: threading.Event) -> None:

@@ -8,7 +8,8 @@ eviction gate and the extender run as processes beside a test (`controller_run`,
 (`trust`), the differential checks against the real kube-scheduler (`differential`,
 `differential_workload` make and observe cases; `differential_classify`,
 `differential_workload_classify` judge them), the chaos run (`chaos/`), the burst of
-Evictions at the gate (`gate_burst`) and bulk kwok nodes and pods (`kwok_scale`).
+Evictions at the gate (`gate_burst`), bulk kwok nodes and pods (`kwok_scale`), and in-memory
+stand-ins for the watch cache and the extender's view (`offline`).
 
 Import direction: e2e tests (e2e/test_*.py) and benchmarks (bench/) import this package;
 nothing here imports `bench` or an e2e test module (tests/bench/test_layout.py checks it).

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller.kube import convert, records
 from ckpt_preempt.controller.kube.cluster_model import ClusterModel
-from ckpt_preempt.controller.kube.informer import LoggedStore
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import annotations as ann
 from ckpt_preempt.policies.model.health import Health
 from ckpt_preempt.policies.model.model import UnknownCheckpoint
 from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt.policies.planner import plan_cache
+from e2e.harness.offline import LoggedStore
 from tests.controller.fakes import T0, node, pdb, pod, reservation
 
 NODES = [f"n{i}" for i in range(5)]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.controller.extender.extender import Extender
-from ckpt_preempt.controller.extender.extender_model import StaticView, build_view
+from ckpt_preempt.controller.extender.extender_model import build_view
 from ckpt_preempt.controller.extender.extender_verbs import (
     MAX_EXTENDER_PRIORITY,
     MIN_EXTENDER_PRIORITY,
@@ -23,6 +23,7 @@ from ckpt_preempt.controller.extender.extender_verbs import (
 from ckpt_preempt.controller.kube import records
 from ckpt_preempt.controller.kube.podgroups import podgroup_info
 from ckpt_preempt.policies.model.topology import SCHEMA
+from e2e.harness.offline import StaticView
 
 HOUR = 3600.0
 

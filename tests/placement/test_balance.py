@@ -1,10 +1,11 @@
-"""Pack or spread (policies/placement/balance.py): the chooser, the spreading scorer, departures."""
+"""Pack or spread (bench/placement_research/balance.py): the chooser, the spreading scorer,
+departures."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckpt_preempt.policies.placement import balance
+from bench.placement_research import balance
 from ckpt_preempt.policies.placement.devices import PodShape, new_node, place
 
 WHOLE = PodShape(cpu_milli=4000, gpu_count=1, gpu_milli=1000)

@@ -1,4 +1,4 @@
-"""The Sum-of-Squares variant of our scorer (policies/placement/gap_squares.py): its own run
+"""The Sum-of-Squares variant of our scorer (bench/placement_research/gap_squares.py): its own run
 loop must place exactly as the protocol's when the term is off, the term must be the growth of
 sum N(h)^2, and every mode must keep the protocol's invariants."""
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.placement import gap_squares, ours, protocol
+from bench.placement_research import gap_squares
+from ckpt_preempt.policies.placement import ours, protocol
 from ckpt_preempt.policies.placement.devices import MILLI_PER_GPU
 
 DATA = resources.files("ckpt_preempt.policies").joinpath("data")
