@@ -228,7 +228,7 @@ def fgd_setup(args: argparse.Namespace) -> tuple[benchmark.Setup, list[str]]:
     """The FGD benchmark's cluster, arrivals and policies; ValueError/OSError with one line."""
     if args.plot:
         raise ValueError(f"--plot is for the preemption protocols; for --protocol {FGD_PROTOCOL} "
-                         "run bench/placement.py --out DIR (placement.png)")
+                         "run python -m bench.placement --out DIR (placement.png)")
     names = benchmark.check_policies(args.policies or benchmark.POLICIES)
     if args.workload not in trace_files.BUNDLED_PODS and args.pods is None:
         raise ValueError(f"--protocol {FGD_PROTOCOL} replays an openb pod list: --workload "
