@@ -135,7 +135,7 @@ ROWS = [
       id="simulate fgd training"),
     c("simulate", "--protocol", "fgd", "--pods", str(EXAMPLE), says="not an openb pod list",
       id="simulate fgd not a pod list"),
-    c("simulate", "--protocol", "fgd", "--plot", "x.png", says="bench/placement.py",
+    c("simulate", "--protocol", "fgd", "--plot", "x.png", says="python -m bench.placement",
       id="simulate fgd plot"),
     c("simulate", "--pods", f"{MISSING}/pods.csv", says="No such file", id="simulate pods file"),
     c("simulate", "--plot", f"{MISSING}/x.png", says=f"directory {MISSING} does not exist",

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_elastic_shrink_benchmark_reports_paired_ratios_for_every_policy(tmp_path):
     out = tmp_path / "r.json"
     r = subprocess.run(
-        [sys.executable, "bench/elastic_shrink.py", "--seeds", "2", "--scale", "0.03",
+        [sys.executable, "-m", "bench.elastic_shrink", "--seeds", "2", "--scale", "0.03",
          "--protocols", "stress", "--out", str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -30,6 +30,6 @@ def test_elastic_shrink_benchmark_reports_paired_ratios_for_every_policy(tmp_pat
 
 
 def test_bad_arguments_are_one_line_and_exit_2():
-    r = subprocess.run([sys.executable, "bench/elastic_shrink.py", "--seeds", "0"],
+    r = subprocess.run([sys.executable, "-m", "bench.elastic_shrink", "--seeds", "0"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1

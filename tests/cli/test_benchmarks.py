@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_plan_latency_benchmark_plans_every_sample_and_reports_both_paths():
     out = subprocess.run(
-        [sys.executable, "bench/plan_latency.py", "--pods", "12000", "--samples", "12"],
+        [sys.executable, "-m", "bench.plan_latency", "--pods", "12000", "--samples", "12"],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )
     assert out.returncode == 0, out.stderr
@@ -27,7 +27,7 @@ def test_plan_latency_benchmark_plans_every_sample_and_reports_both_paths():
 
 def test_fairness_benchmark_reports_every_variant_against_the_first():
     out = subprocess.run(
-        [sys.executable, "bench/fairness.py", "--seeds", "1,2", "--scale", "0.03",
+        [sys.executable, "-m", "bench.fairness", "--seeds", "1,2", "--scale", "0.03",
          "--unknown", "start-time,assume:30m", "--penalties", "0,900", "--jobs", "1"],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )
@@ -52,7 +52,7 @@ def test_fairness_benchmark_reports_every_variant_against_the_first():
 
 def test_timing_benchmark_compares_totals_with_timing_off_and_the_strongest(tmp_path):
     out = subprocess.run(
-        [sys.executable, "bench/timing.py", "--seeds", "1", "--scale", "0.03", "--jobs", "1",
+        [sys.executable, "-m", "bench.timing", "--seeds", "1", "--scale", "0.03", "--jobs", "1",
          "--out", str(tmp_path)],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
     )
@@ -68,6 +68,6 @@ def test_timing_benchmark_compares_totals_with_timing_off_and_the_strongest(tmp_
             assert p["plans_invalid"] == 0
             assert p["total_gpu_hours"]["median"] >= p["lost_median"] - 1e-3
     assert "## openb/stress (ends not declared)" in (tmp_path / "timing.md").read_text()
-    bad = subprocess.run([sys.executable, "bench/timing.py", "--seeds", "0"],
+    bad = subprocess.run([sys.executable, "-m", "bench.timing", "--seeds", "0"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

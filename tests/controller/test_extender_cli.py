@@ -37,7 +37,7 @@ def test_extender_on_a_port_in_use_is_one_line(tmp_path):
 
 def test_extender_latency_benchmark_reports_both_verbs():
     out = subprocess.run(
-        [sys.executable, "bench/extender_latency.py", "--nodes", "300", "--requests", "20"],
+        [sys.executable, "-m", "bench.extender_latency", "--nodes", "300", "--requests", "20"],
         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "bench/floor.py", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bench.floor", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=600)
 
 

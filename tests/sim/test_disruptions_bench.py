@@ -29,7 +29,7 @@ DRAINS = (dis.MAINTENANCE, dis.AUTOSCALER)
 def doc(tmp_path_factory):
     out = tmp_path_factory.mktemp("disruptions")
     run = subprocess.run(
-        [sys.executable, "bench/disruptions.py", "--cells", "openb/stress", "--seeds", "1",
+        [sys.executable, "-m", "bench.disruptions", "--cells", "openb/stress", "--seeds", "1",
          "--scale", "0.02", "--rate-scale", "20", "--jobs", "1", "--out", str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert run.returncode == 0, run.stderr
@@ -81,7 +81,7 @@ def test_every_run_keeps_the_model_invariants(doc):
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
     for args in (["--cells", "openb/nonsense"], ["--jobs", "3"], ["--seeds", "0"]):
-        out = subprocess.run([sys.executable, "bench/disruptions.py", *args, "--out",
+        out = subprocess.run([sys.executable, "-m", "bench.disruptions", *args, "--out",
                               str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
                              timeout=120)
         assert out.returncode == 2 and out.stdout == "", args
