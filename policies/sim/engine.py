@@ -405,6 +405,7 @@ class Simulation(PlannerView, ElasticJobs):
         raise ValueError(f"unknown event kind {kind!r}")
 
     def _schedule(self) -> None:
+        self.failed_shapes.clear()  # a new moment: checkpoint ages and the bound's window move
         self.high.sort(key=lambda s: (-s.job.priority, s.queued_at, s.job.id))
         for js in list(self.high):
             placed = self._try_place(js)

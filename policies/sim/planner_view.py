@@ -38,6 +38,7 @@ from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import bound
 from ckpt_preempt.policies.sim.costs import report_error
 from ckpt_preempt.policies.sim.devices import Capacity, requests
+from ckpt_preempt.policies.sim.planners import SEEDED_BY_PLAN_COUNT
 from ckpt_preempt.policies.sim.workload import Job, Member
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class PlannerView:
         # planner's snapshot as one non-preemptible pod per node (exact for fit and victims)
         self.held: list[dict[int, Resources]] = [{} for _ in self.nodes]
         self.held_pods: dict[int, dict[int, Pod | None]] = {}
+        # preemptor shapes whose plan failed since capacity last changed (``_preempt``)
+        self.failed_shapes: set[tuple] = set()
 
     # -- capacity held by priority ---------------------------------------------------------
     def _hold(self, i: int, pod: Pod, sign: int) -> None:
@@ -88,6 +91,7 @@ class PlannerView:
         have = h.get(pod.priority, ZERO)
         h[pod.priority] = have + pod.requests if sign > 0 else have - pod.requests
         self.held_pods.pop(i, None)
+        self.failed_shapes.clear()
 
     def _held_pod(self, i: int, priority: int) -> Pod | None:
         """All capacity on node ``i`` held at ``priority`` or above, as one pod."""
@@ -185,6 +189,11 @@ class PlannerView:
         return self.cap.exclusions(members)
 
     def _preempt(self, js: JobState) -> bool:
+        shape = _shape(js.job)
+        if shape in self.failed_shapes:  # the same ask on the same cluster: the same failure
+            self.counts["plans"] += 1
+            self.counts["failed"] += 1
+            return False
         pre = [self._model(js, k, None, self.t) for k in range(len(js.job.members))]
         snap = self._snapshot(pre, js.job)
         self.counts["plans"] += 1
@@ -194,6 +203,28 @@ class PlannerView:
             self.latencies.append((self.clock() - t0) * 1000)
         if not plan.feasible or not plan.victim_groups:
             self.counts["failed"] += 1
+            if self._repeats(plan, js.job):
+                self.failed_shapes.add(shape)
             return False
         self._execute(js, plan, snap)
         return True
+
+    def _repeats(self, plan: Plan, job: Job) -> bool:
+        """Whether a failed plan for ``job`` fails again for any preemptor of its shape until
+        capacity changes or time moves on (the engine clears ``failed_shapes`` then). Not
+        when plan latency is measured (each ask is timed), and for a policy seeded by the plan
+        counter only when no node could take it at all and it is one pod: a seeded tie-break
+        may place a gang's members so that the next seed fits them, or find a node without
+        victims."""
+        if self.clock:
+            return False
+        if self.policy not in SEEDED_BY_PLAN_COUNT:
+            return True
+        return not plan.feasible and len(job.members) == 1
+
+
+def _shape(job: Job) -> tuple:
+    """All of a preemptor that a planner's answer may depend on, besides its identity."""
+    return (job.priority, job.is_gang, job.min_members, job.checkpoint, job.checkpoint_seconds,
+            tuple((m.cpu_milli, m.memory_mib, m.gpus, m.gpu_milli, m.gpu_spec)
+                  for m in job.members))

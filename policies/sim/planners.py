@@ -90,6 +90,8 @@ WAIT_THEN_EVICT = "wait-then-evict"
 WAIT_THEN_EVICT_SECONDS = 900.0  # the baseline's longest wait for victims to end (15 min)
 TIMING_BASELINES = (*BASELINES, WAIT_THEN_EVICT)
 GANG_UNAWARE = (kube_default.POLICY, WAIT_THEN_EVICT)  # may break gangs: kube-default's choice
+# policies whose ties are broken by a seed drawn from the plan counter (``n`` above)
+SEEDED_BY_PLAN_COUNT = (kube_default.POLICY, kube_workload.POLICY, WAIT_THEN_EVICT)
 KNOWN = (*POLICIES, WAIT_THEN_EVICT, TIMING_POLICY)
 
 
