@@ -16,10 +16,9 @@ baseline (the baseline with the lowest median lost GPU-hours there) and against 
 Writes bench/results/evidence.md (the report), lost_work.png (lost GPU-hours per policy with
 interval bars, per cell) and eviction_loss_cdf.png (loss per eviction, pooled over seeds, log
 x-axis), shows progress on stderr and prints one JSON line. The default scale is 0.1 of the
-openb cluster (not the simulator's 0.25). Run time: 8.5 min on 2 processes before the replay
-cells grew and GPUs were shared; since, a run on a lightly loaded machine did its first 13 of
-205 cell-seeds (openb/stress) in 3.7 minutes and projected 55 (stopped unfinished): over the
-15 minutes aimed at.
+openb cluster (not the simulator's 0.25). Run time: 64.1 min on 2 processes (128 CPU-minutes;
+openb-multigpu20/replay alone 54 of them), measured on 2026-12-05 with the simulator's
+failed-shapes memo; over the 15 minutes once aimed at, so it runs in `make bench`, not CI.
 """
 
 from __future__ import annotations
