@@ -33,9 +33,9 @@ from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, planners, report, stats
 
 CELLS = (("openb", "stress"), ("training", "replay"))
-# the simulator's jobs declare their true end (SimConfig.declare_ends), which real jobs rarely
+# the simulator's jobs declare their true end (SimConfig.declared_end_share), which real jobs rarely
 # can: this cell shows what is left with periodic checkpoints (and no ends) to predict from
-NO_ENDS = ("openb", "stress", "ends not declared", {"declare_ends": False})
+NO_ENDS = ("openb", "stress", "ends not declared", {"declared_end_share": 0.0})
 OURS = planners.TIMING_POLICY
 ABLATION = planners.DRAIN_POLICY  # the same policy, timing off
 POLICIES = (*planners.TIMING_BASELINES, ABLATION, OURS)

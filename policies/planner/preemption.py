@@ -58,6 +58,9 @@ class PlannerConfig:
     search_budget: int = 20_000  # branch-and-bound steps per node
     gang_first_member_alternatives: int = 1  # a gang's first member: also its 2nd node
     joint_seeds: int = gang_joint.JOINT_SEEDS  # spread victim gangs a gang plan evicts first
+    # a gang preemptor: also the tries that see it whole (policies.planner.gang_joint); False:
+    # member by member only (the ablation the evidence reports)
+    joint_gangs: bool = True
     record_rejections: bool = True
     fairness_penalty_seconds: float = FAIRNESS_PENALTY_SECONDS  # per GPU per recent preemption
     restart_seconds: float = 0.0  # per evicted GPU: the estimated restart/restore time
@@ -169,9 +172,10 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
     evaluated = search.evaluated
     # a gang: also the tries that see it whole (policies.planner.gang_joint); the cheapest total
     # wins
-    search, placements, tried = gang_joint.improve(snapshot, members, config, builder, memo,
-                                                   shared, search, placements)
-    evaluated += tried
+    if config.joint_gangs:
+        search, placements, tried = gang_joint.improve(snapshot, members, config, builder,
+                                                       memo, shared, search, placements)
+        evaluated += tried
     groups = _groups(list(search.chosen.values()), config)
     drains = [v.checkpoint_seconds for g in groups for v in g.victims if v.drain]
     victim_pods = [p for u in search.chosen.values() for p in u.pods]

@@ -108,10 +108,17 @@ class SimConfig:
     # blind to restarts)
     planner_restart_seconds: float | None = None
     shrink: bool = True  # our planner may shrink elastic jobs (policies.sim.elastic)
+    # our planners plan a gang preemptor whole too (policies.planner.gang_joint); False: member
+    # by member only
+    joint_gangs: bool = True
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
-    # when to preempt (policies.planner.timing): jobs declare their end (expected-end), exactly.
-    # Assumption, and an optimistic one: real jobs know their end only roughly, if at all
-    declare_ends: bool = True
+    # when to preempt (policies.planner.timing): this seeded share of the jobs declares its end
+    # (expected-end), each declaration off by a seeded error, uniform within +/- this share of
+    # the run it predicts (early or late). Assumption, and an optimistic one: by default every
+    # job declares its end exactly; real jobs know it only roughly, if at all (bench/evidence.py
+    # ablates both, policies/sim/planner_view.py draws them)
+    declared_end_share: float = 1.0
+    declared_end_error: float = 0.0
     # policies.planner.bound, for every policy: no job preempted more than this often per window (0:
     # no bound); ``escalating_penalty``: the planner also sees each job's preemptions in that
     # window, its fairness penalty doubling with each (False: the 1-hour count only)
@@ -230,7 +237,7 @@ class Simulation(PlannerView, ElasticJobs):
                                    config.fairness_penalty_seconds,
                                    config.planner_restart[0],
                                    restart_workload_gpu_seconds=config.planner_restart[1],
-                                   shrink=config.shrink)
+                                   shrink=config.shrink, joint_gangs=config.joint_gangs)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress

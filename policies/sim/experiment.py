@@ -30,7 +30,7 @@ DEFAULT_SCALE = WorkloadParams().scale  # share of the openb cluster and trace s
 # One cost removed at a time (and all of them), to show which one limits the ratio. The restore
 # ablation zeroes SimConfig's default only: jobs with their own restore time (the training
 # scenario's) keep it, so ablate openb cells.
-ABLATIONS: Mapping[str, Mapping[str, float]] = {
+COST_ABLATIONS: Mapping[str, Mapping[str, float]] = {
     "restore cost off": {"restore_seconds": 0.0, "restore_job_gpu_seconds": 0.0},
     "planner blind to restarts": {"planner_restart_seconds": 0.0},
     "report lag/jitter off": {"report_lag_seconds": 0.0, "report_jitter_seconds": 0.0},
@@ -41,6 +41,21 @@ ABLATIONS: Mapping[str, Mapping[str, float]] = {
         "drain_failure_share": 0.0, "drain_overrun_share": 0.0,
     },
 }
+# What timing rests on, made harsher: the simulator's jobs all declare their end exactly by
+# default (SimConfig.declared_end_share), which real jobs rarely do.
+END_ABLATIONS: Mapping[str, Mapping[str, float]] = {
+    "half declare ends, +/-25 %": {"declared_end_share": 0.5, "declared_end_error": 0.25},
+    "no declared ends": {"declared_end_share": 0.0},
+}
+# Each of issue 22's ideas off, for every policy it touches: elastic shrink and joint gang plans
+# (our planners), the starvation bound and the escalating penalty (every policy).
+IDEA_ABLATIONS: Mapping[str, Mapping[str, float]] = {
+    "shrink off": {"shrink": False},
+    "joint gangs off": {"joint_gangs": False},
+    "bound off": {"max_preemptions_per_window": 0, "escalating_penalty": False},
+}
+ABLATIONS: Mapping[str, Mapping[str, float]] = {
+    **COST_ABLATIONS, **END_ABLATIONS, **IDEA_ABLATIONS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +84,7 @@ class Cell:
 
 
 def ablate(cell: Cell, name: str, overrides: Mapping[str, float] | None = None) -> Cell:
-    """``cell`` with the costs of ablation ``name`` turned off."""
+    """``cell`` with ablation ``name``'s changes to its simulator knobs."""
     changes = ABLATIONS[name] if overrides is None else overrides
     known = {f.name for f in fields(SimConfig)}
     unknown = sorted(set(changes) - known)

@@ -51,6 +51,21 @@ def lies(*, seed: int, job_id: int, share: float) -> bool:
     return share > 0 and random.Random(f"liar-{seed}-{job_id}").random() < share
 
 
+def declares_end(*, seed: int, job_id: int, share: float) -> bool:
+    """Whether job ``job_id`` declares its end (one seeded draw per job)."""
+    if share >= 1.0:
+        return True
+    return share > 0 and random.Random(f"declares-end-{seed}-{job_id}").random() < share
+
+
+def end_error(*, seed: int, job_id: int, origin: float, most: float) -> float:
+    """How far off job ``job_id``'s declared end is, as a share of the run it predicts: a
+    seeded draw, uniform in [-``most``, ``most``], per job and run (0 when ``most`` is 0)."""
+    if most <= 0:
+        return 0.0
+    return random.Random(f"end-error-{seed}-{job_id}-{origin!r}").uniform(-most, most)
+
+
 def lie_seconds(*, seed: int, job_id: int, checkpoint: float, share: float,
                 most: float) -> float:
     """How much later than ``checkpoint`` job ``job_id``'s annotation claims it was: 0 for an
@@ -119,10 +134,20 @@ class PlannerView:
             if j.is_gang else None, owner_uid=f"job-{j.id}",
             gang_minimum=j.min_members if j.is_gang else None,
             # what its annotations would declare for timing (policies.planner.timing): the period of
-            # a job that reports its checkpoints, and its end (SimConfig.declare_ends)
+            # a job that reports its checkpoints, and its end (SimConfig.declared_end_share)
             checkpoint_interval=j.interval if self._reports(j) else None,
-            expected_end=js.origin + js.remaining if node and self.cfg.declare_ends else None,
+            expected_end=self._declared_end(js) if node else None,
         )
+
+    def _declared_end(self, js: JobState) -> float | None:
+        """The end job ``js``'s running pods declare: None when it declares none, else its
+        true end moved by its seeded error, drawn once per run (``origin``)."""
+        cfg = self.cfg
+        if not declares_end(seed=self.seed, job_id=js.job.id, share=cfg.declared_end_share):
+            return None
+        error = end_error(seed=self.seed, job_id=js.job.id, origin=js.origin,
+                          most=cfg.declared_end_error)
+        return js.origin + js.remaining * (1.0 + error)
 
     # -- what the planner sees, and asking it --------------------------------------------
     def _reports(self, job: Job) -> bool:

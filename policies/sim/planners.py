@@ -44,18 +44,20 @@ Restart = tuple[float, float]  # our search's restart charge: (per GPU, per work
 
 
 def _config(drain: bool, max_ckpt: float, penalty: float, restart: Restart,
-            shrink: bool = True, timed: bool = False) -> preemption.PlannerConfig:
+            shrink: bool = True, timed: bool = False,
+            joint_gangs: bool = True) -> preemption.PlannerConfig:
     per_gpu, per_workload = restart
     return preemption.PlannerConfig(
         drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
         fairness_penalty_seconds=penalty, restart_seconds=per_gpu,
         restart_workload_gpu_seconds=per_workload, shrink=shrink, timing=timed,
+        joint_gangs=joint_gangs,
     )
 
 
 def _aware(drain: bool, max_ckpt: float, penalty: float, restart: Restart,
-           shrink: bool = True, timed: bool = False) -> Planner:
-    cfg = _config(drain, max_ckpt, penalty, restart, shrink, timed)
+           shrink: bool = True, timed: bool = False, joint_gangs: bool = True) -> Planner:
+    cfg = _config(drain, max_ckpt, penalty, restart, shrink, timed, joint_gangs)
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
@@ -64,8 +66,9 @@ def _wait_then_evict(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
                                 max_wait=WAIT_THEN_EVICT_SECONDS, policy=WAIT_THEN_EVICT)
 
 
-def _greedy(max_ckpt: float, penalty: float, restart: Restart, shrink: bool = True) -> Planner:
-    cfg = replace(_config(True, max_ckpt, penalty, restart, shrink),
+def _greedy(max_ckpt: float, penalty: float, restart: Restart, shrink: bool = True,
+            joint_gangs: bool = True) -> Planner:
+    cfg = replace(_config(True, max_ckpt, penalty, restart, shrink, joint_gangs=joint_gangs),
                   search_budget=GREEDY_SEARCH_BUDGET)
 
     def plan(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
@@ -75,8 +78,8 @@ def _greedy(max_ckpt: float, penalty: float, restart: Restart, shrink: bool = Tr
 
 
 def _cost_aware(max_ckpt: float, penalty: float, restart: Restart,
-                shrink: bool = True) -> Planner:
-    cfg = _config(False, max_ckpt, penalty, restart, shrink)
+                shrink: bool = True, joint_gangs: bool = True) -> Planner:
+    cfg = _config(False, max_ckpt, penalty, restart, shrink, joint_gangs=joint_gangs)
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
@@ -98,13 +101,14 @@ KNOWN = (*POLICIES, WAIT_THEN_EVICT, TIMING_POLICY)
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
                 restart_seconds: float = 0.0, *, shrink: bool = True,
-                restart_workload_gpu_seconds: float = 0.0) -> Planner:
+                restart_workload_gpu_seconds: float = 0.0, joint_gangs: bool = True) -> Planner:
     """The named policy. ``restart_seconds`` is what our search (cost-aware, greedy-checkpoint
     and both checkpoint-aware policies) charges per evicted GPU for the restart, as the
     controller's ``restartCostSeconds`` does, and ``restart_workload_gpu_seconds`` once per
     evicted workload whatever its size (``restartCostGpuSecondsPerWorkload``); the
     kube-scheduler baselines know nothing of either. ``shrink``: whether our search may shrink
-    elastic gangs (``policies.planner.shrink``)."""
+    elastic gangs (``policies.planner.shrink``); ``joint_gangs``: whether it also plans a gang
+    preemptor whole (``policies.planner.gang_joint``) or member by member only."""
     restart = (restart_seconds, restart_workload_gpu_seconds)
     if name == kube_default.POLICY:
         return _kube
@@ -112,19 +116,19 @@ def planner_for(name: str, max_checkpoint_seconds: float,
         return _kube_workload
     if name == cost_aware.POLICY:
         return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                           shrink)
+                           shrink, joint_gangs)
     if name == GREEDY_POLICY:
         return _greedy(max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                       shrink)
+                       shrink, joint_gangs)
     if name == preemption.POLICY:
         return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                      shrink)
+                      shrink, joint_gangs=joint_gangs)
     if name == DRAIN_POLICY:
         return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                      shrink)
+                      shrink, joint_gangs=joint_gangs)
     if name == TIMING_POLICY:
         return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                      shrink, timed=True)
+                      shrink, timed=True, joint_gangs=joint_gangs)
     if name == WAIT_THEN_EVICT:
         return _wait_then_evict
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(KNOWN)}")

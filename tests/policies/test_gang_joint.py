@@ -227,3 +227,11 @@ def test_a_victim_gang_reaching_into_another_nvlink_clique_is_evicted_whole():
     assert got.feasible
     assert _victims(got) == ["v-0", "v-1", "x"]
     assert sorted(p.node for p in got.placements) == ["a0", "a1"]
+
+
+def test_joint_gangs_off_plans_the_gang_member_by_member_only():
+    # the ablation the evidence reports (SimConfig.joint_gangs): none of improve's tries
+    snap, members = _seed_one()
+    off = preemption.plan(snap, members, PlannerConfig(joint_gangs=False))
+    assert _victims(off) == ["s2", "s3"]
+    assert off.lost_gpu_seconds == pytest.approx((44.48 + 35.28) * HOUR)

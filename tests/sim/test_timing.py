@@ -66,7 +66,7 @@ def test_a_victim_that_ends_while_the_plan_waits_is_not_evicted(policy):
 
 def test_without_declared_ends_the_same_victim_is_evicted_at_once():
     ending = job(0, 0.0, 1, duration=ARRIVAL + 200.0)
-    r = _run(ending, planners.TIMING_POLICY, replace(IDEAL, declare_ends=False))
+    r = _run(ending, planners.TIMING_POLICY, replace(IDEAL, declared_end_share=0.0))
     assert (r.victims, r.delay_gpu_hours) == (1, 0.0)
     assert r.lost_work_gpu_hours == pytest.approx((ARRIVAL + IDEAL.grace_seconds) / HOUR)
 
@@ -89,3 +89,36 @@ def test_a_report_later_than_the_margin_means_eviction_at_the_deadline():
     assert r.preemptor_wait_p50_s == pytest.approx(deadline)
     assert r.delay_gpu_hours == pytest.approx((deadline - cfg.grace_seconds) / HOUR)
     assert r.lost_work_gpu_hours == pytest.approx(timing.MARGIN_SECONDS / HOUR)
+
+
+def test_a_seeded_share_of_jobs_declares_its_end_each_off_by_at_most_the_error():
+    from ckpt_preempt.policies.sim import planner_view
+
+    ids = range(2000)
+    half = [planner_view.declares_end(seed=7, job_id=i, share=0.5) for i in ids]
+    assert 0.45 < sum(half) / len(half) < 0.55
+    assert half == [planner_view.declares_end(seed=7, job_id=i, share=0.5) for i in ids]
+    assert all(planner_view.declares_end(seed=7, job_id=i, share=1.0) for i in ids)
+    assert not any(planner_view.declares_end(seed=7, job_id=i, share=0.0) for i in ids)
+    errors = [planner_view.end_error(seed=7, job_id=i, origin=0.0, most=0.25) for i in ids]
+    assert all(-0.25 <= e <= 0.25 for e in errors) and min(errors) < -0.2 < 0.2 < max(errors)
+    assert planner_view.end_error(seed=7, job_id=1, origin=0.0, most=0.0) == 0.0
+    # a new run (origin) draws a new error
+    assert planner_view.end_error(seed=7, job_id=1, origin=0.0, most=0.25) != \
+        planner_view.end_error(seed=7, job_id=1, origin=HOUR, most=0.25)
+
+
+@pytest.mark.parametrize("error", [0.0, 0.5])
+def test_the_planner_sees_the_declared_end_the_knobs_give(error):
+    ending = job(0, 0.0, 1, duration=ARRIVAL + 200.0)
+    cfg = replace(IDEAL, declared_end_error=error)
+    sim = engine.Simulation(_world(ending), nodes(1, gpus=1), planners.TIMING_POLICY, cfg)
+    js = engine.JobState(ending)
+    js.origin, js.start = 100.0, 100.0
+    declared = sim._model(js, 0, "node-0", 200.0).expected_end
+    true_end = js.origin + js.remaining
+    assert abs(declared - true_end) <= error * js.remaining
+    assert (declared == true_end) == (error == 0.0)
+    silent = engine.Simulation(_world(ending), nodes(1, gpus=1), planners.TIMING_POLICY,
+                               replace(cfg, declared_end_share=0.0))
+    assert silent._model(js, 0, "node-0", 200.0).expected_end is None
