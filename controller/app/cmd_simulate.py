@@ -60,6 +60,10 @@ COST_FLAGS = (
      "share of reporting jobs whose annotation claims a more recent checkpoint"),
     ("--lie-minutes", "lie_minutes", argtypes.non_negative_float,
      "a lying claim is up to this many minutes more recent than the truth"),
+    ("--declared-end-share", "declared_end_share", argtypes.fraction,
+     "share of jobs declaring their end (expected-end), which timing may wait for"),
+    ("--declared-end-error", "declared_end_error", argtypes.non_negative_float,
+     "a declared end is off by up to this share of the run it predicts, early or late"),
 )
 FGD_PROTOCOL = "fgd"  # FGD's placement benchmark, not a preemption replay
 CHOICES = (*PROTOCOLS, FGD_PROTOCOL)

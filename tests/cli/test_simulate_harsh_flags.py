@@ -28,6 +28,14 @@ def test_harsh_flags_reach_the_generator_and_the_simulator():
     assert c.planner_restart == (150.0, 0.0)  # the flag, per GPU, as an operator sets one knob
 
 
+def test_declared_end_flags_reach_the_simulator_and_default_to_every_job_exactly():
+    _, cell, _ = cmd_simulate.validate(_args(
+        "--declared-end-share", "0.5", "--declared-end-error", "0.25"))
+    assert (cell.config.declared_end_share, cell.config.declared_end_error) == (0.5, 0.25)
+    _, plain, _ = cmd_simulate.validate(_args())
+    assert (plain.config.declared_end_share, plain.config.declared_end_error) == (1.0, 0.0)
+
+
 def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore_time():
     _, cell, _ = cmd_simulate.validate(_args())
     assert cell.params.share_silent == 0.0 and cell.config.lie_share == 0.0
@@ -39,6 +47,7 @@ def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore
 @pytest.mark.parametrize(("flag", "value"), [
     ("--lie-share", "1.5"), ("--lie-share", "nan"), ("--lie-minutes", "-1"),
     ("--share-silent", "-0.1"), ("--planner-restart-seconds", "inf"),
+    ("--declared-end-share", "2"), ("--declared-end-error", "-0.5"),
 ])
 def test_a_bad_harsh_flag_is_one_line_and_exit_2(flag, value):
     out = subprocess.run([sys.executable, "-m", "ckpt_preempt.controller.app.cli", "simulate",
