@@ -72,7 +72,8 @@ FGD_FIRST_SEED = benchmark.protocol.PAPER_SEEDS[0]
 # on the default run's cell (openb/stress), where about half the cuts contend
 FLOOR_CUTS = 40
 LINE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (6, 2, 1, 2, 1, 2)), "x"),
-               ((0, (1, 1)), "v"))  # one per policy, told apart in grayscale too
+               ((0, (1, 1)), "v"), ((0, (3, 1, 1, 1)), "P"),
+               ((0, (5, 3)), "*"))  # one per policy, told apart in grayscale too
 
 
 def _csv(values: tuple[float, ...]) -> str:
@@ -92,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--utilisation", type=argtypes.positive_float, default=1.0,
                    help="target GPU utilisation of the steady protocol (default %(default)s)")
     p.add_argument("--policies", type=argtypes.names,
-                   help=f"comma-separated, from {', '.join(planners.POLICIES)}; with --protocol "
+                   help=f"comma-separated, from {', '.join(planners.KNOWN)}; with --protocol "
                         f"{FGD_PROTOCOL}: from {', '.join(benchmark.POLICIES)} (default: all)")
     p.add_argument("--seed", type=int,
                    help=f"first seed (default {d.seed}; {FGD_FIRST_SEED} with --protocol "
@@ -180,7 +181,7 @@ def _config(args: argparse.Namespace) -> engine.SimConfig:
 
 
 def _policies(args: argparse.Namespace) -> list[str]:
-    names = list(args.policies or planners.POLICIES)  # argtypes.names: non-empty, each once
+    names = list(args.policies or planners.REPORTED)  # argtypes.names: non-empty, each once
     for name in names:
         planners.planner_for(name, 1.0)  # unknown names raise ValueError
     return names

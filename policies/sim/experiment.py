@@ -1,12 +1,14 @@
 """Seeds × policies for one experimental cell, summarised with medians and bootstrap intervals.
 
 A cell is one (workload, protocol, utilisation) point, with the simulator's costs as
-``SimConfig`` says; an ablation is the same cell with one cost turned off. Every seed builds
-one workload that every policy replays, so per-seed values are paired. The summary names the
-**strongest baseline** (of ``planners.BASELINES``, the one with the lowest median lost GPU-hours
-in the cell) and gives every policy's lost work ÷ that baseline's and ÷ kube-default's as the
-median of per-seed ratios with a 95 % bootstrap interval over seeds. The strongest baseline is
-picked on the same seeds it is compared on, which favours the baseline, never our policies.
+``SimConfig`` says; an ablation is the same cell with some of those knobs changed. Every seed
+builds one workload that every policy replays, so per-seed values are paired. The summary names
+the **strongest baseline** (of ``planners.TIMING_BASELINES`` that ran: the kube-scheduler
+baselines, cost-aware, greedy-checkpoint and wait-then-evict; the one with the lowest median
+lost GPU-hours in the cell) and gives every policy's lost work ÷ that baseline's and ÷
+kube-default's as the median of per-seed ratios with a 95 % bootstrap interval over seeds. The
+strongest baseline is picked on the same seeds it is compared on, which favours the baseline,
+never our policies.
 
 Pure: the caller injects the trace (pods and nodes), a clock for plan latency and a progress
 callback. To run seeds in parallel, call ``run_seed`` per seed in workers and ``summarise`` the
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.sim import protocols, stats
 from ckpt_preempt.policies.sim.engine import PolicyResult, SimConfig, Simulation
-from ckpt_preempt.policies.sim.planners import BASELINES
+from ckpt_preempt.policies.sim.planners import TIMING_BASELINES
 from ckpt_preempt.policies.sim.trace import TraceNode, TracePod
 from ckpt_preempt.policies.sim.workload import Workload, WorkloadParams
 
@@ -258,7 +260,7 @@ def _ratio(runs: Sequence[Run], policy: str, base: str | None, resamples: int, s
 
 
 def _summarise_policy(runs: Sequence[Run], policy: str, base: str | None, resamples: int,
-                      seed: int, baselines: Sequence[str] = BASELINES) -> PolicySummary:
+                      seed: int, baselines: Sequence[str] = TIMING_BASELINES) -> PolicySummary:
     mine = [r.result for r in runs if r.policy == policy]
     losses = [x for r in mine for x in r.eviction_losses]
     times = _times_preempted(mine)
@@ -300,7 +302,7 @@ def summarise(cell: Cell, runs: Sequence[Run], *, baselines: Sequence[str] | Non
     if not runs:
         raise ValueError("no runs to summarise")
     order = list(dict.fromkeys(r.policy for r in runs))
-    listed = BASELINES if baselines is None else baselines
+    listed = TIMING_BASELINES if baselines is None else baselines
     base = strongest(runs, listed)
     return CellResult(
         cell=cell, seeds=tuple(sorted({r.seed for r in runs})), strongest_baseline=base,

@@ -96,6 +96,10 @@ GANG_UNAWARE = (kube_default.POLICY, WAIT_THEN_EVICT)  # may break gangs: kube-d
 # policies whose ties are broken by a seed drawn from the plan counter (``n`` above)
 SEEDED_BY_PLAN_COUNT = (kube_default.POLICY, kube_workload.POLICY, WAIT_THEN_EVICT)
 KNOWN = (*POLICIES, WAIT_THEN_EVICT, TIMING_POLICY)
+# what the reports run by default (simulate, bench/evidence.py): the baselines, timing's own
+# baseline, and ours without drain, with drain, and as the controller ships it (timing on)
+REPORTED = KNOWN
+SHIPPED = TIMING_POLICY  # planTiming is on by default in the controller's config
 
 
 def planner_for(name: str, max_checkpoint_seconds: float,

@@ -30,12 +30,12 @@ def test_simulate_json_and_plot_on_a_small_bundled_replay(tmp_path):
               "--plot", str(png))
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert [p["policy"] for p in doc["policies"]] == list(planners.POLICIES)
+    assert [p["policy"] for p in doc["policies"]] == list(planners.REPORTED)
     assert doc["seeds"] == [2] and doc["protocol"] == "stress" and doc["scale"] == 0.05
     g, w = doc["generator"], doc["workload_per_seed"]["2"]
     assert g["seed"] == 2 and g["load"] == 1.3
     assert w["offered_load"] > 1.0 and 0 < w["synthetic_pod_share"] < 1
-    assert doc["strongest_baseline"] in planners.POLICIES
+    assert doc["strongest_baseline"] in planners.REPORTED
     by = {p["policy"]: p for p in doc["policies"]}
     for p in by.values():
         assert p["plans_invalid"] == 0
@@ -47,7 +47,7 @@ def test_simulate_json_and_plot_on_a_small_bundled_replay(tmp_path):
     floor = doc["floor"]  # computed in this run, on the default number of cuts of its cell
     assert floor["cell"] == "openb/stress" and floor["seeds"] == [2]
     assert floor["cuts"] == cmd_simulate.FLOOR_CUTS
-    assert set(floor["vs_floor"]) == set(planners.POLICIES)
+    assert set(floor["vs_floor"]) == set(planners.REPORTED)
 
 
 def test_simulate_prints_each_policy_at_or_above_the_floor():
@@ -58,12 +58,13 @@ def test_simulate_prints_each_policy_at_or_above_the_floor():
     head = next(k for k, line in enumerate(lines) if line.startswith("loss ÷ floor"))
     assert "of 16 seeded 2-node cuts of openb/stress (seed 1)" in lines[head]
     assert "not this run's totals" in lines[head]
-    rows = {line.split()[0]: line.split()[1:] for line in lines[head + 1:head + 7]}
-    assert set(rows) == set(planners.POLICIES)
+    rows = {line.split()[0]: line.split()[1:]
+            for line in lines[head + 1:head + 1 + len(planners.REPORTED)]}
+    assert set(rows) == set(planners.REPORTED)
     for policy, (median, low, high, *mark) in rows.items():
         low, high = float(low.strip("[,")), float(high.strip("]"))
         assert 1.0 <= low <= float(median) <= high, policy  # the floor is a lower bound
-        assert mark == (["(ours)"] if policy not in planners.BASELINES else [])
+        assert mark == (["(ours)"] if policy not in planners.TIMING_BASELINES else [])
 
 
 def test_simulate_without_floor_cuts_prints_no_floor():
