@@ -56,9 +56,9 @@ QUICK_SEEDS = 3
 # give 10-22 nodes / 68-102 GPUs and 20-30 / 98-142. The measurements behind the choice are in
 # README.md's simulator section. The training scenario's replay cluster is already 128 nodes.
 REPLAY_WINDOWS = {"openb": 3, "openb-multigpu20": 3}
-# the ablations (diagnostic; the headline keeps every seed) run on this many seeds: the larger
-# replay cells cost about 5 CPU-seconds per policy and seed, 25 per seed of each of the five
-# ablation cells, and ten seeds would add some 10 CPU-minutes to the run
+# the ablations (diagnostic; the headline keeps every seed) run on this many seeds: an
+# openb/replay seed costs 11-14 CPU-seconds per policy (90-110 for the eight, measured
+# 2026-12-06), and its five cost ablations on ten seeds would add some 37 CPU-minutes to the run
 ABLATION_SEEDS = 5
 # which ablations run on which cell: the costs on openb/replay, what timing rests on (declared
 # ends) where timing gains most, and the other ideas where gangs and elastic jobs are
