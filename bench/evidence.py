@@ -1,7 +1,7 @@
 """The evidence run: every workload × protocol, ≥ 10 seeds, every policy, plus ablations.
 
 Usage: python -m bench.evidence [--seeds 10] [--quick] [--scale 0.1] [--jobs 2] [--out DIR]
-Target (issue 22): ours ÷ the strongest baseline <= 0.5 on openb/stress and the openb replays,
+Target: ours ÷ the strongest baseline <= 0.5 on openb/stress and the openb replays (issue 22),
 <= 0.3 on training/replay, with every cost on and delay counted.
 
 Ours is the policy the controller ships: drain, and timing on (``HEADLINE``); its ablations run
