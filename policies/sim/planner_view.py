@@ -46,16 +46,20 @@ if TYPE_CHECKING:
     from ckpt_preempt.policies.sim.engine import JobState, SimConfig
 
 
+def _in_share(stream: str, *, seed: int, job_id: int, share: float) -> bool:
+    """Whether job ``job_id`` is in the seeded ``share`` of jobs drawn on ``stream`` (one draw
+    per job and stream, so each knob keeps its own jobs whatever the others are set to)."""
+    return share > 0 and random.Random(f"{stream}-{seed}-{job_id}").random() < share
+
+
 def lies(*, seed: int, job_id: int, share: float) -> bool:
-    """Whether job ``job_id`` publishes lying checkpoint times (one seeded draw per job)."""
-    return share > 0 and random.Random(f"liar-{seed}-{job_id}").random() < share
+    """Whether job ``job_id`` publishes lying checkpoint times."""
+    return _in_share("liar", seed=seed, job_id=job_id, share=share)
 
 
 def declares_end(*, seed: int, job_id: int, share: float) -> bool:
-    """Whether job ``job_id`` declares its end (one seeded draw per job)."""
-    if share >= 1.0:
-        return True
-    return share > 0 and random.Random(f"declares-end-{seed}-{job_id}").random() < share
+    """Whether job ``job_id`` declares its end."""
+    return _in_share("declares-end", seed=seed, job_id=job_id, share=share)
 
 
 def end_error(*, seed: int, job_id: int, origin: float, most: float) -> float:

@@ -40,24 +40,7 @@ def _kube_workload(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
     return kube_workload.plan(snapshot, pods, kube_default.KubeDefaultConfig(seed=n))
 
 
-Restart = tuple[float, float]  # our search's restart charge: (per GPU, per workload) seconds
-
-
-def _config(drain: bool, max_ckpt: float, penalty: float, restart: Restart,
-            shrink: bool = True, timed: bool = False,
-            joint_gangs: bool = True) -> preemption.PlannerConfig:
-    per_gpu, per_workload = restart
-    return preemption.PlannerConfig(
-        drain=drain, max_checkpoint_seconds=max_ckpt, record_rejections=False,
-        fairness_penalty_seconds=penalty, restart_seconds=per_gpu,
-        restart_workload_gpu_seconds=per_workload, shrink=shrink, timing=timed,
-        joint_gangs=joint_gangs,
-    )
-
-
-def _aware(drain: bool, max_ckpt: float, penalty: float, restart: Restart,
-           shrink: bool = True, timed: bool = False, joint_gangs: bool = True) -> Planner:
-    cfg = _config(drain, max_ckpt, penalty, restart, shrink, timed, joint_gangs)
+def _aware(cfg: preemption.PlannerConfig) -> Planner:
     return lambda snapshot, pods, n: preemption.plan(snapshot, pods, cfg)
 
 
@@ -66,10 +49,8 @@ def _wait_then_evict(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
                                 max_wait=WAIT_THEN_EVICT_SECONDS, policy=WAIT_THEN_EVICT)
 
 
-def _greedy(max_ckpt: float, penalty: float, restart: Restart, shrink: bool = True,
-            joint_gangs: bool = True) -> Planner:
-    cfg = replace(_config(True, max_ckpt, penalty, restart, shrink, joint_gangs=joint_gangs),
-                  search_budget=GREEDY_SEARCH_BUDGET)
+def _greedy(cfg: preemption.PlannerConfig) -> Planner:
+    cfg = replace(cfg, search_budget=GREEDY_SEARCH_BUDGET)
 
     def plan(snapshot: Snapshot, pods: list[Pod], n: int) -> Plan:
         return replace(preemption.plan(snapshot, pods, cfg), policy=GREEDY_POLICY)
@@ -77,9 +58,7 @@ def _greedy(max_ckpt: float, penalty: float, restart: Restart, shrink: bool = Tr
     return plan
 
 
-def _cost_aware(max_ckpt: float, penalty: float, restart: Restart,
-                shrink: bool = True, joint_gangs: bool = True) -> Planner:
-    cfg = _config(False, max_ckpt, penalty, restart, shrink, joint_gangs=joint_gangs)
+def _cost_aware(cfg: preemption.PlannerConfig) -> Planner:
     return lambda snapshot, pods, n: cost_aware.plan(snapshot, pods, cfg)
 
 
@@ -113,26 +92,28 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     kube-scheduler baselines know nothing of either. ``shrink``: whether our search may shrink
     elastic gangs (``policies.planner.shrink``); ``joint_gangs``: whether it also plans a gang
     preemptor whole (``policies.planner.gang_joint``) or member by member only."""
-    restart = (restart_seconds, restart_workload_gpu_seconds)
     if name == kube_default.POLICY:
         return _kube
     if name == kube_workload.POLICY:
         return _kube_workload
+    # our search's knobs, shared by every policy built on it; drain and timing set per policy
+    cfg = preemption.PlannerConfig(
+        drain=False, timing=False, max_checkpoint_seconds=max_checkpoint_seconds,
+        record_rejections=False, fairness_penalty_seconds=fairness_penalty_seconds,
+        restart_seconds=restart_seconds,
+        restart_workload_gpu_seconds=restart_workload_gpu_seconds, shrink=shrink,
+        joint_gangs=joint_gangs,
+    )
     if name == cost_aware.POLICY:
-        return _cost_aware(max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                           shrink, joint_gangs)
+        return _cost_aware(cfg)
     if name == GREEDY_POLICY:
-        return _greedy(max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                       shrink, joint_gangs)
+        return _greedy(replace(cfg, drain=True))
     if name == preemption.POLICY:
-        return _aware(False, max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                      shrink, joint_gangs=joint_gangs)
+        return _aware(cfg)
     if name == DRAIN_POLICY:
-        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                      shrink, joint_gangs=joint_gangs)
+        return _aware(replace(cfg, drain=True))
     if name == TIMING_POLICY:
-        return _aware(True, max_checkpoint_seconds, fairness_penalty_seconds, restart,
-                      shrink, timed=True, joint_gangs=joint_gangs)
+        return _aware(replace(cfg, drain=True, timing=True))
     if name == WAIT_THEN_EVICT:
         return _wait_then_evict
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(KNOWN)}")
