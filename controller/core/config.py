@@ -141,7 +141,8 @@ class Config:
     restart_cost_gpu_seconds_per_workload: float = 0.0
     elastic_shrink: bool = True
     # when to evict (policies.planner.timing): a plan may wait, up to max_checkpoint_seconds, for
-    # its victims' next periodic checkpoint or declared end when that loses less; False: at once
+    # its victims' next periodic checkpoint or declared end when that loses less, and victims are
+    # chosen knowing their declared ends; False: at once, victims by loss only
     plan_timing: bool = True
     rendezvous_cost_seconds: float = shrink.RENDEZVOUS_SECONDS  # an assumption
     prometheus_url: str = ""

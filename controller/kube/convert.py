@@ -290,13 +290,15 @@ def node_allows(n: NodeInfo, pods: Iterable[PodInfo]) -> bool:
 def for_preemptor(snap: Snapshot, nodes: Mapping[str, NodeInfo], preemptor: Iterable[PodInfo],
                   *, reserved_nodes: frozenset[str], busy_pods: frozenset[str],
                   blocked_pods: frozenset[str] = frozenset(),
-                  bounded_pods: frozenset[str] = frozenset()) -> Snapshot:
+                  bounded_pods: frozenset[str] = frozenset(), queued_gpus: float = 0.0
+                  ) -> Snapshot:
     """The snapshot as one preemptor sees it, each exclusion with its reason: nodes it may not
     use (selector, affinity, taints, a reservation taint, or ``reserved_nodes``: targets of
     other active plans) are closed; ``busy_pods`` (victims of other active plans) and
     ``blocked_pods`` (whose eviction was refused lately) and ``bounded_pods`` (their workload
     was preempted as often as the starvation bound allows: ``policies.planner.bound.pods_at_bound``)
-    are no candidates."""
+    are no candidates. ``queued_gpus``: the GPUs other pending preemptors at its priority or
+    above ask for (``Snapshot.queued_gpus``)."""
     pre = list(preemptor)
     closed = {}
     for n in snap.nodes:
@@ -309,4 +311,4 @@ def for_preemptor(snap: Snapshot, nodes: Mapping[str, NodeInfo], preemptor: Iter
     held = dict.fromkeys(bounded_pods, PodHold.AT_PREEMPTION_BOUND)
     held.update(dict.fromkeys(blocked_pods, PodHold.EVICTION_BLOCKED))
     held.update(dict.fromkeys(busy_pods, PodHold.HELD_BY_PLAN))
-    return snap.restricted(closed=closed, held=held)
+    return snap.restricted(closed=closed, held=held, queued_gpus=queued_gpus)

@@ -18,7 +18,7 @@ plan, calls the planner and hands the plans to the write lanes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ckpt_preempt.controller.core.config import Config
@@ -34,7 +34,7 @@ from ckpt_preempt.policies.lifecycle.plan_record import (
     State,
 )
 from ckpt_preempt.policies.model import gangs
-from ckpt_preempt.policies.model.model import Plan, When
+from ckpt_preempt.policies.model.model import Plan, Pod, When
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +93,15 @@ def candidates(pods: list[PodInfo], conv: convert.Converted, planned: set[str], 
             continue  # the rest of the gang is not created, or not yet unschedulable
         out.append(Candidate(mode=mode, key=key, members=tuple(members)))
     return sorted(out, key=Candidate.order)
+
+
+def queued_gpus(queue: Sequence[Candidate], model: Mapping[str, Pod]) -> list[float]:
+    """For each candidate in ``queue``, the GPUs (shares) the others at its priority or above
+    ask for (``Snapshot.queued_gpus``: they would take what a victim's end frees)."""
+    asks = [(min(p.priority for p in c.members),
+             sum(model[p.uid].gpu_share for p in c.members if p.uid in model)) for c in queue]
+    return [sum(g for j, (other, g) in enumerate(asks) if j != i and other >= prio)
+            for i, (prio, _) in enumerate(asks)]
 
 
 def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float,

@@ -63,7 +63,12 @@ from ckpt_preempt.controller.planning.plans import (
     restriction,
     waiting_for_victims,
 )
-from ckpt_preempt.controller.planning.preemptors import Candidate, candidates, plan_record
+from ckpt_preempt.controller.planning.preemptors import (
+    Candidate,
+    candidates,
+    plan_record,
+    queued_gpus,
+)
 from ckpt_preempt.controller.writes.actions import Actions, Conflict, NotLeader, WriteFailed
 from ckpt_preempt.controller.writes.write_lanes import Lanes, plan_objects
 from ckpt_preempt.policies.baselines import kube_default
@@ -296,14 +301,16 @@ class Reconciler:
         # the starvation bound: workloads preempted as often as it allows are no victims
         bounded = bound.pods_at_bound(conv.snapshot, convert.preemption_bound(self.cfg))
         cache = self.plan_cache  # this cycle's (_snapshot), shared by every plan of the queue
-        for cand in candidates(pods, conv, planned, scope=self.scope,
-                               minimums=self.cache.groups.minimums, warn=self._warn_once):
+        queue = candidates(pods, conv, planned, scope=self.scope,
+                           minimums=self.cache.groups.minimums, warn=self._warn_once)
+        queued = queued_gpus(queue, conv.snapshot.pod_by_uid)
+        for cand, others in zip(queue, queued, strict=True):
             if now < self.mem.next_try.get(cand.anchor.uid, 0.0):
                 continue
             lanes.check()  # a task met NotLeader: plan no further
             try:
                 made = self._plan_one(cand, conv, world.nodes, frozenset(reserved),
-                                      frozenset(busy), blocked, now, cache, bounded)
+                                      frozenset(busy), blocked, now, cache, bounded, others)
             except (Conflict, NotLeader) as e:
                 log.info("%s: %s", cand.key, e)
                 if isinstance(e, NotLeader):
@@ -328,12 +335,14 @@ class Reconciler:
 
     def _plan_one(self, cand: Candidate, conv: convert.Converted, nodes, reserved, busy,
                   blocked, now: float, cache: PlanCache | None = None,
-                  bounded: frozenset[str] = frozenset()) -> NewPlan | None:
+                  bounded: frozenset[str] = frozenset(), queued: float = 0.0
+                  ) -> NewPlan | None:
         """The plan for `cand`, not yet stored (only Events are sent here)."""
         model = conv.snapshot.pod_by_uid
         snap = convert.for_preemptor(conv.snapshot, nodes, cand.members,
                                      reserved_nodes=reserved, busy_pods=busy,
-                                     blocked_pods=blocked, bounded_pods=bounded)
+                                     blocked_pods=blocked, bounded_pods=bounded,
+                                     queued_gpus=queued)
         members = [model[p.uid] for p in cand.members]
         t0 = time.perf_counter()
         plan = preemption.plan(snap, members, self._loop_planner_config(), cache)

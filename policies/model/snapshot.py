@@ -47,6 +47,9 @@ class Snapshot:
     # per Pod.workload: preemptions within the bound's longer window (policies.planner.bound), for
     # the fairness penalty that doubles with each; empty: the penalty counts recent ones only
     preemption_history: Mapping[str, int] = field(default_factory=dict)
+    # GPUs (shares) that pending pods other than the preemptor, at its priority or above, ask
+    # for: they would take what a victim's end frees (policies.planner.timing, end-aware choice)
+    queued_gpus: float = 0.0
 
     @cached_property
     def node_by_name(self) -> dict[str, Node]:
@@ -165,14 +168,14 @@ class Snapshot:
 
     def restricted(
         self, *, closed: Mapping[str, RejectReason] | None = None,
-        held: Mapping[str, PodHold] | None = None,
+        held: Mapping[str, PodHold] | None = None, queued_gpus: float | None = None,
     ) -> Snapshot:
         """This snapshot as one preemptor sees it while other plans hold nodes and victims:
         the nodes in ``closed`` are excluded for the reason given, the pods in ``held`` are
-        no candidates for the reason given. The index is carried over and patched where those
-        pods sit, not rebuilt, so a controller cycle indexes the cluster once for its whole
-        queue. Names and uids the snapshot lacks, nodes already closed and pods already
-        terminating or held are left as they are."""
+        no candidates for the reason given; ``queued_gpus`` replaces this snapshot's. The
+        index is carried over and patched where those pods sit, not rebuilt, so a controller
+        cycle indexes the cluster once for its whole queue. Names and uids the snapshot lacks,
+        nodes already closed and pods already terminating or held are left as they are."""
         by_name = self.node_by_name
         shut = {n: why for n, why in (closed or {}).items()
                 if n in by_name and by_name[n].closed is None}
@@ -211,7 +214,8 @@ class Snapshot:
         out = Snapshot(now=self.now, nodes=nodes, pods=pods, pdbs=self.pdbs,
                        recent_preemptions=self.recent_preemptions,
                        preemption_history=self.preemption_history,
-                       unknown_checkpoint=self.unknown_checkpoint)
+                       unknown_checkpoint=self.unknown_checkpoint,
+                       queued_gpus=self.queued_gpus if queued_gpus is None else queued_gpus)
         # Neither a closed node nor a held pod changes what is held or free (such pods still
         # hold their resources), who belongs to which gang or what checkpoints pods report:
         # share those as they are.

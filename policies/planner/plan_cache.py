@@ -35,6 +35,9 @@ What would break that, and so drops entries:
 
 - a pod's min-runtime ending (it becomes a victim): the node's entries are kept only until the
   earliest such end among its pods and their gangs' (``Evictable.stale_after``);
+- a pod's end-aware charge (``units.EndWait``: the preemptor's wait for its declared end), which
+  falls as its end nears: under such a key, the node's entries are kept only until the first of
+  its pods' ends comes within the wait (``Evictable.stale_after``);
 - a workload preempted less often than before (its fairness penalty falls): the nodes of its
   pods;
 - other PDBs in a namespace: the nodes of every gang with a member there (a PDB decides

@@ -75,6 +75,10 @@ class PlannerConfig:
     # periodic checkpoint or end when that loses less in total; off: evict at the drain deadline
     timing: bool = True
     timing_margin_seconds: float = timing_.MARGIN_SECONDS
+    # with timing, victims are chosen knowing their declared ends (timing.end_rate): one seen
+    # ending within max_checkpoint_seconds is charged the lesser of its loss and the preemptor's
+    # wait for it; False: by their loss only (the ablation the evidence reports)
+    end_aware: bool = True
 
     def __post_init__(self) -> None:
         if self.placement not in admission.PLACEMENTS:
@@ -154,8 +158,9 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
             policy=POLICY, preemptor=uids, feasible=False, reason="the cluster has no nodes"
         )
     priority = min(p.priority for p in members)
-    shared = None if cache is None else _share(cache, snapshot, priority, config)
-    builder = _builder(snapshot, priority, config, shared)
+    ends = _end_wait(snapshot, members, priority, config)
+    shared = None if cache is None else _share(cache, snapshot, priority, config, ends)
+    builder = _builder(snapshot, priority, config, shared, ends)
     memo: dict = {}
     search, placements, stuck = gang_joint.place_members(snapshot, members, config, builder,
                                                          memo, shared=shared, collect=True)
@@ -234,16 +239,26 @@ def gang_pdb_problem(snapshot: Snapshot, victim_uids: Iterable[str]) -> str | No
     return "; ".join(problems) or None
 
 
+def _end_wait(snapshot: Snapshot, members: Sequence[Pod], priority: int,
+              config: PlannerConfig) -> units.EndWait | None:
+    """How the plan's victims are charged for their declared ends, or None: by loss only."""
+    if not (config.timing and config.end_aware):
+        return None
+    margin, cap = config.timing_margin_seconds, config.max_checkpoint_seconds
+    rate = timing_.end_rate(snapshot, members, priority, margin=margin, max_wait=cap)
+    return None if rate is None else units.EndWait(margin=margin, max_wait=cap, rate=rate)
+
+
 def _share(cache: PlanCache, snapshot: Snapshot, priority: int,
-           config: PlannerConfig) -> Share | None:
+           config: PlannerConfig, ends: units.EndWait | None = None) -> Share | None:
     return cache.share(snapshot, priority, search_budget=config.search_budget, cost_settings=(
         config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
         config.restart_seconds, config.shrink and config.rendezvous_seconds,
-        config.restart_workload_gpu_seconds))
+        config.restart_workload_gpu_seconds, ends))
 
 
 def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
-             shared: Share | None) -> units.UnitBuilder:
+             shared: Share | None, ends: units.EndWait | None = None) -> units.UnitBuilder:
     return units.UnitBuilder(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
@@ -251,7 +266,7 @@ def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
         restart_seconds=config.restart_seconds,
         restart_workload_gpu_seconds=config.restart_workload_gpu_seconds,
         rendezvous_seconds=config.rendezvous_seconds if config.shrink else None,
-        shared=None if shared is None else shared.evictable(),
+        end_wait=ends, shared=None if shared is None else shared.evictable(),
         unshared=frozenset() if shared is None else shared.unshared,
     )
 

@@ -20,10 +20,18 @@ candidate times are the plan's drain deadline and every usable prediction after 
 expected total wins, ties to the earliest, and "no wait" (evict at the drain deadline, as before)
 unless a wait is cheaper.
 
+Victims are chosen knowing their ends (``end_rate``, the planner's ``end_aware``): a pod whose
+declared end is seen within the cap is charged, when victims are chosen, the lesser of its loss
+and the preemptor's wait for it (the preemptor's GPUs × the wait), since a pod that ends loses
+nothing. That charge is off for a preemptor when the pods queued at its priority or above, with
+it, ask for more GPUs than the ends within the cap free: each end would go to one of them anyway.
+
 Predictions are never trusted beyond the deadline: the controller evicts whatever still runs at
 ``Timing.deadline`` and the victim is charged as it would have been (``Plan.lost_gpu_seconds``
 stays the charge of evicting at once), so a lying or late annotation costs the preemptor at most
-the wait and never makes a pod cheaper to choose (victims are chosen before timing is decided).
+the wait. A declared end can make only the pod that declares it cheaper to choose (more likely
+a victim, never less), and a false one is found out at the deadline, where the pod is evicted
+with all it had not saved.
 
 ``wait_for_ends`` is the ``wait-then-evict`` baseline's rule: kube-default's victims, waiting up
 to a fixed time for the ones that declare an end, whatever the wait costs.
@@ -53,12 +61,38 @@ def next_checkpoint(pod: Pod, now: float, margin: float) -> float | None:
     return due if due + margin > now else None
 
 
+def end_seen(pod: Pod, now: float, *, margin: float, max_wait: float) -> float | None:
+    """When ``pod``'s declared end is seen (its end + ``margin``), if that is after now and no
+    later than now + ``max_wait``; else None."""
+    end = pod.expected_end
+    if end is None or not now < end + margin <= now + max_wait:
+        return None
+    return end + margin
+
+
+def end_rate(snapshot: Snapshot, preemptor: Sequence[Pod], priority: int, *, margin: float,
+             max_wait: float) -> float | None:
+    """The end-aware charge's rate (the preemptor's GPUs, charged per second of its wait for a
+    victim's end), or None when the charge is off for this preemptor: the pods that outrank
+    what ends (the preemptor and ``Snapshot.queued_gpus``) ask for more GPUs than the pods
+    below ``priority`` whose ends are seen within ``max_wait`` free, so an end taken here is
+    an end another queued pod would have had."""
+    own = sum(p.gpu_share for p in preemptor)
+    if snapshot.queued_gpus > 0:
+        ending = sum(p.gpu_share for p in snapshot.pods
+                     if p.node is not None and p.priority < priority
+                     and end_seen(p, snapshot.now, margin=margin, max_wait=max_wait) is not None)
+        if own + snapshot.queued_gpus > ending:
+            return None
+    return own
+
+
 def prediction(pod: Pod, now: float, *, margin: float, max_wait: float,
                ends_only: bool = False) -> VictimWait | None:
     """The earliest usable prediction for ``pod`` (seen by now + ``max_wait``), an end first on
     a tie; None when there is none."""
     found = []
-    if pod.expected_end is not None and pod.expected_end + margin > now:
+    if end_seen(pod, now, margin=margin, max_wait=max_wait) is not None:
         found.append((pod.expected_end, 0, When.AFTER_END))
     ckpt = None if ends_only else next_checkpoint(pod, now, margin)
     if ckpt is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ckpt_preempt.policies.model.model import ZERO, Pod, Resources
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from ckpt_preempt.policies.planner import bound, cost, shrink
+from ckpt_preempt.policies.planner import bound, cost, shrink, timing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +41,17 @@ class Unit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EndWait:
+    """End-aware charges (``policies.planner.timing.end_rate``): a pod whose declared end is
+    seen (end + ``margin``) within ``max_wait`` is charged ``rate`` (the preemptor's GPUs) x
+    its wait, when that is less than its loss."""
+
+    margin: float
+    max_wait: float
+    rate: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Evictable:
     """The evictable pods on one node for one preemptor priority, with their totals."""
 
@@ -54,7 +65,8 @@ class Evictable:
     #                          or their eviction was blocked: count per reason
     gpu_milli: int = 0  # MIG slices (thousandths of a GPU) all of them together hold
     # the earliest time a pod here, or a member of its gang, passes its min-runtime (it may
-    # become a victim then); what this says holds until that time
+    # become a victim then), or a pod's end-aware charge starts falling (``EndWait``); what
+    # this says holds until that time
     stale_after: float = math.inf
 
 
@@ -74,7 +86,11 @@ class UnitBuilder:
         restart_seconds: float = 0.0, shared: dict[str, Evictable] | None = None,
         unshared: frozenset[str] = frozenset(), rendezvous_seconds: float | None = None,
         restart_workload_gpu_seconds: float = 0.0,
+        end_wait: EndWait | None = None,
     ) -> None:
+        # a pod whose declared end is seen within the wait is charged the preemptor's wait for
+        # it when that is less than its loss (``charge``); None: loss only
+        self.end_wait = end_wait
         self.s = snapshot
         # a restart's fixed part, whatever the workload's size: charged once per unit that
         # goes whole (a gang or a pod), on its first pod; a shrink restarts nothing
@@ -155,6 +171,15 @@ class UnitBuilder:
             self._loss[pod.uid] = got
         return got
 
+    def charge(self, pod: Pod, lost: float) -> float:
+        """What the search charges for evicting ``pod`` whose loss is ``lost``: that, or the
+        wait for its declared end when ``end_wait`` is on and the wait is cheaper."""
+        if self.end_wait is None:
+            return lost
+        ends = self.end_wait
+        seen = timing.end_seen(pod, self.s.now, margin=ends.margin, max_wait=ends.max_wait)
+        return lost if seen is None else min(lost, ends.rate * (seen - self.s.now))
+
     def penalty(self, pod: Pod) -> float:
         """The fairness penalty charged for evicting ``pod`` (GPU-seconds)."""
         if not self.recent and not self.history:
@@ -179,7 +204,8 @@ class UnitBuilder:
             got = Unit(
                 id=uid, gang=pod.gang, pods=tuple(pods), losses=tuple(x for x, _ in lost),
                 drained=tuple(d for _, d in lost), release=release, penalty=penalty,
-                pdb_cover=self.pdb_cover(pods), cost=sum(x for x, _ in lost) + penalty,
+                pdb_cover=self.pdb_cover(pods), cost=penalty + sum(
+                    self.charge(p, x) for p, (x, _) in zip(pods, lost, strict=True)),
             )
             self._units[uid] = got
         return got
@@ -200,6 +226,7 @@ class UnitBuilder:
         entries, pieces, cpu, mem, gpus, milli = [], [], 0, 0, 0, 0
         held: dict[str, int] = {}
         prio, now, recent = self.priority, self.s.now, self.recent or self.history
+        ends = self.end_wait
         stale_after = math.inf
         for p in self.s.pods_on_node.get(node, ()):
             if p.gang is None:  # inline _min_runtime_end: this loop is the planner's hottest
@@ -208,6 +235,11 @@ class UnitBuilder:
                     stale_after = start + p.min_runtime
             else:
                 stale_after = min(stale_after, self._grows_up(p))
+            if ends is not None and p.expected_end is not None \
+                    and p.expected_end + ends.margin > now:
+                # its end-aware charge falls from when its end comes within the wait
+                stale_after = min(stale_after, max(
+                    now, p.expected_end + ends.margin - ends.max_wait))
             # the common case, single pods, without the per-gang memo
             why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
             if why is not None:
@@ -216,7 +248,7 @@ class UnitBuilder:
                 continue
             r = p.requests
             if r.gpus:
-                charge = self.loss(p)[0]
+                charge = self.charge(p, self.loss(p)[0])
                 if p.gang is not None and self.rendezvous_seconds is not None:
                     charge = min(charge, self.shrink_rate(p) * r.gpus)
                 rate = (charge + self.penalty(p) if recent else charge) / r.gpus

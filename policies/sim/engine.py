@@ -111,6 +111,9 @@ class SimConfig:
     # our planners plan a gang preemptor whole too (policies.planner.gang_joint); False: member
     # by member only
     joint_gangs: bool = True
+    # timing chooses victims knowing their declared ends (PlannerConfig.end_aware); False: the
+    # ablation
+    end_aware: bool = True
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
     # when to preempt (policies.planner.timing): this seeded share of the jobs declares its end
     # (expected-end), each declaration off by a seeded error, uniform within +/- this share of
@@ -237,7 +240,8 @@ class Simulation(PlannerView, ElasticJobs):
                                    config.fairness_penalty_seconds,
                                    config.planner_restart[0],
                                    restart_workload_gpu_seconds=config.planner_restart[1],
-                                   shrink=config.shrink, joint_gangs=config.joint_gangs)
+                                   shrink=config.shrink, joint_gangs=config.joint_gangs,
+                                   end_aware=config.end_aware)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress

@@ -48,6 +48,7 @@ COST_ABLATIONS: Mapping[str, Mapping[str, float]] = {
 END_ABLATIONS: Mapping[str, Mapping[str, float]] = {
     "half declare ends, +/-25 %": {"declared_end_share": 0.5, "declared_end_error": 0.25},
     "no declared ends": {"declared_end_share": 0.0},
+    "end-aware victims off": {"end_aware": False},
 }
 # Each of issue 22's ideas off, for every policy it touches: elastic shrink and joint gang plans
 # (our planners), the starvation bound and the escalating penalty (every policy).

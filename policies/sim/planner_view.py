@@ -207,10 +207,13 @@ class PlannerView:
             held = self._held_pod(i, priority)
             if held is not None:
                 pods.append(held)
+        queued = sum(m.gpu_share for other in self.high
+                     if other.job is not job and other.job.priority >= priority
+                     for m in other.job.members)
         return Snapshot(now=t, nodes=self._planner_nodes(job.members),
                         pods=tuple(pods) + tuple(pre),
                         recent_preemptions=recent, unknown_checkpoint=self.unknown,
-                        preemption_history=history)
+                        preemption_history=history, queued_gpus=queued)
 
     def _planner_nodes(self, members: Iterable[Member]) -> tuple[Node, ...]:
         """The nodes as the planner sees them for a preemptor with these members (a subclass

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 import pytest
 
 from ckpt_preempt.controller.kube import records
-from ckpt_preempt.controller.planning.preemptors import Candidate
+from ckpt_preempt.controller.planning.preemptors import Candidate, queued_gpus
 from ckpt_preempt.controller.planning.reconcile import cycle_objects_frozen
 from ckpt_preempt.policies.lifecycle.plan_record import Mode
+from ckpt_preempt.policies.model.model import Resources
 from tests.controller.test_convert import pod_json
+from tests.policies.builders import make_pod
 
 
 def cand(name, *, priority=0, size=1, created="2027-01-15T08:00:00Z") -> Candidate:
@@ -43,3 +46,15 @@ def test_planning_runs_with_the_cycle_frozen_and_hands_it_back_even_on_error():
     with pytest.raises(RuntimeError), cycle_objects_frozen():
         raise RuntimeError("plan failed")
     assert gc.get_freeze_count() == 0
+
+
+def test_each_preemptor_sees_the_gpus_the_others_at_its_priority_or_above_ask_for():
+    """Snapshot.queued_gpus, for the end-aware victim choice (policies.planner.timing.end_rate):
+    a preemptor's own ask and those below its priority are not counted."""
+    queue = [cand("hi", priority=10), cand("gang", priority=10, size=3), cand("lo", priority=5)]
+    model = {p.uid: replace(make_pod(p.name), uid=p.uid,
+                            requests=Resources(cpu_milli=0, memory_mib=0, gpus=2))
+             for c in queue for p in c.members}
+    assert queued_gpus(queue, model) == [6.0, 2.0, 8.0]
+    # a member the model lacks asks for nothing
+    assert queued_gpus(queue, {}) == [0.0, 0.0, 0.0]

@@ -267,9 +267,10 @@ def test_a_planner_fault_that_hands_out_a_held_victim_writes_nothing_for_it(monk
     real = convert.for_preemptor
 
     def unrestricted(snap, nodes, preemptor, *, reserved_nodes, busy_pods, blocked_pods,
-                     bounded_pods):
+                     bounded_pods, queued_gpus):
         return real(snap, nodes, preemptor, reserved_nodes=frozenset(),
-                    busy_pods=frozenset(), blocked_pods=frozenset(), bounded_pods=frozenset())
+                    busy_pods=frozenset(), blocked_pods=frozenset(), bounded_pods=frozenset(),
+                    queued_gpus=queued_gpus)
     monkeypatch.setattr(convert, "for_preemptor", unrestricted)
     cache = FakeCache(nodes=[node("b0")], pods=[
         pod("v0", node="b0"), pod("p0", priority=1000, pending=True),

@@ -59,6 +59,10 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
     # some gangs elastic (policies.planner.shrink): their members above the minimum may go alone
     minimum = {g: draw(st.sampled_from([None, 1, 1, 2])) for g in gangs}
     pods = [replace(p, gang_minimum=minimum[p.gang]) if p.gang else p for p in pods]
+    # some declare an end, past, within the drain cap or beyond it (end-aware victim choice,
+    # policies.planner.timing.end_rate, whose charges fall as time passes)
+    pods = [replace(p, expected_end=NOW + draw(st.sampled_from([-600.0, 120.0, 500.0, 1500.0])))
+            if draw(st.integers(0, 3)) == 0 else p for p in pods]
     queue = []
     for k in range(draw(st.integers(1, 5))):
         size = draw(st.sampled_from([1, 1, 2, 3]))
@@ -77,7 +81,8 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
         for app in ("a", "b") if draw(st.booleans()))
     recent = {w: 1 for w in sorted({p.workload for p in pods}) if draw(st.integers(0, 4)) == 0}
     snap = Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods) + sum(queue, ()), pdbs=pdbs,
-                    recent_preemptions=recent)
+                    recent_preemptions=recent,
+                    queued_gpus=draw(st.sampled_from([0.0, 0.0, 4.0])))
     cfg = preemption.PlannerConfig(
         min_candidate_nodes_absolute=draw(st.integers(1, 4)),
         record_rejections=draw(st.booleans()),
@@ -114,11 +119,15 @@ def _plan_cycle(snap, queue, cfg, extra, cache):
 def test_a_cycle_plans_the_same_with_the_caches_as_without(cycle):
     snap, queue, cfg, extra = cycle
     cache = PlanCache(snap)
-    assert _plan_cycle(snap, queue, cfg, extra, cache) == _plan_cycle(
-        snap, queue, cfg, extra, None)
+
+    def plans(c):
+        # nodes_evaluated is a diagnostic count: a gang's later tries may find a cover the
+        # cache already holds and evaluate fewer nodes (hypothesis found a 3-against-5 case)
+        return [replace(p, nodes_evaluated=0) for p in _plan_cycle(snap, queue, cfg, extra, c)]
+
+    assert plans(cache) == plans(None)
     # and a second pass over the same queue, on entries the first one stored
-    assert _plan_cycle(snap, queue, cfg, extra, cache) == _plan_cycle(
-        snap, queue, cfg, extra, None)
+    assert plans(cache) == plans(None)
 
 
 # --- invalidation ------------------------------------------------------------------------------

@@ -200,3 +200,22 @@ def test_a_workload_preempted_less_often_drops_its_nodes():
     plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)
     assert _same([plan], [preemption.plan(later, [pending("hi", gpus=8)], cfg)])
     assert plan.victims[0].name == "cheap"  # no longer charged for its preemptions
+
+
+def test_a_pod_whose_end_comes_within_the_wait_drops_its_node():
+    # "ending" declares an end 1500 s ahead, beyond the 600 s wait: at first it is charged its
+    # loss and "other" (just checkpointed) is the victim. 1000 s later its end is 500 s ahead:
+    # charged the preemptor's 8 GPUs x 560 s, less than "other"'s 1000 s of unsaved work, so a
+    # carried cache must not keep its node's old, higher bound
+    ending = replace(make_pod("ending", node="n1", gpus=8, age=7200, checkpoint_age=3000),
+                     expected_end=builders.NOW + 1500)
+    snap = builders.snapshot([gpu_node("n1", 8), gpu_node("n2", 8)], [
+        ending, make_pod("other", node="n2", gpus=8, age=7200, checkpoint_age=0)])
+    cfg = preemption.PlannerConfig(record_rejections=False)
+    cache = PlanCache(snap)
+    assert preemption.plan(snap, [pending("hi", gpus=8)], cfg, cache).victims[0].name == "other"
+    later = replace(snap, now=snap.now + 1000)
+    carried = PlanCache.carried(cache, later, frozenset())
+    plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)
+    assert _same([plan], [preemption.plan(later, [pending("hi", gpus=8)], cfg)])
+    assert plan.victims[0].name == "ending"

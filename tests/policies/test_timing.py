@@ -15,6 +15,7 @@ from ckpt_preempt.policies.model import annotations as ann
 from ckpt_preempt.policies.model.model import CheckpointMode, When
 from ckpt_preempt.policies.planner import preemption, timing
 from ckpt_preempt.policies.planner.preemption import PlannerConfig
+from ckpt_preempt.policies.sim import planners
 from tests.policies.builders import NOW, gpu_node, make_pod, pending, snapshot
 
 CAP = 600.0  # the drain cap these tests plan under
@@ -173,6 +174,106 @@ def test_wait_then_evict_waits_for_ends_whatever_it_costs():
     assert out.timing.expected_gpu_seconds > out.timing.now_gpu_seconds  # it waits anyway
 
 
+# --- victims chosen knowing their ends ------------------------------------------------------
+
+
+def _two_victims(*, end_in=200.0, queued=0.0):
+    """node-a: a victim with 3000 s unsaved that ends in ``end_in`` s; node-b: one with 1000 s
+    unsaved and no declared end. One 1-GPU preemptor."""
+    ending = replace(make_pod("ending", node="node-a", priority=1, checkpoint_age=3000.0,
+                              age=7200.0), expected_end=NOW + end_in)
+    other = make_pod("other", node="node-b", priority=1, checkpoint_age=1000.0, age=7200.0)
+    snap = replace(snapshot([gpu_node("node-a", 1), gpu_node("node-b", 1)], [ending, other]),
+                   queued_gpus=queued)
+    return snap, pending("hi", priority=10, gpus=1)
+
+
+def test_a_victim_about_to_end_is_chosen_and_waited_for():
+    snap, pre = _two_victims()
+    plan = _plan(snap, pre)
+    assert [v.name for v in plan.victims] == ["ending"]
+    t = plan.timing
+    assert t.when is When.AFTER_END
+    assert t.expected_gpu_seconds == pytest.approx(200.0 + MARGIN)  # the preemptor's wait only
+    assert plan.lost_gpu_seconds == pytest.approx(3000.0)  # the charge if it does not end
+    # knowing ends off: the victim that loses less now, evicted at once
+    off = _plan(snap, pre, end_aware=False)
+    assert [v.name for v in off.victims] == ["other"]
+    assert off.timing.when is When.NOW and off.timing.expected_gpu_seconds == 1000.0
+
+
+def test_the_simulators_ablation_switch_reaches_the_shipped_policy():
+    snap, pre = _two_victims()
+    on = planners.planner_for(planners.TIMING_POLICY, CAP)
+    off = planners.planner_for(planners.TIMING_POLICY, CAP, end_aware=False)
+    assert [v.name for v in on(snap, [pre], 1).victims] == ["ending"]
+    assert [v.name for v in off(snap, [pre], 1).victims] == ["other"]
+
+
+def test_the_wait_is_charged_at_the_preemptors_gpus():
+    # an 8-GPU preemptor waiting 260 s costs 2080 GPU-s: more than evicting the 1000 s victim
+    ending = replace(make_pod("ending", node="node-a", priority=1, gpus=8,
+                              checkpoint_age=3000.0, age=7200.0), expected_end=NOW + 200.0)
+    other = make_pod("other", node="node-b", priority=1, gpus=8, checkpoint_age=125.0,
+                     age=7200.0)
+    snap = snapshot([gpu_node("node-a", 8), gpu_node("node-b", 8)], [ending, other])
+    plan = _plan(snap, pending("hi", priority=10, gpus=8))
+    assert [v.name for v in plan.victims] == ["other"]  # 8 x 125 = 1000 < 8 x 260
+
+
+def test_ends_beyond_the_cap_or_past_are_not_discounted():
+    for end_in in (CAP, -2 * MARGIN):
+        snap, pre = _two_victims(end_in=end_in)
+        assert [v.name for v in _plan(snap, pre).victims] == ["other"], end_in
+
+
+def test_a_queue_that_would_take_every_end_turns_the_discount_off():
+    # one ending GPU within the cap, and 1 GPU queued besides the preemptor: that end is
+    # another queued pod's anyway
+    snap, pre = _two_victims(queued=1.0)
+    assert [v.name for v in _plan(snap, pre).victims] == ["other"]
+    # with a second ending GPU there is enough for both
+    spare = replace(make_pod("spare", node="node-c", priority=1, checkpoint_age=10.0,
+                             age=7200.0), expected_end=NOW + 300.0)
+    more = replace(snap, nodes=(*snap.nodes, gpu_node("node-c", 1)), pods=(*snap.pods, spare))
+    assert len(_plan(more, pre).victims) == 1
+    assert _plan(more, pre).victims[0].name in {"ending", "spare"}
+
+
+def test_a_false_end_is_evicted_at_the_deadline_with_all_it_had_not_saved():
+    # a pod that declares an end it does not keep is chosen (it made itself cheap), waited for,
+    # and evicted at the deadline: the preemptor waited at most the cap, the plan's charge
+    # for it is its full loss, and no other pod was made a victim for it
+    snap, pre = _two_victims(end_in=100.0)
+    plan = _plan(snap, pre)
+    assert [v.name for v in plan.victims] == ["ending"]
+    assert plan.drain_deadline <= NOW + CAP
+    assert plan.victims[0].lost_gpu_seconds == pytest.approx(3000.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ends=st.lists(st.one_of(st.none(), st.floats(-2 * CAP, 2 * CAP)), min_size=2,
+                     max_size=4),
+       ages=st.lists(st.floats(0, 7200), min_size=4, max_size=4),
+       queued=st.sampled_from([0.0, 1.0, 8.0]))
+def test_declaring_an_end_never_spares_the_pod_that_declares_it(ends, ages, queued):
+    """A pod chosen when it declares no end is still chosen when it declares one: an end only
+    ever lowers its own charge."""
+    pods = [make_pod(f"v{k}", node=f"n{k}", priority=1, age=7200.0, checkpoint_age=ages[k])
+            for k in range(len(ends))]
+    nodes = [gpu_node(f"n{k}", 1) for k in range(len(ends))]
+    pre = pending("hi", priority=10, gpus=1)
+    base = replace(snapshot(nodes, pods), queued_gpus=queued)
+    chosen = {v.uid for v in _plan(base, pre).victims}
+    declared = [replace(p, expected_end=None if e is None else NOW + e)
+                for p, e in zip(pods, ends, strict=True)]
+    for k, p in enumerate(declared):
+        if pods[k].uid in chosen and p.expected_end is not None:
+            only = replace(base, pods=tuple(declared[k] if j == k else q
+                                            for j, q in enumerate(pods)))
+            assert pods[k].uid in {v.uid for v in _plan(only, pre).victims}
+
+
 # --- properties ----------------------------------------------------------------------------
 
 _maybe_time = st.one_of(st.none(), st.floats(-2 * CAP, 2 * CAP))
@@ -195,9 +296,9 @@ def test_timing_never_changes_the_victims_or_their_charge_and_stays_within_the_c
     nodes = [gpu_node(f"n{k}", v[0]) for k, v in enumerate(victims)]
     snap = snapshot(nodes, pods)
     pre = pending("hi", priority=10, gpus=min(pre_gpus, max(v[0] for v in victims)))
-    on = _plan(snap, pre, restart_seconds=restart)
+    on = _plan(snap, pre, restart_seconds=restart, end_aware=False)
     off = _plan(snap, pre, restart_seconds=restart, timing=False)
-    assert on.victim_groups == off.victim_groups  # timing never picks other victims
+    assert on.victim_groups == off.victim_groups  # deciding when never picks other victims
     assert on.lost_gpu_seconds == off.lost_gpu_seconds  # nor changes what they are charged
     t = on.timing
     assert off.drain_deadline <= t.deadline <= NOW + CAP + 1e-6
