@@ -116,6 +116,9 @@ def _groups(chosen: Sequence[units.Unit], cfg: PlannerConfig) -> list[VictimGrou
             why = "least work lost since its last checkpoint"
         if u.penalty:
             why += f"; preempted recently: charged {u.penalty / 3600:.2f} GPU-h more (fairness)"
+        if not u.shrink and u.cost < u.lost + u.penalty - 1e-6:
+            why += ("; declares an end within the cap: chosen at the preemptor's wait for it, "
+                    f"{(u.cost - u.penalty) / 3600:.2f} GPU-h")
         out.append(VictimGroup(gang=u.gang, victims=victims, lost_gpu_seconds=u.lost,
                                reason=why, penalty_gpu_seconds=u.penalty, shrink=u.shrink))
     return out

@@ -196,6 +196,7 @@ def test_a_victim_about_to_end_is_chosen_and_waited_for():
     assert t.when is When.AFTER_END
     assert t.expected_gpu_seconds == pytest.approx(200.0 + MARGIN)  # the preemptor's wait only
     assert plan.lost_gpu_seconds == pytest.approx(3000.0)  # the charge if it does not end
+    assert "declares an end within the cap" in plan.victim_groups[0].reason
     # knowing ends off: the victim that loses less now, evicted at once
     off = _plan(snap, pre, end_aware=False)
     assert [v.name for v in off.victims] == ["other"]
