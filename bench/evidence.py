@@ -38,6 +38,7 @@ import functools
 import json
 import sys
 import time
+from collections.abc import Collection
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
@@ -154,6 +155,8 @@ def _text(e: stats.Estimate | None, seeds: int) -> str:
 
 
 def _headline_table(results: list[experiment.CellResult]) -> list[str]:
+    if not results:  # only ablated cells ran (--cells): their own tables say it all
+        return ["No cell ran as configured; see the ablations."]
     ran = {s.policy for s in results[0].policies}
     shown = [p for p in (*OURS, planners.GREEDY_POLICY, "cost-aware")
              if p in ran]
@@ -289,6 +292,22 @@ def plots(results: list[experiment.CellResult], out: Path) -> list[str]:
     return ["lost_work.png", "eviction_loss_cdf.png"]
 
 
+def _labels(text: str, known: Collection[str]) -> list[str]:
+    """``--cells``' comma-separated labels; a label may hold a comma itself ("half declare
+    ends, +/-25 %"), so pieces are joined until they name a known cell."""
+    out, piece = [], ""
+    for part in text.split(","):
+        piece = f"{piece},{part}" if piece else part
+        if piece.strip() in known:
+            out.append(piece.strip())
+            piece = ""
+        elif not piece.strip():
+            piece = ""
+    if piece.strip():
+        out.extend(p.strip() for p in piece.split(",") if p.strip())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds per cell (default 10)")
@@ -319,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cell_list = cells(args.scale, args.quick)
     if args.cells:
-        wanted = [c.strip() for c in args.cells.split(",") if c.strip()]
         known = {c.label: c for c in cell_list}
+        wanted = _labels(args.cells, known)
         if unknown := [w for w in wanted if w not in known]:
             print(f"evidence: unknown cell(s) {', '.join(unknown)}; known: "
                   f"{', '.join(known)}", file=sys.stderr)

@@ -90,12 +90,17 @@ def test_controller_container_preempts_with_the_charts_pod_spec(
     (node,) = gpu_nodes(1)
     kube.create_pod(local, namespace, "victim", gpus=8, pool=pool, priority_class=LOW,
                     node_name=node, checkpoint="on-request", checkpoint_seconds=2)
-    kube.wait_pod_running(local, namespace, "victim")
+    victim = kube.wait_pod_running(local, namespace, "victim")
     port = free_port()
     values = {"config": {"namespaces": [namespace], **FAST},
               "controller": {"metricsPort": port}, "hwprobe": {"enabled": False}}
     with images.chart_pod(local, "controller", values) as (template, view, ns), \
             _started(image, template, view, port, tmp_path) as ctr:
+        # draining pays only once the victim has more unsaved work than its 2 s checkpoint
+        # (policies.planner.cost): a plan within 2 s of its start evicts it without asking
+        started = victim.status.start_time.timestamp()
+        kube.wait_for("the victim to run past its checkpoint time",
+                      lambda: time.time() - started > 5.0, timeout=30)
         kube.create_pod(local, namespace, "big", gpus=8, pool=pool,
                         priority_class=HIGH_NEVER)
         pod = kube.wait_pod_running(local, namespace, "big", timeout=120)

@@ -73,6 +73,21 @@ def test_evidence_covers_every_workload_and_protocol_and_ablates_replay():
     assert len(quick) == len(protocols.WORKLOADS) * 3 + len(experiment.ABLATIONS)
 
 
+def test_evidence_cells_names_cells_whose_labels_hold_a_comma():
+    from bench import evidence
+
+    known = {c.label for c in evidence.cells(0.1, quick=False)}
+    half = "openb/stress (half declare ends, +/-25 %)"
+    assert half in known
+    assert evidence._labels(f"openb/stress,{half},training/replay", known) == [
+        "openb/stress", half, "training/replay"]
+    # ablated cells alone (no cell as configured) still make a report
+    assert evidence._headline_table([]) == ["No cell ran as configured; see the ablations."]
+    # an unknown name stays as typed, so the run refuses it by name
+    assert evidence._labels("openb/stress,nope,training/replay", known) == [
+        "openb/stress", "nope", "training/replay"]
+
+
 def test_ours_in_the_evidence_is_the_policy_the_controller_ships():
     from bench import evidence
     from ckpt_preempt.controller.core.config import Config
