@@ -268,6 +268,8 @@ def plots(results: list[experiment.CellResult], out: Path) -> list[str]:
     plt.close(fig)
     styles = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (1, 1)))
     main = [r for r in results if not r.cell.ablation]
+    if not main:  # only ablated cells ran: no per-cell loss distribution to draw
+        return ["lost_work.png"]
     cols = min(4, len(main))
     rows = -(-len(main) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
