@@ -209,8 +209,7 @@ class LocalCluster:
     def start(self, timeout: float = 120) -> None:
         self._write_files()
         if self.kwok_only:
-            self._start_kwok()
-            self._wait("kwok", f"http://127.0.0.1:{self.port['kwok']}/healthz", timeout)
+            self._start_kwok_ready(timeout)
             return
         self._start_etcd()
         self._wait("etcd", f"http://127.0.0.1:{self.port['etcd']}/health", timeout)
@@ -218,10 +217,24 @@ class LocalCluster:
         self._wait("kube-apiserver", f"{self.server}/readyz", timeout, token=ADMIN_TOKEN)
         self._start_kcm()
         self.restart_scheduler(self.scheduler_config, timeout=timeout)
-        self._start_kwok()
         self._wait("kube-controller-manager", f"https://127.0.0.1:{self.port['kcm']}/healthz",
                    timeout)
-        self._wait("kwok", f"http://127.0.0.1:{self.port['kwok']}/healthz", timeout)
+        self._start_kwok_ready(timeout)
+
+    def _start_kwok_ready(self, timeout: float, tries: int = 3) -> None:
+        """kwok, started and healthy. Its port was free when chosen, but by the time kwok binds
+        it a component's outgoing connection may hold it as its local port (CI saw "bind:
+        address already in use"): then it starts again on a fresh port."""
+        for attempt in range(tries):
+            self._start_kwok()
+            try:
+                self._wait("kwok", f"http://127.0.0.1:{self.port['kwok']}/healthz", timeout)
+                return
+            except ComponentFailed as e:
+                if "address already in use" not in str(e) or attempt == tries - 1:
+                    raise
+                self.procs.pop("kwok", None)
+                self.port["kwok"] = free_port()
 
     def stop(self) -> None:
         """SIGTERM every component (newest first), SIGKILL what is still there after 10 s."""
