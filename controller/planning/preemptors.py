@@ -35,6 +35,7 @@ from ckpt_preempt.policies.lifecycle.plan_record import (
 )
 from ckpt_preempt.policies.model import gangs
 from ckpt_preempt.policies.model.model import Plan, Pod, When
+from ckpt_preempt.policies.planner import timing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,10 +99,9 @@ def candidates(pods: list[PodInfo], conv: convert.Converted, planned: set[str], 
 def queued_gpus(queue: Sequence[Candidate], model: Mapping[str, Pod]) -> list[float]:
     """For each candidate in ``queue``, the GPUs (shares) the others at its priority or above
     ask for (``Snapshot.queued_gpus``: they would take what a victim's end frees)."""
-    asks = [(min(p.priority for p in c.members),
-             sum(model[p.uid].gpu_share for p in c.members if p.uid in model)) for c in queue]
-    return [sum(g for j, (other, g) in enumerate(asks) if j != i and other >= prio)
-            for i, (prio, _) in enumerate(asks)]
+    return timing.queued_gpus([
+        (min(p.priority for p in c.members),
+         sum(model[p.uid].gpu_share for p in c.members if p.uid in model)) for c in queue])
 
 
 def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float,

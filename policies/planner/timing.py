@@ -87,6 +87,19 @@ def end_rate(snapshot: Snapshot, preemptor: Sequence[Pod], priority: int, *, mar
     return own
 
 
+def queued_gpus(asks: Sequence[tuple[int, float]]) -> list[float]:
+    """For each (priority, GPUs) ask of a pending queue, the GPUs the other asks at its priority
+    or above add up to (``Snapshot.queued_gpus``); O(n log n) for a queue of n."""
+    total: dict[int, float] = {}
+    for prio, gpus in asks:
+        total[prio] = total.get(prio, 0.0) + gpus
+    at_or_above, running = {}, 0.0
+    for prio in sorted(total, reverse=True):
+        running += total[prio]
+        at_or_above[prio] = running
+    return [at_or_above[prio] - gpus for prio, gpus in asks]
+
+
 def prediction(pod: Pod, now: float, *, margin: float, max_wait: float,
                ends_only: bool = False) -> VictimWait | None:
     """The earliest usable prediction for ``pod`` (seen by now + ``max_wait``), an end first on

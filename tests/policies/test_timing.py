@@ -233,18 +233,18 @@ def test_a_queue_that_would_take_every_end_turns_the_discount_off():
     # another queued pod's anyway
     snap, pre = _two_victims(queued=1.0)
     assert [v.name for v in _plan(snap, pre).victims] == ["other"]
-    # with a second ending GPU there is enough for both
-    spare = replace(make_pod("spare", node="node-c", priority=1, checkpoint_age=10.0,
+    # with a second ending GPU (3000 s unsaved, ending in 300 s) there is enough for both, and
+    # the discount picks the end nearest
+    spare = replace(make_pod("spare", node="node-c", priority=1, checkpoint_age=3000.0,
                              age=7200.0), expected_end=NOW + 300.0)
     more = replace(snap, nodes=(*snap.nodes, gpu_node("node-c", 1)), pods=(*snap.pods, spare))
-    assert len(_plan(more, pre).victims) == 1
-    assert _plan(more, pre).victims[0].name in {"ending", "spare"}
+    assert [v.name for v in _plan(more, pre).victims] == ["ending"]
 
 
-def test_a_false_end_is_evicted_at_the_deadline_with_all_it_had_not_saved():
-    # a pod that declares an end it does not keep is chosen (it made itself cheap), waited for,
-    # and evicted at the deadline: the preemptor waited at most the cap, the plan's charge
-    # for it is its full loss, and no other pod was made a victim for it
+def test_a_declared_end_costs_the_preemptor_at_most_the_cap_and_is_charged_in_full():
+    # a pod that declares an end is chosen (it made itself cheap) and waited for at most the
+    # cap; should it not end, the plan's charge for it is its full loss (the controller evicts
+    # whatever still runs at the deadline), and no other pod was made a victim for it
     snap, pre = _two_victims(end_in=100.0)
     plan = _plan(snap, pre)
     assert [v.name for v in plan.victims] == ["ending"]
@@ -309,3 +309,12 @@ def test_timing_never_changes_the_victims_or_their_charge_and_stays_within_the_c
     victims_uids = {v.uid for v in on.victims}
     assert all(w.uid in victims_uids and w.expected + MARGIN <= t.deadline + 1e-6
                for w in t.waits)
+
+
+@settings(max_examples=100, deadline=None)
+@given(asks=st.lists(st.tuples(st.sampled_from([1, 5, 10]), st.sampled_from([0.0, 0.5, 1.0, 8.0])),
+                     max_size=8))
+def test_queued_gpus_adds_up_the_other_asks_at_each_priority_or_above(asks):
+    want = [sum(g for j, (other, g) in enumerate(asks) if j != i and other >= prio)
+            for i, (prio, _) in enumerate(asks)]
+    assert timing.queued_gpus(asks) == pytest.approx(want)
