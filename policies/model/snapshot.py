@@ -162,7 +162,7 @@ class Snapshot:
                 gpus=max(a.gpus for a in alloc), gpu_milli=max(a.gpu_milli for a in alloc)),
             gangs=self.gangs, unknown_checkpoint_age=self.unknown_checkpoint_age,
             pdbs_by_namespace=self.pdbs_by_namespace, pod_by_uid=self.pod_by_uid,
-            _pod_positions=self._pod_positions,
+            _pod_positions=self._pod_positions, declared_ends=self.declared_ends,
         )
         return view
 
@@ -229,6 +229,7 @@ class Snapshot:
             pdbs_by_namespace=self.pdbs_by_namespace,
             _pod_positions=self._pod_positions,
             _node_positions=node_at,
+            declared_ends=self.declared_ends,
             restriction=(self, frozenset(shut), frozenset(swapped)),
         )
         if swapped:
@@ -240,6 +241,14 @@ class Snapshot:
         elif node_at is not None:
             out.__dict__["node_by_name"] = {**by_name, **{n: nodes[node_at[n]] for n in shut}}
         return out
+
+    @cached_property
+    def declared_ends(self) -> tuple[Pod, ...]:
+        """The running pods that declare an end (``Pod.expected_end``), for the end-aware
+        charge (``policies.planner.timing.end_rate``): few in most clusters, so a plan reads
+        these instead of every pod. Views (``restricted``, ``with_nodes``) share their
+        parent's: holding a pod or closing a node changes no pod's end."""
+        return tuple(p for p in self.pods if p.node is not None and p.expected_end is not None)
 
     @cached_property
     def restriction(self) -> tuple[Snapshot, frozenset[str], frozenset[str]] | None:

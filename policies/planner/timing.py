@@ -73,17 +73,20 @@ def end_seen(pod: Pod, now: float, *, margin: float, max_wait: float) -> float |
 def end_rate(snapshot: Snapshot, preemptor: Sequence[Pod], priority: int, *, margin: float,
              max_wait: float) -> float | None:
     """The end-aware charge's rate (the preemptor's GPUs, charged per second of its wait for a
-    victim's end), or None when the charge is off for this preemptor: the pods that outrank
-    what ends (the preemptor and ``Snapshot.queued_gpus``) ask for more GPUs than the pods
-    below ``priority`` whose ends are seen within ``max_wait`` free, so an end taken here is
-    an end another queued pod would have had."""
+    victim's end), or None when the charge is off for this preemptor: no pod below
+    ``priority`` has its end seen within ``max_wait`` (the charge would change no cost, and
+    the plan shares the caches of plans without it, ``preemption.warm``'s among them), or the
+    pods that outrank what ends (the preemptor and ``Snapshot.queued_gpus``) ask for more GPUs
+    than those ends free, so an end taken here is an end another queued pod would have had.
+    Reads ``Snapshot.declared_ends`` only, not every pod."""
+    ending = sum(p.gpu_share for p in snapshot.declared_ends
+                 if p.priority < priority
+                 and end_seen(p, snapshot.now, margin=margin, max_wait=max_wait) is not None)
+    if ending <= 0:
+        return None
     own = sum(p.gpu_share for p in preemptor)
-    if snapshot.queued_gpus > 0:
-        ending = sum(p.gpu_share for p in snapshot.pods
-                     if p.node is not None and p.priority < priority
-                     and end_seen(p, snapshot.now, margin=margin, max_wait=max_wait) is not None)
-        if own + snapshot.queued_gpus > ending:
-            return None
+    if snapshot.queued_gpus > 0 and own + snapshot.queued_gpus > ending:
+        return None
     return own
 
 

@@ -162,6 +162,9 @@ def test_warming_fills_the_top_band_a_few_nodes_at_a_time():
     plan = preemption.plan(snap, [pending("hi", gpus=8)], cfg, cache)
     assert plan == preemption.plan(snap, [pending("hi", gpus=8)], cfg)
     assert plan.victims[0].name == "cheap"
+    # no pod declares an end, so the end-aware charge is off and the plan read the warmed
+    # table instead of filling one of its own
+    assert len([k for k in cache._tables if k[0] == "evictable"]) == 1
 
 
 def test_judgments_follow_their_nodes_when_nodes_come_and_go():

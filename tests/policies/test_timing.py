@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.model import annotations as ann
-from ckpt_preempt.policies.model.model import CheckpointMode, When
+from ckpt_preempt.policies.model.model import CheckpointMode, PodHold, RejectReason, When
 from ckpt_preempt.policies.planner import preemption, timing
 from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from ckpt_preempt.policies.sim import planners
@@ -239,6 +239,32 @@ def test_a_queue_that_would_take_every_end_turns_the_discount_off():
                              age=7200.0), expected_end=NOW + 300.0)
     more = replace(snap, nodes=(*snap.nodes, gpu_node("node-c", 1)), pods=(*snap.pods, spare))
     assert [v.name for v in _plan(more, pre).victims] == ["ending"]
+
+
+def test_the_charge_is_off_when_no_pod_below_the_preemptor_ends_within_the_cap():
+    # off (None) also turns the cache key into the one plans without ends and warm() use
+    def rate(snap, priority=10):
+        return timing.end_rate(snap, [pending("hi", priority=priority, gpus=2)], priority,
+                               margin=MARGIN, max_wait=CAP)
+
+    snap, _ = _two_victims()
+    assert rate(snap) == 2.0
+    assert rate(snap, priority=1) is None  # the ending pod does not rank below the preemptor
+    for end_in in (CAP, -2 * MARGIN, None):
+        later = _two_victims(end_in=end_in)[0] if end_in is not None else replace(
+            snap, pods=tuple(replace(p, expected_end=None) for p in snap.pods))
+        assert rate(later) is None, end_in
+    pending_end = replace(pending("queued", priority=1), expected_end=NOW + 100.0)
+    assert rate(replace(snap, pods=(*snap.pods, pending_end))) == 2.0  # not running: no end
+
+
+def test_views_share_the_declared_ends_of_the_snapshot_they_restrict():
+    snap, _ = _two_victims()
+    assert [p.name for p in snap.declared_ends] == ["ending"]
+    view = snap.restricted(held={snap.declared_ends[0].uid: PodHold.HELD_BY_PLAN},
+                           closed={"node-b": RejectReason.NODE_HELD})
+    assert view.declared_ends is snap.declared_ends
+    assert snap.with_nodes(snap.nodes[:1], []).declared_ends is snap.declared_ends
 
 
 def test_a_declared_end_costs_the_preemptor_at_most_the_cap_and_is_charged_in_full():
