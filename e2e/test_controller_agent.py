@@ -19,8 +19,9 @@ import pytest
 from kubernetes import config
 
 import ckpt_preempt_sdk as sdk
-from ckpt_preempt.controller.agent import agent_process
+from ckpt_preempt.controller.agent import agent_process, progress
 from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt.policies.model import annotations as ann
 from e2e.harness import kube
 from e2e.harness.controller_run import (
     free_port,
@@ -50,8 +51,8 @@ def _annotations(cluster, namespace, pod) -> dict[str, str]:
 
 
 def _acked(cluster, namespace, pod, plan):
-    ann = _annotations(cluster, namespace, pod)
-    return ann.get(plan_record.DONE_ANNOTATION) == plan or kube.NotYet(str(ann))
+    got = _annotations(cluster, namespace, pod)
+    return got.get(plan_record.DONE_ANNOTATION) == plan or kube.NotYet(str(got))
 
 
 def _up(port):
@@ -127,6 +128,32 @@ def test_agent_acknowledges_through_each_hook(cluster, namespace, tmp_path, hook
         _stop(agent)
         if server:
             server.shutdown()
+
+
+def test_progress_reports_declare_the_jobs_end_on_its_pod(cluster, namespace, tmp_path):
+    """The real agent process: a loop reports 0 and then 50 of 1000 steps, 12 s apart; the
+    agent writes expected-end 19 such spans after the second report, and the controller's
+    annotation parser reads it as the pod's end. A malformed report is refused with its
+    reason and writes nothing."""
+    agent, port, _ = _agent_for(cluster, namespace, "w", tmp_path)
+    try:
+        client = sdk.Checkpointer(f"http://127.0.0.1:{port}", poll_seconds=0)
+        t0 = time.time()
+        assert client.progress(0, 1000) is None  # one report: no rate yet
+        time.sleep(progress.MIN_SPAN_SECONDS + 2)
+        with pytest.raises(ValueError, match="done must be between 0 and total"):
+            client.progress(2000, 1000)
+        t1 = time.time()
+        end = client.progress(50, 1000)
+        assert end == pytest.approx(t1 + 19 * (t1 - t0), abs=5)
+        got = kube.wait_for("expected-end", lambda: _annotations(cluster, namespace, "w").get(
+            ann.EXPECTED_END) or kube.NotYet("not written"), timeout=30)
+        fields = ann.parse_pod_fields(namespace=namespace, labels={},
+                                      annotations={ann.EXPECTED_END: got}, now=time.time())
+        assert fields.problems == () and fields.expected_end == pytest.approx(end, abs=1)
+        assert agent.poll() is None
+    finally:
+        _stop(agent)
 
 
 def test_removing_the_request_cancels_it_and_a_hook_finishing_later_writes_no_ack(

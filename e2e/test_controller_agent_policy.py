@@ -1,6 +1,6 @@
 """deploy/rbac/agent.yaml on a real API server: with a pod-bound ServiceAccount token, the
-agent may write checkpoint-done and last-checkpoint on its own pod and nothing else: no
-finalizer (which would keep a victim from ever going away), ownerReference or label."""
+agent may write checkpoint-done, last-checkpoint and expected-end on its own pod and nothing
+else: no finalizer (which would keep a victim from ever going away), ownerReference or label."""
 
 from __future__ import annotations
 
@@ -70,8 +70,10 @@ def test_agent_policy_limits_a_pod_bound_token_to_its_own_pod(cluster, namespace
             patch("theirs", "ckpt-preempt.io/checkpoint-done")) != 200, timeout=30)
         assert _status(patch("mine", "ckpt-preempt.io/checkpoint-done")) == 200
         assert _status(patch("mine", "ckpt-preempt.io/last-checkpoint")) == 200
+        assert _status(patch("mine", "ckpt-preempt.io/expected-end")) == 200
         assert _status(patch("mine", "ckpt-preempt.io/plan")) != 200
         assert _status(patch("theirs", "ckpt-preempt.io/last-checkpoint")) != 200
+        assert _status(patch("theirs", "ckpt-preempt.io/expected-end")) != 200
         assert _status(lambda: agent.read_namespaced_pod("mine", namespace)) == 200
 
         before = core.read_namespaced_pod("mine", namespace).metadata

@@ -10,6 +10,7 @@ Standard library only, so it drops into any training image next to the agent sid
         train_step()
         if step % 500 == 0:
             save(); ckpt.checkpointed()    # periodic checkpoint: refreshes last-checkpoint
+        ckpt.progress(step, steps)         # optional: the agent declares the job's end from it
         for event in ckpt.events():        # non-blocking; asks the agent at most once a second
             if event.state is sdk.State.REQUESTED:
                 save(); ckpt.done(event.plan)  # eviction may proceed at once; keep training
@@ -31,6 +32,14 @@ then exit non-zero, so that a Job is never marked Succeeded by a preemption.
 - ``done(plan)``: acknowledge that plan's request once the checkpoint is durable. False when
   that plan's request is not standing (cancelled, replaced, or acked already): the agent never
   writes a late acknowledgement.
+
+- ``progress(done, total)``: where a loop that knows its length stands (steps, samples, epochs:
+  any unit). The agent estimates the job's end from the rate over the last minutes and declares
+  it on the pod (``ckpt-preempt.io/expected-end``), so a job minutes from its end can be waited
+  for instead of evicted. Call it as often as you like; the agent writes only when the end
+  moved. A job that reports an end it does not keep is evicted at the plan's deadline with
+  all it had not saved, so report real progress or none. Returns the end written (seconds since
+  the epoch), or None.
 
 Errors talking to the agent raise ``AgentUnavailable``; training code can ignore it and go on.
 The agent's signals (``install_signal_handlers``) only make the next ``events()`` ask at once.
@@ -55,6 +64,7 @@ DEFAULT_URL = f"http://{AGENT_HOST}:{AGENT_PORT}"
 URL_ENV = "CKPT_PREEMPT_AGENT_URL"
 REQUEST_SIGNAL = signal.SIGUSR1  # the agent's SignalHook sends these by default
 CANCEL_SIGNAL = signal.SIGUSR2
+PROGRESS_SECONDS = 5.0  # progress() reaches the agent at most this often (and when done)
 MAX_WAIT_SECONDS = 30.0  # one long poll lasts at most this long; the agent enforces it too
 HTTP_TIMEOUT_SECONDS = 5.0
 
@@ -120,6 +130,7 @@ class Checkpointer:
         self._last_poll = -float("inf")
         self._agent: str | None = None  # the agent run whose events we follow
         self._seq = 0  # the last event number delivered
+        self._last_progress = -float("inf")
 
     def install_signal_handlers(self, request: int = REQUEST_SIGNAL,
                                 cancel: int | None = CANCEL_SIGNAL) -> None:
@@ -190,3 +201,19 @@ class Checkpointer:
         code, d = self._call("POST", "/checkpointed", {})
         if code != 200:
             raise AgentUnavailable(f"checkpoint agent at {self.url}: {d.get('error', code)}")
+
+    def progress(self, done: float, total: float) -> float | None:
+        """Report progress (``done`` of ``total``); the end the agent declared, or None (none
+        written, or not sent: a report reaches the agent at most every ``PROGRESS_SECONDS``,
+        and always once ``done`` reaches ``total``). Raises ``ValueError`` when the agent
+        refuses the numbers."""
+        now = time.monotonic()
+        if now - self._last_progress < PROGRESS_SECONDS and done < total:
+            return None
+        code, d = self._call("POST", "/progress", {"done": done, "total": total})
+        if code == 400:
+            raise ValueError(f"checkpoint agent refused the progress report: {d.get('error')}")
+        if code != 200:
+            raise AgentUnavailable(f"checkpoint agent at {self.url}: {d.get('error', code)}")
+        self._last_progress = now  # a refused or lost report does not hold back the next
+        return d.get("expected_end")

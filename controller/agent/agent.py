@@ -1,7 +1,8 @@
 """The checkpoint agent: a sidecar that answers drain requests for its own pod.
 
 It watches only its own pod (RBAC: get/watch/patch on that one pod) and writes only
-``ckpt-preempt.io/checkpoint-done=<plan>`` and ``ckpt-preempt.io/last-checkpoint`` on it.
+``ckpt-preempt.io/checkpoint-done=<plan>``, ``ckpt-preempt.io/last-checkpoint`` and
+``ckpt-preempt.io/expected-end`` on it.
 
 - **Request**: the controller writes ``ckpt-preempt.io/drain`` naming a plan. The agent runs the
   workload's hook (``Hook.checkpoint``) once per plan; when the checkpoint is saved (the hook says
@@ -16,6 +17,11 @@ It watches only its own pod (RBAC: get/watch/patch on that one pod) and writes o
 An elastic gang's shrink (``policies.planner.shrink``) is a drain request whose ``leaving`` names
 the gang's members that go (this pod among them); the hooks and the SDK pass the names on, so the
 job lets exactly those go and the rest re-form without them (only those are evicted).
+
+- **Progress**: a loop that knows its length reports ``POST /progress`` ``{"done", "total"}``
+  through the SDK; the agent estimates the job's end from the rate and writes it as
+  ``expected-end`` when it has moved enough (``controller/agent/progress.py``), so the planner
+  can choose a pod minutes from its end and wait for it instead of evicting a job mid-way.
 
 Hooks: ``ExecHook`` (run a command; exit 0 = saved; ``cancel_command`` on cancel; both get
 ``CKPT_PREEMPT_ACTION``/``_PLAN``/``_DEADLINE``/``_LEAVING``, the last comma-separated and empty
@@ -48,6 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from ckpt_preempt.controller.agent import progress
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
@@ -170,6 +177,9 @@ class PodWriter(Protocol):
     def checkpointed(self, *, at: float) -> None:
         """Write last-checkpoint=at."""
 
+    def expected_end(self, *, at: float) -> None:
+        """Write expected-end=at."""
+
 
 # ------------------------------------------------------------------------------------ the agent
 @dataclass(frozen=True, kw_only=True)
@@ -196,6 +206,8 @@ class CheckpointAgent:
         self._jobs: queue.SimpleQueue[tuple[State, plan_record.DrainRequest]] = queue.SimpleQueue()
         self._hooked: set[str] = set()  # plans whose checkpoint hook started (hook thread only)
         self._ack_lock = threading.Lock()
+        self._progress_lock = threading.Lock()
+        self._end = progress.EndEstimate()
 
     # ---------------------------------------------------------------- state (under self._cond)
     def _emit(self, state: State, request: plan_record.DrainRequest) -> None:
@@ -279,6 +291,15 @@ class CheckpointAgent:
 
     def checkpointed(self) -> None:
         self.writer.checkpointed(at=self.clock())
+
+    def progress(self, body: object) -> float | None:
+        """Take one ``POST /progress`` body; returns the end written, None when nothing was.
+        Raises ``progress.ProgressError`` on a malformed body (nothing is kept of it)."""
+        with self._progress_lock:
+            end = self._end.report(progress.parse(body, self.clock()))
+            if end is not None:
+                self.writer.expected_end(at=end)
+            return end
 
     # ---------------------------------------------------------------- hooks
     def process_hooks(self, *, block_seconds: float = 0.0) -> None:

@@ -6,14 +6,17 @@ the outside and runs them, and is apart so that those decisions are tested witho
 server, a socket or a thread (``tests/controller/test_agent.py`` drives ``CheckpointAgent``
 with a recording ``PodWriter``):
 
-- ``KubePodWriter``: the agent's only writes, both on its own pod (the JSON-patch ack that first
-  tests the drain annotation, and last-checkpoint), retried on 429 / 5xx / connection errors;
+- ``KubePodWriter``: the agent's only writes, all on its own pod (the JSON-patch ack that first
+  tests the drain annotation, last-checkpoint and expected-end), retried on 429 / 5xx /
+  connection errors;
 - ``watch_own_pod``: list and watch that one pod and feed its annotations to
   ``CheckpointAgent.observe``, reconnecting with ``controller.core.backoff``;
 - ``serve``: the local endpoint for the SDK (loopback): ``GET /status``;
   ``GET /events?after=SEQ&wait=SECONDS`` (long poll; ``{"status", "events"}``, ``events`` null
   when the caller must start from the status); ``POST /done`` ``{"plan"}`` (200 acked, 409 not:
-  no such standing request); ``POST /checkpointed`` (refreshes last-checkpoint). Shapes:
+  no such standing request); ``POST /checkpointed`` (refreshes last-checkpoint);
+  ``POST /progress`` ``{"done", "total"}`` (``{"expected_end"}``: the end written, or null;
+  400 with the reason on a malformed body; ``controller/agent/progress.py``). Shapes:
   ``ckpt_preempt_sdk.Status`` / ``Event``;
 - ``run``: the watch and hook threads, until stopped.
 """
@@ -33,9 +36,10 @@ from kubernetes.client.rest import ApiException
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from ckpt_preempt.controller.agent.agent import CheckpointAgent
+from ckpt_preempt.controller.agent.progress import ProgressError
 from ckpt_preempt.controller.core import backoff
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import LAST_CHECKPOINT
+from ckpt_preempt.policies.model.annotations import EXPECTED_END, LAST_CHECKPOINT
 from ckpt_preempt.policies.model.times import rfc3339
 
 log = logging.getLogger("ckpt_preempt.agent")
@@ -84,6 +88,9 @@ class KubePodWriter:
     def checkpointed(self, *, at: float) -> None:
         self._patch({"metadata": {"annotations": {LAST_CHECKPOINT: rfc3339(at)}}}, MERGE)
 
+    def expected_end(self, *, at: float) -> None:
+        self._patch({"metadata": {"annotations": {EXPECTED_END: rfc3339(at)}}}, MERGE)
+
 
 # ------------------------------------------------------------------------------- running
 def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
@@ -130,6 +137,12 @@ def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
                 if self.path == "/checkpointed":
                     agent.checkpointed()
                     return self._reply(200, {"ok": True})
+                if self.path == "/progress":
+                    try:
+                        end = agent.progress(body)
+                    except ProgressError as e:
+                        return self._reply(400, {"error": str(e)})
+                    return self._reply(200, {"expected_end": end})
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
                 return self._reply(503, {"error": f"writing to the API server failed: {e}"})
             return self._reply(404, {"error": "not found"})

@@ -16,6 +16,9 @@ shape of a PyTorch loop (model state dict, optimiser step, torch.save-style atom
   Succeeded. Started again with the same --dir, it resumes from the saved step.
 - Every --every steps it saves on its own and reports it (periodic checkpoint). It exits 0 only
   when all --steps are done.
+- It reports its progress (step of --steps); the agent declares the run's end on the pod from
+  it (``ckpt-preempt.io/expected-end``), so a run minutes from its end is waited for, not
+  evicted.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             save(ckpt, state)
             with contextlib.suppress(sdk.AgentUnavailable):  # training goes on without it
                 agent.checkpointed()
+        with contextlib.suppress(sdk.AgentUnavailable):  # sent every 5 s at most
+            agent.progress(state["step"], args.steps)
         try:
             events = agent.events()
         except sdk.AgentUnavailable:

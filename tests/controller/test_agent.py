@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller.agent import agent, agent_process
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.model.annotations import LAST_CHECKPOINT
+from ckpt_preempt.policies.model.annotations import EXPECTED_END, LAST_CHECKPOINT
 from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt_sdk import State
 
@@ -45,6 +45,10 @@ class RecordingWriter:
     def checkpointed(self, *, at: float) -> None:
         self.annotations[LAST_CHECKPOINT] = rfc3339(at)
         self.writes.append(("last-checkpoint", rfc3339(at)))
+
+    def expected_end(self, *, at: float) -> None:
+        self.annotations[EXPECTED_END] = rfc3339(at)
+        self.writes.append(("expected-end", rfc3339(at)))
 
 
 class RecordingHook(agent.Hook):
@@ -344,9 +348,29 @@ def test_endpoint_rejects_bad_input(served):
     assert ckpt._call("GET", "/nope")[0] == 404
 
 
+def test_sdk_progress_declares_the_end_and_refuses_bad_numbers(served):
+    pod, ckpt = served
+    clock = [NOW, NOW + 60.0]
+    pod.agent.clock = lambda: clock.pop(0) if len(clock) > 1 else clock[0]
+    assert ckpt.progress(0, 1000) is None  # one report: no rate yet
+    ckpt._last_progress = -float("inf")  # as if PROGRESS_SECONDS had passed
+    # 100 steps a minute, 900 left: 9 minutes on
+    assert ckpt.progress(100, 1000) == NOW + 60.0 + 540.0
+    assert pod.writer.writes == [("expected-end", rfc3339(NOW + 600.0))]
+    assert ckpt.progress(200, 1000) is None  # within PROGRESS_SECONDS: not sent
+    ckpt._last_progress = -float("inf")
+    for done, total in ((5, 0), (-1, 10), (11, 10), (float("nan"), 10), ("5", 10),
+                        (True, 10)):  # a refused report does not hold back the next
+        with pytest.raises(ValueError, match="refused the progress report"):
+            ckpt.progress(done, total)
+    assert len(pod.writer.writes) == 1
+    assert ckpt._call("POST", "/progress", [1, 2])[0] == 400
+
+
 def test_sdk_without_an_agent_raises_agent_unavailable():
     ckpt = sdk.Checkpointer("http://127.0.0.1:1", poll_seconds=0)
-    for call in (ckpt.events, ckpt.status, ckpt.checkpointed, lambda: ckpt.done("p1")):
+    for call in (ckpt.events, ckpt.status, ckpt.checkpointed, lambda: ckpt.done("p1"),
+                 lambda: ckpt.progress(1, 2)):
         with pytest.raises(sdk.AgentUnavailable):
             call()
 
