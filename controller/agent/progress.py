@@ -14,7 +14,9 @@ should write it:
 - progress that goes back (the job restarted from a checkpoint) or a new ``total`` starts the
   measurement over;
 - the agent writes an end when none is written, or when the new one moved by more than
-  ``max(MIN_SHIFT_SECONDS, SHIFT_SHARE × the time left)``, and no sooner than
+  ``max(END_REDECLARE_MIN_SECONDS, END_REDECLARE_SHARE × the time left)``
+  (``policies.model.annotations``, which the simulator's progress-estimated ends share), and
+  no sooner than
   ``MIN_WRITE_INTERVAL_SECONDS`` after its last write: near its end a job's annotation is
   accurate to about a minute, far from it a few writes an hour at most.
 
@@ -29,10 +31,10 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from ckpt_preempt.policies.model.annotations import END_REDECLARE_MIN_SECONDS, END_REDECLARE_SHARE
+
 RATE_WINDOW_SECONDS = 600.0  # the rate is measured over the last ten minutes of reports
 MIN_SPAN_SECONDS = 10.0  # and only once the reports span this long
-MIN_SHIFT_SECONDS = 60.0  # an end that moved by less is not written again
-SHIFT_SHARE = 0.1  # ... nor one that moved by less than this share of the time left
 MIN_WRITE_INTERVAL_SECONDS = 30.0  # between two writes of a still-running job's end
 
 
@@ -104,4 +106,5 @@ class EndEstimate:
         if r.at - self._written_at < MIN_WRITE_INTERVAL_SECONDS:
             return False
         left = max(0.0, end - r.at)
-        return abs(end - self.written) > max(MIN_SHIFT_SECONDS, SHIFT_SHARE * left)
+        return abs(end - self.written) > max(END_REDECLARE_MIN_SECONDS,
+                                             END_REDECLARE_SHARE * left)

@@ -140,6 +140,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, name, kind, text in COST_FLAGS:
         p.add_argument(flag, type=kind, default=getattr(c, name),
                        help=f"{text} (default %(default)s)")
+    p.add_argument("--declared-end-from-progress", action="store_true",
+                   help="declared ends are estimated from progress, as the checkpoint agent "
+                        "declares them: --declared-end-error is then a share of the time left, "
+                        "not of the run")
     p.add_argument("--planner-restart-seconds", type=argtypes.non_negative_float,
                    help="what our search charges per evicted GPU for a restart, the "
                         "controller's restartCostSeconds (default: --restore-seconds)")
@@ -177,7 +181,8 @@ def _config(args: argparse.Namespace) -> engine.SimConfig:
     costs = {name: getattr(args, name) for _, name, _, _ in COST_FLAGS}
     return engine.SimConfig(grace_seconds=args.grace_seconds,
                             max_checkpoint_seconds=args.max_checkpoint_seconds,
-                            planner_restart_seconds=args.planner_restart_seconds, **costs)
+                            planner_restart_seconds=args.planner_restart_seconds,
+                            declared_end_from_progress=args.declared_end_from_progress, **costs)
 
 
 def _policies(args: argparse.Namespace) -> list[str]:

@@ -58,6 +58,11 @@ MIN_MEMBERS = PREFIX + "min-members"
 # duration), and when a pod expects to end (RFC 3339)
 CHECKPOINT_INTERVAL = PREFIX + "checkpoint-interval"
 EXPECTED_END = PREFIX + "expected-end"
+# the checkpoint agent declares a loop's end from its progress (controller/agent/progress.py) and
+# declares it again only once it moved by more than max(this, the share below of the time left);
+# the simulator's progress-estimated ends follow the same rule (policies/sim/planner_view.py)
+END_REDECLARE_MIN_SECONDS = 60.0
+END_REDECLARE_SHARE = 0.1
 RESERVED_TAINT = PREFIX + "reserved"  # the node taint of a plan's reservation (the controller's)
 # Other projects' names for our last-checkpoint, read only when ours is absent (ours wins when
 # both are set). Volcano's checkpoint-aware victim ordering proposal reads this RFC 3339 (UTC)

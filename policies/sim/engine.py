@@ -122,6 +122,11 @@ class SimConfig:
     # ablates both, policies/sim/planner_view.py draws them)
     declared_end_share: float = 1.0
     declared_end_error: float = 0.0
+    # ends estimated from progress, as the checkpoint agent declares them for a loop that reports
+    # it (controller/agent/progress.py): the error is that share of the time left at each plan
+    # (a misjudged rate), not of the whole run, and an end is declared again only once it moved
+    # by the agent's threshold (annotations.END_REDECLARE_*). Assumption: one rate error per run
+    declared_end_from_progress: bool = False
     # policies.planner.bound, for every policy: no job preempted more than this often per window (0:
     # no bound); ``escalating_penalty``: the planner also sees each job's preemptions in that
     # window, its fairness penalty doubling with each (False: the 1-hour count only)

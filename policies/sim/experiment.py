@@ -47,6 +47,10 @@ COST_ABLATIONS: Mapping[str, Mapping[str, float]] = {
 # default (SimConfig.declared_end_share), which real jobs rarely do.
 END_ABLATIONS: Mapping[str, Mapping[str, float]] = {
     "half declare ends, +/-25 %": {"declared_end_share": 0.5, "declared_end_error": 0.25},
+    # the ends the checkpoint agent declares from a loop's progress: off by a share of the time
+    # left, not of the run (SimConfig.declared_end_from_progress)
+    "half declare ends from progress, +/-25 %": {
+        "declared_end_share": 0.5, "declared_end_error": 0.25, "declared_end_from_progress": True},
     "no declared ends": {"declared_end_share": 0.0},
     "end-aware victims off": {"end_aware": False},
 }

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ckpt_preempt.policies.model.annotations import END_REDECLARE_MIN_SECONDS, END_REDECLARE_SHARE
 from ckpt_preempt.policies.model.model import ZERO, Node, Plan, Pod, Resources
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import bound
@@ -153,6 +154,16 @@ class PlannerView:
                           most=cfg.declared_end_error)
         return js.origin + js.remaining * (1.0 + error)
 
+    def _progress_end(self, js: JobState, t: float, declared: float) -> float:
+        """A progress-estimated end at ``t`` (``SimConfig.declared_end_from_progress``): the
+        time left, misjudged by the run's seeded error, from now; ``declared`` (the end the
+        pods show) until the estimate moves by the agent's threshold."""
+        error = end_error(seed=self.seed, job_id=js.job.id, origin=js.origin,
+                          most=self.cfg.declared_end_error)
+        estimate = t + max(0.0, js.origin + js.remaining - t) * (1.0 + error)
+        shift = max(END_REDECLARE_MIN_SECONDS, END_REDECLARE_SHARE * max(0.0, estimate - t))
+        return estimate if abs(estimate - declared) > shift else declared
+
     # -- what the planner sees, and asking it --------------------------------------------
     def _reports(self, job: Job) -> bool:
         return job.interval is not None and job.reports
@@ -190,6 +201,11 @@ class PlannerView:
             last = self._published(js, t) if js.start < t and self._reports(js.job) else None
             if js.models and js.models[0].last_checkpoint != last:
                 js.models = tuple(replace(pod, last_checkpoint=last) for pod in js.models)
+            declared = js.models[0].expected_end if js.models else None
+            if cfg.declared_end_from_progress and declared is not None:
+                end = self._progress_end(js, t, declared)
+                if end != declared:
+                    js.models = tuple(replace(pod, expected_end=end) for pod in js.models)
             times = self.preempted.get(js.job.id)
             models = js.models
             if times and models:

@@ -34,6 +34,9 @@ def test_declared_end_flags_reach_the_simulator_and_default_to_every_job_exactly
     assert (cell.config.declared_end_share, cell.config.declared_end_error) == (0.5, 0.25)
     _, plain, _ = cmd_simulate.validate(_args())
     assert (plain.config.declared_end_share, plain.config.declared_end_error) == (1.0, 0.0)
+    assert plain.config.declared_end_from_progress is False
+    _, progress, _ = cmd_simulate.validate(_args("--declared-end-from-progress"))
+    assert progress.config.declared_end_from_progress is True
 
 
 def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore_time():

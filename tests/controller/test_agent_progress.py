@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.controller.agent import progress
 from ckpt_preempt.controller.agent.progress import (
-    MIN_SHIFT_SECONDS,
     MIN_SPAN_SECONDS,
     MIN_WRITE_INTERVAL_SECONDS,
     RATE_WINDOW_SECONDS,
@@ -17,6 +16,7 @@ from ckpt_preempt.controller.agent.progress import (
     ProgressError,
     Report,
 )
+from ckpt_preempt.policies.model.annotations import END_REDECLARE_MIN_SECONDS
 
 T = 1_800_000_000.0
 
@@ -43,7 +43,7 @@ def test_an_end_is_written_again_only_when_it_moved_enough_and_not_too_often():
     assert _feed(est, [(60 + MIN_WRITE_INTERVAL_SECONDS - 1, 10.5, 100)]) == [None]
     (end,) = _feed(est, [(200, 20, 100)])
     assert end == pytest.approx(T + 200 + 80 * 200 / 20)
-    assert abs(end - (T + 600)) > MIN_SHIFT_SECONDS
+    assert abs(end - (T + 600)) > END_REDECLARE_MIN_SECONDS
 
 
 def test_progress_going_back_or_a_new_total_starts_the_measurement_over():

@@ -3,6 +3,7 @@ reserved
 while the plan waits, victims stop at their checkpoint, their end or the deadline, and the wait
 is charged as delay; and the wait-then-evict baseline."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -122,3 +123,32 @@ def test_the_planner_sees_the_declared_end_the_knobs_give(error):
     silent = engine.Simulation(_world(ending), nodes(1, gpus=1), planners.TIMING_POLICY,
                                replace(cfg, declared_end_share=0.0))
     assert silent._model(js, 0, "node-0", 200.0).expected_end is None
+
+
+def test_ends_from_progress_are_off_by_a_share_of_the_time_left_and_declared_again_rarely():
+    """SimConfig.declared_end_from_progress: the checkpoint agent's estimate, whose error is
+    the run's misjudged rate times the time left, so it closes in on the true end; the pods
+    show a new end only once it moved by the agent's threshold."""
+    from ckpt_preempt.policies.model.annotations import END_REDECLARE_MIN_SECONDS
+
+    long_run = job(0, 0.0, 1, duration=10 * HOUR)
+    cfg = replace(IDEAL, declared_end_error=0.5, declared_end_from_progress=True)
+    sim = engine.Simulation(_world(long_run), nodes(1, gpus=1), planners.TIMING_POLICY, cfg)
+    js = engine.JobState(long_run)
+    js.origin, js.start = 0.0, 0.0
+    true_end = js.origin + js.remaining
+    declared = sim._model(js, 0, "node-0", 0.0).expected_end
+    assert declared != true_end  # the seeded error: off by up to half the run at its start
+    for left in (4 * HOUR, HOUR, 600.0, 120.0):
+        t = true_end - left
+        estimate = sim._progress_end(js, t, declared)
+        assert abs(estimate - true_end) <= 0.5 * left + 1e-6 or estimate == declared
+        if estimate != declared:
+            assert abs(estimate - declared) > END_REDECLARE_MIN_SECONDS
+            declared = estimate
+    # minutes from its end the declaration is within the error of what is left
+    assert abs(declared - true_end) <= 0.5 * 600.0 + END_REDECLARE_MIN_SECONDS
+    # an estimate that moved by less than the threshold leaves the declaration as it is
+    estimate = sim._progress_end(js, true_end - 120.0, -math.inf)  # nothing shown yet
+    near = estimate + END_REDECLARE_MIN_SECONDS / 2
+    assert sim._progress_end(js, true_end - 120.0, near) == near
