@@ -296,9 +296,11 @@ class CheckpointAgent:
         """Take one ``POST /progress`` body; returns the end written, None when nothing was.
         Raises ``progress.ProgressError`` on a malformed body (nothing is kept of it)."""
         with self._progress_lock:
-            end = self._end.report(progress.parse(body, self.clock()))
+            report = progress.parse(body, self.clock())
+            end = self._end.report(report)
             if end is not None:
-                self.writer.expected_end(at=end)
+                self.writer.expected_end(at=end)  # raises when the write fails: not counted
+                self._end.wrote(end, report.at)
             return end
 
     # ---------------------------------------------------------------- hooks

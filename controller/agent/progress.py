@@ -16,9 +16,10 @@ should write it:
 - the agent writes an end when none is written, or when the new one moved by more than
   ``max(END_REDECLARE_MIN_SECONDS, END_REDECLARE_SHARE × the time left)``
   (``policies.model.annotations``, which the simulator's progress-estimated ends share), and
-  no sooner than
-  ``MIN_WRITE_INTERVAL_SECONDS`` after its last write: near its end a job's annotation is
-  accurate to about a minute, far from it a few writes an hour at most.
+  no sooner than ``MIN_WRITE_INTERVAL_SECONDS`` after its last write: near its end a job's
+  annotation is accurate to about a minute, far from it a few writes an hour at most. A write
+  that failed is not counted (``wrote`` is called after the write), so the next report tries
+  again.
 
 A declared end can only make the declaring pod more likely to be chosen as a victim (never
 another pod cheaper), and one that does not come true is found out at the plan's deadline,
@@ -74,7 +75,8 @@ class EndEstimate:
         self._written_at: float | None = None  # when
 
     def report(self, r: Report) -> float | None:
-        """Take one report; return the end to write now, or None (nothing to write)."""
+        """Take one report; return the end to write now, or None (nothing to write). Call
+        ``wrote`` once it is written."""
         last = self._reports[-1] if self._reports else None
         if last is not None and (r.done < last.done or r.total != last.total or r.at < last.at):
             self._reports.clear()  # restarted, re-planned, or a clock step: measure anew
@@ -84,8 +86,11 @@ class EndEstimate:
         end = self.end()
         if end is None or not self._worth_writing(end, r):
             return None
-        self.written, self._written_at = end, r.at
         return end
+
+    def wrote(self, end: float, at: float) -> None:
+        """``end`` was written on the pod at ``at``."""
+        self.written, self._written_at = end, at
 
     def end(self) -> float | None:
         """The estimated end, or None while the reports cannot tell (too short a span, or no

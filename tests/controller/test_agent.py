@@ -375,6 +375,22 @@ def test_sdk_without_an_agent_raises_agent_unavailable():
             call()
 
 
+def test_a_failed_end_write_is_tried_again_on_the_next_report():
+    pod = Pod()
+    clock = [NOW, NOW + 60.0, NOW + 61.0]
+    pod.agent.clock = lambda: clock.pop(0)
+    pod.agent.progress({"done": 0, "total": 100})
+
+    def broken(**_):
+        raise OSError("connection refused")
+    pod.writer.expected_end, working = broken, pod.writer.expected_end
+    with pytest.raises(OSError):
+        pod.agent.progress({"done": 10, "total": 100})
+    pod.writer.expected_end = working
+    assert pod.agent.progress({"done": 10.1, "total": 100}) is not None
+    assert [w[0] for w in pod.writer.writes] == ["expected-end"]
+
+
 def test_a_failed_api_write_is_reported_to_the_sdk(served):
     pod, ckpt = served
 

@@ -22,8 +22,14 @@ T = 1_800_000_000.0
 
 
 def _feed(est: EndEstimate, reports) -> list[float | None]:
-    return [est.report(Report(at=T + at, done=done, total=total))
-            for at, done, total in reports]
+    """Each report's end to write, written at once (as the agent does when the write works)."""
+    got = []
+    for at, done, total in reports:
+        end = est.report(Report(at=T + at, done=done, total=total))
+        if end is not None:
+            est.wrote(end, T + at)
+        got.append(end)
+    return got
 
 
 def test_a_steady_loop_gets_its_end_once_the_reports_span_long_enough():
@@ -92,6 +98,7 @@ def test_at_a_constant_rate_every_end_written_is_the_true_end(rate, total, times
             break
         end = est.report(Report(at=T + at, done=done, total=total))
         if end is not None:
+            est.wrote(end, T + at)
             assert end == pytest.approx(T + total / rate, rel=1e-6, abs=1e-3)
             assert not writes or at - writes[-1] >= MIN_WRITE_INTERVAL_SECONDS
             writes.append(at)
