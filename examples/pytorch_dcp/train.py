@@ -10,8 +10,9 @@ Run without RANK/WORLD_SIZE in the environment it is the launcher: it starts --n
 Started by torchrun it is a worker at once.
 
 - Rank 0 polls the agent through the SDK (and writes --pidfile, so the agent's SIGUSR1 makes it
-  poll at once). Every step all ranks all-reduce [loss, save wanted, SIGTERM seen], so they all
-  agree on the step at which they save or stop.
+  poll at once), and reports its progress, from which the agent declares the run's end. Every
+  step all ranks all-reduce [loss, save wanted, SIGTERM seen], so they all agree on the step at
+  which they save or stop.
 - A checkpoint request: every rank saves the model and optimiser state (DCP, one shard file per
   rank) into <dir>/checkpoints/step-<N>; rank 0 then points <dir>/checkpoints/latest at it
   (atomic rename), acknowledges the plan through the SDK and training goes on.
@@ -236,6 +237,9 @@ def worker(args: argparse.Namespace) -> int:
                 path = save(step)
                 if agent is not None:
                     answer_agent(agent, plans, step, path, periodic)
+            if agent is not None:  # the agent declares the run's end from it (every 5 s at most)
+                with contextlib.suppress(sdk.AgentUnavailable):
+                    agent.progress(step, args.steps)
             if args.step_seconds:
                 time.sleep(args.step_seconds)
     finally:

@@ -50,6 +50,10 @@ class RecordingWriter:
         self.annotations[EXPECTED_END] = rfc3339(at)
         self.writes.append(("expected-end", rfc3339(at)))
 
+    def acks(self) -> list[tuple[str, ...]]:
+        """The writes but the declared ends (a loop's progress, every few seconds)."""
+        return [w for w in self.writes if w[0] != "expected-end"]
+
 
 class RecordingHook(agent.Hook):
     def __init__(self, *, saves: bool = True) -> None:

@@ -96,7 +96,7 @@ def test_request_is_acked_and_training_goes_on_through_a_cancel(tmp_path):
         pod.request("p1")  # the agent signals SIGUSR1; the loop saves and acks through the SDK
         line = lines.wait_for("checkpoint on request for plan p1")
         assert "acked=True" in line and "training on" in line
-        assert _acks(pod) == [("ack", "p1")]
+        assert pod.writer.acks() == [("ack", "p1")]
         assert pod.writer.annotations[DONE] == "p1"
         saved = json.loads((tmp_path / "run/checkpoint.json").read_text())["step"]
         pod.seen()
@@ -113,9 +113,5 @@ def test_request_is_acked_and_training_goes_on_through_a_cancel(tmp_path):
         proc.kill()
         stop.set()
         server.shutdown()
-    assert _acks(pod) == [("ack", "p1"), ("ack", "p2")]
+    assert pod.writer.acks() == [("ack", "p1"), ("ack", "p2")]
 
-
-def _acks(pod: Pod) -> list[tuple[str, ...]]:
-    """The agent's writes but the loop's declared ends (its progress, every few seconds)."""
-    return [w for w in pod.writer.writes if w[0] != "expected-end"]

@@ -42,7 +42,7 @@ def test_request_cancel_request_then_sigterm(torch_python, tmp_path):
         pod.request("p1")  # the agent signals rank 0 (SIGUSR1); both ranks save; rank 0 acks
         first = out.wait_for(SAVED.format("p1"), ANSWER_SECONDS)
         assert first[3] == "True", first[0]
-        assert pod.writer.writes == [("ack", "p1")] and pod.writer.annotations[DONE] == "p1"
+        assert pod.writer.acks() == [("ack", "p1")] and pod.writer.annotations[DONE] == "p1"
         assert (run / "checkpoints/latest").read_text() == first[2]
         assert sorted(p.name for p in (run / "checkpoints" / first[2]).iterdir()) == [
             ".metadata", "__0_0.distcp", "__1_0.distcp"]
@@ -62,7 +62,7 @@ def test_request_cancel_request_then_sigterm(torch_python, tmp_path):
             proc.kill()
         stop.set()
         server.shutdown()
-    assert pod.writer.writes == [("ack", "p1"), ("ack", "p2")]
+    assert pod.writer.acks() == [("ack", "p1"), ("ack", "p2")]
 
 
 @pytest.mark.parametrize(("args", "says"), [
