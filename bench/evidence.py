@@ -349,10 +349,10 @@ def main(argv: list[str] | None = None) -> int:
         cell_list = [known[w] for w in wanted]
     policies = DEFAULT_POLICIES
     if args.policies:
-        policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-        if unknown := [p for p in policies if p not in planners.KNOWN]:
-            print(f"evidence: unknown policy {', '.join(unknown)}; known: "
-                  f"{', '.join(planners.KNOWN)}", file=sys.stderr)
+        try:
+            policies = planners.named(args.policies)
+        except ValueError as e:
+            print(f"evidence: {e}", file=sys.stderr)
             return 2
     started = time.monotonic()
     results, cell_minutes = run_all(cell_list, seeds, policies, args.jobs)

@@ -81,6 +81,17 @@ REPORTED = KNOWN
 SHIPPED = TIMING_POLICY  # planTiming is on by default in the controller's config
 
 
+def named(text: str) -> tuple[str, ...]:
+    """Comma-separated policy names (blanks dropped), each of ``KNOWN``; ValueError saying which
+    are not, in one line."""
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    if unknown := [p for p in names if p not in KNOWN]:
+        raise ValueError(f"unknown policy {', '.join(unknown)}; known: {', '.join(KNOWN)}")
+    if not names:
+        raise ValueError(f"no policy named; known: {', '.join(KNOWN)}")
+    return names
+
+
 def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
                 restart_seconds: float = 0.0, *, shrink: bool = True,

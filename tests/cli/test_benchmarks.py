@@ -71,3 +71,34 @@ def test_timing_benchmark_compares_totals_with_timing_off_and_the_strongest(tmp_
     bad = subprocess.run([sys.executable, "-m", "bench.timing", "--seeds", "0"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_incentive_benchmark_scores_a_policy_blind_to_reports_zero(tmp_path):
+    out_file = tmp_path / "incentive.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.incentive", "--worlds", "12", "--policies",
+         "kube-default,checkpoint-aware", "--out", str(out_file)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out_file.read_text())
+    assert doc["worlds"] == [1, 12] and set(doc["results"]) == {"kube-default",
+                                                                 "checkpoint-aware"}
+    blind = doc["results"]["kube-default"]
+    # kube-default never reads a report: the same hits whichever job reports, and the
+    # tie-break that prefers one job's name cancels out over the two positions
+    assert blind["worlds_hit_more_than_if_silent"] == 0 == blind["worlds_hit_more_than_twin"]
+    assert blind["extra_hits_max"] == 0 == blind["hits_over_twin_max"]
+    assert blind["lost_with_report_over_without"]["median"] == 1.0
+    aware = doc["results"]["checkpoint-aware"]
+    assert 0 <= aware["worlds_hit_more_than_if_silent"] <= 12
+    assert aware["extra_hits_mean"] <= aware["extra_hits_max"]
+    assert "| checkpoint-aware |" in out.stdout
+
+
+def test_incentive_benchmark_refuses_bad_flags_in_one_line():
+    for flags in (["--worlds", "0"], ["--policies", "no-such-policy"]):
+        out = subprocess.run([sys.executable, "-m", "bench.incentive", *flags],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert out.returncode == 2, flags
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -10,42 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.controller.app import trace_files
-from ckpt_preempt.policies.model.model import CheckpointMode
-from ckpt_preempt.policies.sim import engine, planners, protocols, workload
-from ckpt_preempt.policies.sim.trace import TraceNode
+from ckpt_preempt.policies.sim import engine, planners, protocols, twins
 
-HOUR = 3600.0
+HOUR = twins.HOUR
 BLIND = ("kube-default", "kube-workload", "cost-aware")  # never read a checkpoint report
-
-
-def _nodes(n=1, gpus=2):
-    return [TraceNode(name=f"n{i}", cpu_milli=96000, memory_mib=10**6, gpus=gpus, model="G")
-            for i in range(n)]
-
-
-def _low(i, interval_min, *, reports):
-    return workload.Job(
-        id=i, name=f"j{i}", arrival=0.0, duration=500 * HOUR, priority=0, qos="BE",
-        members=(workload.Member(name=f"j{i}-0", cpu_milli=1000, memory_mib=1024, gpus=1),),
-        checkpoint=CheckpointMode.PERIODIC, interval=interval_min * 60.0,
-        checkpoint_seconds=None, reports=reports)
-
-
-def _high(i, at, duration):
-    return workload.Job(
-        id=i, name=f"j{i}", arrival=at, duration=duration, priority=1000, qos="LS",
-        members=(workload.Member(name=f"j{i}-0", cpu_milli=1000, memory_mib=1024, gpus=1),),
-        checkpoint=CheckpointMode.NONE, interval=None, checkpoint_seconds=None)
-
-
-def _twins(interval_min, arrivals, *, first_reports=True, hours=48.0):
-    """One 2-GPU node held by two identical 1-GPU jobs, the first reporting its checkpoints
-    (or not), the second silent; then 1-GPU high-priority pods at ``arrivals``."""
-    jobs = [_low(0, interval_min, reports=first_reports), _low(1, interval_min, reports=False)]
-    jobs += [_high(2 + k, at, dur) for k, (at, dur) in enumerate(arrivals)]
-    return workload.Workload(jobs=tuple(jobs), compress=1.0, offered_load=1.0, extra_pods=0,
-                             window=hours * HOUR, capacity_gpus=2,
-                             params=workload.WorkloadParams())
 
 
 def _most_in_a_window(times, window):
@@ -64,12 +32,11 @@ def _run(w, nodes, policy, cfg):
 def test_the_bound_alone_caps_the_frequent_checkpointer():
     # the engine test's scene: six high-priority pods, the job checkpointing every 15 min was
     # hit all six times without a guard; with only the bound (4) it is hit 4 times, the other 2
-    jobs = [_low(0, 15, reports=True), _low(1, 240, reports=True)]
-    jobs += [_high(2 + k, HOUR + k * 1500.0, 600.0) for k in range(6)]
-    w = workload.Workload(jobs=tuple(jobs), compress=1.0, offered_load=1.0, extra_pods=0,
-                          window=6 * HOUR, capacity_gpus=2, params=workload.WorkloadParams())
+    jobs = [twins.low_job(0, 15, reports=True), twins.low_job(1, 240, reports=True)]
+    jobs += [twins.high_job(2 + k, HOUR + k * 1500.0, 600.0) for k in range(6)]
+    w = twins.world(jobs, hours=6)
     for policy in ("checkpoint-aware", "checkpoint-aware-drain"):
-        _, r = _run(w, _nodes(), policy, engine.SimConfig(fairness_penalty_seconds=0.0,
+        _, r = _run(w, twins.nodes(), policy, engine.SimConfig(fairness_penalty_seconds=0.0,
                                                           max_preemptions_per_window=4))
         assert r.preemptions == 6 and r.preemptions_per_workload == {2: 1, 4: 1}, policy
         assert r.max_preemptions_per_workload == 4 and r.p99_preemptions_per_workload == 4.0
@@ -80,7 +47,7 @@ def test_a_preemptor_waits_while_every_victim_is_at_the_bound():
     # preemptions leaves the 24 h window, as every policy must make it
     arrivals = [(HOUR + k * 600.0, 300.0) for k in range(6)]
     for policy in planners.POLICIES:
-        sim, r = _run(_twins(15, arrivals, hours=4), _nodes(), policy,
+        sim, r = _run(twins.twin_world(15, arrivals, hours=4), twins.nodes(), policy,
                       engine.SimConfig(max_preemptions_per_window=1))
         first = sorted(t for times in sim.preempted.values() for t in times)
         assert first[:2] == [HOUR, HOUR + 600.0], policy
@@ -124,7 +91,7 @@ def twin_worlds(draw):
 def test_reporting_costs_a_job_at_most_the_bound_over_its_silent_twin(world, policy):
     interval, arrivals = world
     cfg = engine.SimConfig(max_preemptions_per_window=2, preemption_bound_window_seconds=12 * HOUR)
-    sim, _ = _run(_twins(interval, arrivals), _nodes(), policy, cfg)
+    sim, _ = _run(twins.twin_world(interval, arrivals), twins.nodes(), policy, cfg)
     reporter = sim.preempted.get(0, [])
     twin = sim.preempted.get(1, [])
     # in every window of the bound, the reporter is hit at most the bound's allowance more
@@ -138,6 +105,18 @@ def test_reporting_costs_a_job_at_most_the_bound_over_its_silent_twin(world, pol
     if policy in BLIND:
         # a policy that reads no report treats the twins alike whether the first reports or
         # not: reporting changes nothing for it
-        silent, _ = _run(_twins(interval, arrivals, first_reports=False), _nodes(), policy, cfg)
+        silent, _ = _run(twins.twin_world(interval, arrivals, reports=(False, False)),
+                         twins.nodes(), policy, cfg)
         assert (len(reporter), len(twin)) == (len(silent.preempted.get(0, [])),
                                                len(silent.preempted.get(1, [])))
+
+
+def test_a_drawn_two_job_world_is_seeded_and_within_its_ranges():
+    for seed in range(1, 60):
+        interval, arrivals = twins.draw_world(seed)
+        assert (interval, arrivals) == twins.draw_world(seed)
+        assert interval in twins.INTERVALS_MIN
+        assert 1 <= len(arrivals) <= twins.MOST_ARRIVALS and arrivals == sorted(arrivals)
+        assert all(0.2 * HOUR <= at <= (twins.WORLD_HOURS - 1) * HOUR and 60 <= dur <= 2 * HOUR
+                   for at, dur in arrivals)
+    assert twins.draw_world(1) != twins.draw_world(2)

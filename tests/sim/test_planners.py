@@ -57,3 +57,12 @@ def test_greedy_checkpoint_is_a_named_baseline():
     assert planners.DRAIN_POLICY not in planners.BASELINES
     with pytest.raises(ValueError, match="greedy-checkpoint"):
         planners.planner_for("greedy", 600.0)
+
+
+def test_named_policies_keep_their_order_and_refuse_unknown_or_empty_lists_in_one_line():
+    assert planners.named(" checkpoint-aware, kube-default ,") == ("checkpoint-aware",
+                                                                   "kube-default")
+    for text in ("kube-default,no-such", " , "):
+        with pytest.raises(ValueError) as e:
+            planners.named(text)
+        assert "\n" not in str(e.value) and "known: kube-default" in str(e.value)
