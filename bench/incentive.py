@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.starvation_bound import bound_defaults
 from ckpt_preempt.policies.sim import engine, planners, stats, twins
 
 RESULTS = Path(__file__).resolve().parent / "results" / "incentive.json"
@@ -113,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results = measure(worlds, policies)
     doc = {"benchmark": "incentive", "worlds": [worlds[0], worlds[-1]],
-           "defaults": {k: getattr(engine.SimConfig(), k) for k in (
-               "max_preemptions_per_window", "preemption_bound_window_seconds",
-               "fairness_penalty_seconds", "fairness_window_seconds")},
+           "defaults": bound_defaults(),
            "wall_seconds": round(time.monotonic() - started, 1), "results": results}
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)

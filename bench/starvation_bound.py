@@ -46,6 +46,13 @@ VARIANTS = {
 RESULTS = Path(__file__).resolve().parent / "results" / "starvation_bound.json"
 
 
+def bound_defaults() -> dict[str, float]:
+    """The simulator's default bound and fairness-penalty settings, as a result records them."""
+    return {k: getattr(engine.SimConfig(), k) for k in (
+        "max_preemptions_per_window", "preemption_bound_window_seconds",
+        "fairness_penalty_seconds", "fairness_window_seconds")}
+
+
 @functools.cache
 def _trace(workload: str):
     return trace_files.load(workload)
@@ -190,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "scenario": {"cells": [f"{w}/{p}" for w, p in cells], "scale": args.scale,
                      "seeds": seeds, "variants": {v: VARIANTS[v] for v in variants},
                      "policies": list(planners.POLICIES),
-                     "defaults": {k: getattr(engine.SimConfig(), k) for k in (
-                         "max_preemptions_per_window", "preemption_bound_window_seconds",
-                         "fairness_penalty_seconds", "fairness_window_seconds")}},
+                     "defaults": bound_defaults()},
         "wall_seconds": round(time.monotonic() - started, 1),
         "cpu_seconds_in_workers": round(busy, 1),
         "results": summary,

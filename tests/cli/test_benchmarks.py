@@ -90,10 +90,10 @@ def test_incentive_benchmark_scores_a_policy_blind_to_reports_zero(tmp_path):
     assert blind["worlds_hit_more_than_if_silent"] == 0 == blind["worlds_hit_more_than_twin"]
     assert blind["extra_hits_max"] == 0 == blind["hits_over_twin_max"]
     assert blind["lost_with_report_over_without"]["median"] == 1.0
-    aware = doc["results"]["checkpoint-aware"]
-    assert 0 <= aware["worlds_hit_more_than_if_silent"] <= 12
-    assert aware["extra_hits_mean"] <= aware["extra_hits_max"]
-    assert "| checkpoint-aware |" in out.stdout
+    # the printed table carries what the JSON measured, policy by policy
+    for policy, r in doc["results"].items():
+        assert (f"| {policy} | {r['worlds_hit_more_than_if_silent']} of 12 | "
+                f"{r['extra_hits_mean']:+.2f} / {r['extra_hits_max']:+g} |") in out.stdout
 
 
 def test_incentive_benchmark_refuses_bad_flags_in_one_line():

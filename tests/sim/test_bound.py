@@ -36,8 +36,8 @@ def test_the_bound_alone_caps_the_frequent_checkpointer():
     jobs += [twins.high_job(2 + k, HOUR + k * 1500.0, 600.0) for k in range(6)]
     w = twins.world(jobs, hours=6)
     for policy in ("checkpoint-aware", "checkpoint-aware-drain"):
-        _, r = _run(w, twins.nodes(), policy, engine.SimConfig(fairness_penalty_seconds=0.0,
-                                                          max_preemptions_per_window=4))
+        cfg = engine.SimConfig(fairness_penalty_seconds=0.0, max_preemptions_per_window=4)
+        _, r = _run(w, twins.nodes(), policy, cfg)
         assert r.preemptions == 6 and r.preemptions_per_workload == {2: 1, 4: 1}, policy
         assert r.max_preemptions_per_workload == 4 and r.p99_preemptions_per_workload == 4.0
 
