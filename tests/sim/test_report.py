@@ -173,3 +173,13 @@ def test_evidence_replays_several_weeks_on_the_openb_replay_cells_and_their_abla
         want = evidence.REPLAY_WINDOWS.get(c.workload, 1) if c.protocol == "replay" else 1
         assert windows == want, c.label
     assert any(c.ablation and c.params and c.params.replay_windows > 1 for c in cells)
+
+
+def test_evidence_refuses_an_unknown_or_empty_policy_list_in_one_line_before_running(tmp_path,
+                                                                                     capsys):
+    from bench import evidence
+    for text in ("kube-default,no-such", " , "):
+        assert evidence.main(["--policies", text, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("evidence: ") and len(err.splitlines()) == 1
+    assert not (tmp_path / "evidence.md").exists()
