@@ -48,6 +48,8 @@ RDZV_CONF = "last_call_timeout=3,join_timeout=120,close_timeout=5"
 STORE_TIMEOUT_SECONDS = 120.0  # the first agent's store must listen by then (torch's join_timeout)
 STORE_FALLBACK_SECONDS = 1.0  # where /proc/net/tcp cannot be read: a pause, as before
 LEAVE_TIMEOUT_SECONDS = 300
+FINISH_TIMEOUT_SECONDS = 300  # from the shrink until the survivors end (seen: 15-25 s)
+SHARED_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # see launch()
 
 
 def at_least(low: int):
@@ -121,7 +123,12 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"elastic.py: cannot use --dir {args.dir}: {e.strerror or e}", file=sys.stderr)
         return 2
     port = free_port()
-    env = {"OMP_NUM_THREADS": "1", **os.environ}
+    # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: each rendezvous round's rank 0 hosts a fresh store
+    # for its workers. With the agent's shared store (torch's default) the keys of the round
+    # before the shrink stay there, and a survivor could read a dead rank's address and hang
+    # in gloo's connect; seen here in 1 of 3 runs on 2 loaded cores, and reported upstream as
+    # pytorch/pytorch#135712 (restart counts are per agent, so they cannot scope the keys).
+    env = {"OMP_NUM_THREADS": "1", **os.environ, SHARED_STORE_OFF: "1"}
     agents = []
     for node in range(NODES):
         agents.append(subprocess.Popen(
@@ -147,7 +154,15 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
           "(the member the shrink takes)", flush=True)
     leaving.send_signal(signal.SIGTERM)
     leaving.wait()
-    codes = [a.wait() for a in agents[:-1]]
+    finish = time.monotonic() + FINISH_TIMEOUT_SECONDS
+    try:
+        codes = [a.wait(timeout=max(1.0, finish - time.monotonic())) for a in agents[:-1]]
+    except subprocess.TimeoutExpired:
+        for a in agents:
+            a.terminate()
+        print(f"elastic.py: the survivors did not finish within {FINISH_TIMEOUT_SECONDS} s of "
+              "the shrink", file=sys.stderr)
+        return 1
     return 0 if all(c == 0 for c in codes) else 1
 
 
