@@ -1,9 +1,11 @@
 """Benchmark (issue 22, the starvation bound): does reporting checkpoints make a job a more
 frequent victim than staying silent would?
 
-Usage: python -m bench.incentive [--worlds 1000] [--first-world 1] [--policies a,b] [--out FILE]
+Usage: python -m bench.incentive [--worlds 1000] [--first-world 1] [--policies a,b]
+       [--no-report-parity] [--out FILE]
 Target: reporting never makes a job more likely to be preempted over its life (issue 22): good
-is 0 worlds where the reporter is hit more than it would be silent, for every policy.
+is a mean of extra hits from reporting at or below 0 and 0 worlds where the reporter is hit
+more than its silent twin, for every policy.
 
 Each seeded world (``policies.sim.twins``): one 2-GPU node held by two identical 1-GPU
 low-priority jobs checkpointing every 5-120 min, 1-16 one-GPU high-priority pods arriving over
@@ -11,7 +13,9 @@ low-priority jobs checkpointing every 5-120 min, 1-16 one-GPU high-priority pods
 policy replays it three times: job 0 reporting its checkpoints (job 1 silent), job 1 reporting
 (job 0 silent), and both silent. A job's extra hits from reporting are its hits when it reports
 less its hits when neither does, averaged over the two jobs so that a tie-break preferring one
-name cancels out (a policy that reads no report scores exactly 0).
+name cancels out (a policy that reads no report scores exactly 0). The searches that read
+reports hold a reporter back while a silent job was preempted no more often
+(``policies.planner.parity``); ``--no-report-parity`` measures them without that rule.
 
 Per policy it reports the worlds where the reporter is hit more than it would be silent and
 more than its silent twin, the extra hits (mean, max), and the world's lost GPU-hours with one
@@ -98,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-world", type=int, default=1, help="the first world's seed")
     ap.add_argument("--policies", help="comma-separated (default: "
                     f"{','.join(planners.REPORTED)})")
+    ap.add_argument("--no-report-parity", action="store_true",
+                    help="our searches choose by loss alone (policies.planner.parity off)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
     args = ap.parse_args(argv)
     if args.worlds < 1 or args.first_world < 0:
@@ -112,9 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     worlds = list(range(args.first_world, args.first_world + args.worlds))
     started = time.monotonic()
-    results = measure(worlds, policies)
+    cfg = engine.SimConfig(report_parity=not args.no_report_parity)
+    results = measure(worlds, policies, cfg)
     doc = {"benchmark": "incentive", "worlds": [worlds[0], worlds[-1]],
-           "defaults": bound_defaults(),
+           "defaults": bound_defaults(), "report_parity": cfg.report_parity,
            "wall_seconds": round(time.monotonic() - started, 1), "results": results}
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@
     restartCostGpuSecondsPerWorkload: 0  # per evicted gang or pod, whatever its size (0: off)
     elasticShrink: true              # elastic gangs may give up members above their minimum
     planTiming: true                 # a plan may wait for victims' next checkpoint or end
+    reportParity: true               # a reporting periodic pod waits behind a silent one
     rendezvousCostSeconds: 60        # per GPU of a shrinking gang: its re-rendezvous (assumed)
     maxPreemptionsPerWindow: 4       # starvation bound: a workload preempted this often within
     preemptionBoundWindowSeconds: 86400  # this window is no victim (0: off;
@@ -144,6 +145,10 @@ class Config:
     # its victims' next periodic checkpoint or declared end when that loses less, and victims are
     # chosen knowing their declared ends; False: at once, victims by loss only
     plan_timing: bool = True
+    # report parity (policies.planner.parity): a periodic pod that reports its checkpoints is no
+    # victim while a silent periodic pod preempted no more often could go instead (relaxed when
+    # only reporters make room); False: victims by loss alone, reporters first
+    report_parity: bool = True
     rendezvous_cost_seconds: float = shrink.RENDEZVOUS_SECONDS  # an assumption
     prometheus_url: str = ""
     prometheus_bearer_token_file: str = ""

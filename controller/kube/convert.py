@@ -89,7 +89,7 @@ def planner_config(cfg: Config) -> preemption.PlannerConfig:
         restart_seconds=cfg.restart_cost_seconds,
         restart_workload_gpu_seconds=cfg.restart_cost_gpu_seconds_per_workload,
         shrink=cfg.elastic_shrink, rendezvous_seconds=cfg.rendezvous_cost_seconds,
-        timing=cfg.plan_timing,
+        timing=cfg.plan_timing, report_parity=cfg.report_parity,
     )
 
 

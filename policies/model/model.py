@@ -116,6 +116,9 @@ class PodHold(enum.StrEnum):
     EVICTION_BLOCKED = "eviction-blocked-recently"  # the Eviction API refused it lately
     # policies.planner.bound: preempted too often lately
     AT_PREEMPTION_BOUND = "at-preemption-bound"
+    # policies.planner.parity: it reports its checkpoints and was preempted at least as often as
+    # a silent pod that could go instead
+    REPORT_PARITY = "report-parity"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,7 @@ class Ineligible(enum.StrEnum):
     HELD_BY_PLAN = PodHold.HELD_BY_PLAN.value
     EVICTION_BLOCKED = PodHold.EVICTION_BLOCKED.value
     AT_PREEMPTION_BOUND = PodHold.AT_PREEMPTION_BOUND.value  # policies.planner.bound
+    REPORT_PARITY = PodHold.REPORT_PARITY.value  # policies.planner.parity
     GANG_PDB = "gang-exceeds-its-pdb"  # a PDB covering the gang allows fewer than its members
 
 

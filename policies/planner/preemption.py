@@ -33,10 +33,25 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ckpt_preempt.policies.model.health import Health
-from ckpt_preempt.policies.model.model import Plan, Pod, RejectReason, Victim, VictimGroup
+from ckpt_preempt.policies.model.model import (
+    Plan,
+    Pod,
+    PodHold,
+    RejectReason,
+    Victim,
+    VictimGroup,
+)
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.placement import admission
-from ckpt_preempt.policies.planner import bound, candidates, cost, cover, gang_joint, units
+from ckpt_preempt.policies.planner import (
+    bound,
+    candidates,
+    cost,
+    cover,
+    gang_joint,
+    parity,
+    units,
+)
 from ckpt_preempt.policies.planner import shrink as shrink_rules
 from ckpt_preempt.policies.planner import timing as timing_
 from ckpt_preempt.policies.planner.plan_cache import PlanCache, Share
@@ -79,6 +94,9 @@ class PlannerConfig:
     # ending within max_checkpoint_seconds is charged the lesser of its loss and the preemptor's
     # wait for it; False: by their loss only (the ablation the evidence reports)
     end_aware: bool = True
+    # report parity (policies.planner.parity): a periodic pod that reports its checkpoints is no
+    # victim while a silent one that could go was preempted no more often; False: loss alone
+    report_parity: bool = True
 
     def __post_init__(self) -> None:
         if self.placement not in admission.PLACEMENTS:
@@ -133,9 +151,29 @@ def plan(
     ``cache``: the cycle's ``PlanCache``, when ``snapshot`` is its base or a view of it
     (``Snapshot.restricted``); the plan is the same with it or without it.
 
+    With ``report_parity``, reporting pods preempted as often as a silent alternative are held
+    first (``policies.planner.parity``); when that view has no plan, the snapshot as it is.
+
     A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
     shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
     (``policies.planner.shrink``), so a later member may need the gang whole."""
+    held = (parity.held(snapshot, min(p.priority for p in preemptor))
+            if config.report_parity and preemptor else {})
+    if not held:
+        return _plan_elastic(snapshot, preemptor, config, cache)
+    got = _plan_elastic(snapshot.restricted(held=held), preemptor, config, cache)
+    if got.feasible:
+        why = (f"; {len(held)} reporting pod(s) held back ({PodHold.REPORT_PARITY}: preempted "
+               "as often as a silent pod that could go)")
+    else:
+        got = _plan_elastic(snapshot, preemptor, config, cache)
+        why = (f"; {PodHold.REPORT_PARITY} relaxed: only reporting pods preempted as often as "
+               "a silent one make room")
+    return replace(got, reason=got.reason + why) if got.victims else got
+
+
+def _plan_elastic(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
+                  cache: PlanCache | None) -> Plan:
     got = _plan(snapshot, preemptor, config, cache)
     if not config.shrink or len(preemptor) < 2 or (
             got.feasible and not any(g.shrink for g in got.victim_groups)):

@@ -114,6 +114,9 @@ class SimConfig:
     # timing chooses victims knowing their declared ends (PlannerConfig.end_aware); False: the
     # ablation
     end_aware: bool = True
+    # reporters held back while a silent job was preempted no more often
+    # (PlannerConfig.report_parity, policies.planner.parity); False: the ablation
+    report_parity: bool = True
     rendezvous_seconds: float = RENDEZVOUS_SECONDS
     # when to preempt (policies.planner.timing): this seeded share of the jobs declares its end
     # (expected-end), each declaration off by a seeded error, uniform within +/- this share of
@@ -246,7 +249,8 @@ class Simulation(PlannerView, ElasticJobs):
                                    config.planner_restart[0],
                                    restart_workload_gpu_seconds=config.planner_restart[1],
                                    shrink=config.shrink, joint_gangs=config.joint_gangs,
-                                   end_aware=config.end_aware)
+                                   end_aware=config.end_aware,
+                                   report_parity=config.report_parity)
         self.unknown = ann.parse_unknown_checkpoint(config.unknown_checkpoint)
         self.clock = clock
         self.progress = progress

@@ -96,7 +96,7 @@ def planner_for(name: str, max_checkpoint_seconds: float,
                 fairness_penalty_seconds: float = preemption.FAIRNESS_PENALTY_SECONDS,
                 restart_seconds: float = 0.0, *, shrink: bool = True,
                 restart_workload_gpu_seconds: float = 0.0, joint_gangs: bool = True,
-                end_aware: bool = True) -> Planner:
+                end_aware: bool = True, report_parity: bool = True) -> Planner:
     """The named policy. ``restart_seconds`` is what our search (cost-aware, greedy-checkpoint
     and both checkpoint-aware policies) charges per evicted GPU for the restart, as the
     controller's ``restartCostSeconds`` does, and ``restart_workload_gpu_seconds`` once per
@@ -105,7 +105,9 @@ def planner_for(name: str, max_checkpoint_seconds: float,
     elastic gangs (``policies.planner.shrink``); ``joint_gangs``: whether it also plans a gang
     preemptor whole (``policies.planner.gang_joint``) or member by member only; ``end_aware``:
     whether the timing policy chooses victims knowing their declared ends
-    (``policies.planner.timing.end_rate``)."""
+    (``policies.planner.timing.end_rate``); ``report_parity``: whether a search that reads
+    checkpoints holds back reporters preempted as often as a silent alternative
+    (``policies.planner.parity``)."""
     if name == kube_default.POLICY:
         return _kube
     if name == kube_workload.POLICY:
@@ -116,7 +118,7 @@ def planner_for(name: str, max_checkpoint_seconds: float,
         record_rejections=False, fairness_penalty_seconds=fairness_penalty_seconds,
         restart_seconds=restart_seconds,
         restart_workload_gpu_seconds=restart_workload_gpu_seconds, shrink=shrink,
-        joint_gangs=joint_gangs, end_aware=end_aware,
+        joint_gangs=joint_gangs, end_aware=end_aware, report_parity=report_parity,
     )
     if name == cost_aware.POLICY:
         return _cost_aware(cfg)

@@ -33,6 +33,14 @@ def test_the_controller_config_turns_plan_timing_off():
         config.parse({"planTiming": "sometimes"})
 
 
+def test_the_controller_config_turns_report_parity_off():
+    # on by default, as PlannerConfig (policies.planner.parity); false: victims by loss alone
+    assert convert.planner_config(config.Config()).report_parity
+    assert not convert.planner_config(config.parse({"reportParity": False})).report_parity
+    with pytest.raises(config.ConfigError, match="reportParity"):
+        config.parse({"reportParity": "yes"})
+
+
 def _elastic_cluster(minimum: str = "2"):
     gang = {"scheduling.ai/gang-name": "job", "scheduling.ai/gang-total": "3"}
     # three hours of unsaved work: a shrink (its re-rendezvous) is far cheaper than the gang

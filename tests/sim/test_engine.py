@@ -157,8 +157,23 @@ def test_without_the_fairness_guard_the_frequent_checkpointer_pays_every_time():
 ])
 def test_unknown_checkpoint_policy_in_the_replay(policy, victim_reports):
     w = _one_node_two_jobs(reports=False)
+    # report parity off: the charge alone decides (policies.planner.parity)
     r = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware",
                           engine.SimConfig(unknown_checkpoint=policy, fairness_penalty_seconds=0.0,
-                                           max_preemptions_per_window=0)).run()
+                                           max_preemptions_per_window=0,
+                                           report_parity=False)).run()
     assert r.preemptions == 6
     assert (r.victim_jobs_unreported == 0) is victim_reports
+
+
+def test_with_report_parity_the_silent_job_is_taken_first_and_the_two_alternate():
+    # the reporter checkpoints every 15 min, the silent one is charged from its start: by loss
+    # alone the reporter takes all six (above); with parity it is held while the silent job was
+    # preempted no more often, so the silent one goes first and they take three each
+    w = _one_node_two_jobs(reports=False)
+    sim = engine.Simulation(w, nodes(1, gpus=2), "checkpoint-aware", engine.SimConfig(
+        fairness_penalty_seconds=0.0, max_preemptions_per_window=0))
+    r = sim.run()
+    assert r.preemptions == 6 and r.victim_jobs_unreported == 3
+    first_silent, first_reporter = sim.preempted[1][0], sim.preempted[0][0]
+    assert first_silent < first_reporter

@@ -1,0 +1,123 @@
+"""Report parity (policies.planner.parity): a periodic pod that reports its checkpoints is no
+victim while a silent one that could go instead was preempted no more often."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_preempt.policies.model.model import CheckpointMode, PodHold
+from ckpt_preempt.policies.planner import parity, preemption
+from ckpt_preempt.policies.planner.preemption import PlannerConfig
+from tests.policies.builders import gpu_node, make_pod, pending, snapshot
+
+HOUR = 3600.0
+PERIODIC = CheckpointMode.PERIODIC
+
+
+def _twins(*, reporter_history: int = 0, silent_history: int = 0, reporter_gpus: int = 1,
+           silent_gpus: int = 1, silent_mode: CheckpointMode = PERIODIC, **silent):
+    """A reporter that checkpointed a minute ago and a silent pod, each filling its node."""
+    pods = [make_pod("reporter", node="a", priority=1, age=4 * HOUR, checkpoint_age=60.0,
+                     mode=PERIODIC, gpus=reporter_gpus),
+            make_pod("silent", node="b", age=4 * HOUR, mode=silent_mode, gpus=silent_gpus,
+                     **{"priority": 1, **silent})]
+    snap = snapshot([gpu_node("a", reporter_gpus), gpu_node("b", silent_gpus)], pods)
+    return replace(snap, preemption_history={"uid-reporter": reporter_history,
+                                             "uid-silent": silent_history})
+
+
+def _victims(plan):
+    return sorted(v.name for v in plan.victims)
+
+
+def test_the_silent_pod_goes_first_when_both_were_preempted_as_often():
+    snap = _twins()
+    assert parity.held(snap, priority=100) == {"uid-reporter": PodHold.REPORT_PARITY}
+    got = preemption.plan(snap, [pending("hi")])
+    assert _victims(got) == ["silent"]
+    assert PodHold.REPORT_PARITY in got.reason and "held back" in got.reason
+    # loss alone takes the reporter, whose minute of work is the cheapest
+    off = preemption.plan(snap, [pending("hi")], PlannerConfig(report_parity=False))
+    assert _victims(off) == ["reporter"]
+
+
+def test_a_reporter_preempted_fewer_times_than_every_silent_pod_is_chosen_by_loss():
+    snap = _twins(reporter_history=1, silent_history=2)
+    assert parity.held(snap, priority=100) == {}
+    assert _victims(preemption.plan(snap, [pending("hi")])) == ["reporter"]
+
+
+def test_when_only_the_held_reporter_makes_room_the_hold_is_relaxed():
+    # the preemptor needs 2 GPUs: the silent pod's 1-GPU node cannot host it
+    snap = _twins(reporter_gpus=2)
+    got = preemption.plan(snap, [pending("hi", gpus=2)])
+    assert _victims(got) == ["reporter"] and got.feasible
+    assert "relaxed" in got.reason
+
+
+def test_a_pod_that_declares_no_checkpoints_is_no_silent_alternative():
+    # charged all its 4 h truthfully: holding the reporter behind it would evict the costliest
+    snap = _twins(silent_mode=CheckpointMode.NONE)
+    assert parity.held(snap, priority=100) == {}
+    assert _victims(preemption.plan(snap, [pending("hi")])) == ["reporter"]
+
+
+def test_a_silent_pod_that_could_not_go_holds_nobody():
+    for silent in ({"priority": 100}, {"min_runtime": 5 * HOUR}, {"preemptible": False},
+                   {"terminating": True}):
+        snap = _twins(**silent)
+        assert parity.held(snap, priority=100) == {}, silent
+    held_at_bound = _twins()
+    held_at_bound = replace(held_at_bound, pods=tuple(
+        replace(p, held=PodHold.AT_PREEMPTION_BOUND) if p.name == "silent" else p
+        for p in held_at_bound.pods))
+    assert parity.held(held_at_bound, priority=100) == {}
+
+
+def test_a_malformed_checkpoint_is_neither_reporting_nor_silent():
+    snap = _twins()
+    bad = replace(snap, pods=tuple(replace(p, checkpoint_malformed=True, last_checkpoint=None)
+                                   if p.name == "silent" else p for p in snap.pods))
+    assert parity.held(bad, priority=100) == {}
+    reporter = next(p for p in snap.pods if p.name == "reporter")
+    assert parity.reports(reporter) and not parity.silent(reporter)
+    assert not parity.reports(replace(reporter, checkpoint_malformed=True))
+
+
+@st.composite
+def periodic_clusters(draw):
+    """Up to 6 single-GPU-or-two pods on 1-3 nodes, each periodic and reporting or silent, or
+    never checkpointing, with random preemption histories; a 1- or 2-GPU preemptor."""
+    nodes = [gpu_node(f"n{i}", draw(st.integers(1, 4))) for i in range(draw(st.integers(1, 3)))]
+    pods, history = [], {}
+    for i in range(draw(st.integers(1, 6))):
+        node = draw(st.sampled_from(nodes))
+        kind = draw(st.sampled_from(["reports", "silent", "none"]))
+        pod = make_pod(f"p{i}", node=node.name, priority=draw(st.integers(0, 2)),
+                       gpus=draw(st.integers(1, 2)), age=draw(st.floats(60.0, 10 * HOUR)),
+                       checkpoint_age=draw(st.floats(0.0, 60.0)) if kind == "reports" else None,
+                       mode=CheckpointMode.NONE if kind == "none" else PERIODIC)
+        pods.append(pod)
+        history[pod.workload] = draw(st.integers(0, 3))
+    snap = replace(snapshot(nodes, pods), preemption_history=history)
+    return snap, pending("hi", gpus=draw(st.integers(1, 2)), priority=1 + draw(st.integers(0, 2)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(periodic_clusters())
+def test_parity_never_makes_a_plan_infeasible_and_a_held_reporter_goes_only_as_a_last_resort(
+        case):
+    snap, pre = case
+    on = preemption.plan(snap, [pre])
+    off = preemption.plan(snap, [pre], PlannerConfig(report_parity=False))
+    assert on.feasible == off.feasible
+    held = parity.held(snap, pre.priority)
+    if not held or not on.feasible:
+        return
+    in_view = preemption.plan(snap.restricted(held=held), [pre])
+    if in_view.feasible:  # the held view had a plan: no held reporter is among its victims
+        assert not {v.uid for v in on.victims} & set(held)
+        assert _victims(on) == _victims(in_view)
