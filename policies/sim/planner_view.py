@@ -104,6 +104,10 @@ class PlannerView:
         self.held_pods: dict[int, dict[int, Pod | None]] = {}
         # preemptor shapes whose plan failed since capacity last changed (``_preempt``)
         self.failed_shapes: set[tuple] = set()
+        # when the first job held at the starvation bound in the last snapshot leaves it (None:
+        # none held); a plan that fails then asks the engine to wake at that time
+        # (``_wake``), as the controller would find it free at its next retry
+        self.bound_release: float | None = None
 
     # -- capacity held by priority ---------------------------------------------------------
     def _hold(self, i: int, pod: Pod, sign: int) -> None:
@@ -195,6 +199,7 @@ class PlannerView:
                             window_seconds=cfg.preemption_bound_window_seconds)
         since_long = t - limit.window_seconds
         keep = limit.on or cfg.escalating_penalty
+        self.bound_release = None
         for js in self.running.values():
             if js.job.priority >= priority:
                 continue
@@ -218,6 +223,12 @@ class PlannerView:
                         history[workload] = n
                     if limit.on and n >= limit.max_preemptions:
                         models = bound.hold(models, frozenset((workload,)))
+                        # free once all but max - 1 of its in-window preemptions are older
+                        # than the window: a second after, clear of the boundary's rounding
+                        free_at = (times[len(times) - limit.max_preemptions]
+                                   + limit.window_seconds + 1.0)
+                        if self.bound_release is None or free_at < self.bound_release:
+                            self.bound_release = free_at
             pods.extend(models)
         for i in range(len(self.nodes)):
             held = self._held_pod(i, priority)
@@ -251,6 +262,9 @@ class PlannerView:
             self.latencies.append((self.clock() - t0) * 1000)
         if not plan.feasible or not plan.victim_groups:
             self.counts["failed"] += 1
+            if self.cfg.replan_at_bound_release and self.bound_release is not None \
+                    and self.bound_release > self.t:
+                self._wake(self.bound_release)
             if self._repeats(plan, js.job):
                 self.failed_shapes.add(shape)
             return False

@@ -4,6 +4,7 @@ that reports its checkpoints pays for it at most the bound's allowance over its 
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -124,16 +125,33 @@ def test_a_drawn_two_job_world_is_seeded_and_within_its_ranges():
 
 
 def test_under_report_parity_the_reporter_is_never_hit_more_than_its_silent_twin():
-    # the first 40 worlds of bench.incentive, each replayed with either twin reporting: loss
+    # the first 200 worlds of bench.incentive, each replayed with either twin reporting: loss
     # alone hits the reporter more than its twin in nearly all of them; the searches that read
     # reports, with parity (policies.planner.parity), in none. Not a property of every world:
     # a twin evicted and not yet restarted is no alternative, so three preemptors arriving at
-    # once can take the reporter twice (hypothesis found one); these worlds have no such burst
-    worlds = list(range(1, 41))
+    # once can take the reporter twice (hypothesis found one); measured here, not assumed
+    worlds = list(range(1, 201))
     seeing = (planners.TIMING_POLICY, planners.GREEDY_POLICY)
     on = incentive.measure(worlds, seeing)
-    off = incentive.measure(worlds, seeing, engine.SimConfig(report_parity=False))
+    off = incentive.measure(worlds, seeing, replace(incentive.CONFIG, report_parity=False))
     for policy in seeing:
         assert on[policy]["worlds_hit_more_than_twin"] == 0, policy
         assert on[policy]["extra_hits_mean"] <= 0, policy
         assert off[policy]["worlds_hit_more_than_twin"] >= 30, policy
+
+
+@pytest.mark.parametrize("replan", [True, False])
+def test_a_preemptor_held_back_by_the_bound_is_planned_again_when_the_bound_releases(replan):
+    # one 1-GPU node, one low job (bound: 1 preemption per 2 h); the first preemptor takes it
+    # at 1 h, the second comes at 1.5 h and finds it at the bound. Nothing else happens until
+    # the low job ends at 500 h: only the release at 3 h (+1 s) can wake the second preemptor
+    jobs = [twins.low_job(0, 30, reports=True), twins.high_job(1, HOUR, 600.0),
+            twins.high_job(2, 1.5 * HOUR, 600.0)]
+    cfg = engine.SimConfig(max_preemptions_per_window=1, preemption_bound_window_seconds=2 * HOUR,
+                           replan_at_bound_release=replan)
+    sim, r = _run(twins.world(jobs, hours=6.0), twins.nodes(gpus=1), "checkpoint-aware", cfg)
+    if replan:
+        assert sim.preempted[0] == [HOUR, pytest.approx(3 * HOUR + 1.0)]
+        assert r.preemptor_wait_p95_s < 2 * HOUR
+    else:  # the gap the option closes: it waits for the low job to end
+        assert sim.preempted[0] == [HOUR] and r.preemptor_wait_p95_s > 400 * HOUR
