@@ -1,7 +1,7 @@
 """The evidence run: every workload × protocol, ≥ 10 seeds, every policy, plus ablations.
 
 Usage: python -m bench.evidence [--seeds 10] [--first-seed 1] [--quick] [--scale 0.1] [--jobs 2]
-       [--out DIR]
+       [--cells a,b] [--policies a,b] [--replan-at-bound-release] [--out DIR]
 Target: ours ÷ the strongest baseline <= 0.5 on openb/stress and the openb replays (issue 22),
 <= 0.3 on training/replay, with every cost on and delay counted.
 
@@ -96,6 +96,13 @@ def cells(scale: float, quick: bool) -> list[experiment.Cell]:
                                params=_params(workload, protocol))
         out.extend(experiment.ablate(base, name) for name in names)
     return out
+
+
+def replanning(cell_list: list[experiment.Cell]) -> list[experiment.Cell]:
+    """The cells with ``SimConfig.replan_at_bound_release`` on (``--replan-at-bound-release``),
+    each otherwise as it was."""
+    return [replace(c, config=replace(c.config, replan_at_bound_release=True))
+            for c in cell_list]
 
 
 @functools.cache
@@ -326,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                     "names them (e.g. openb/stress,training/replay); default: every cell")
     ap.add_argument("--policies", help="comma-separated policies (default: "
                     f"{','.join(DEFAULT_POLICIES)})")
+    ap.add_argument("--replan-at-bound-release", action="store_true",
+                    help="every cell with SimConfig.replan_at_bound_release (a preemptor held "
+                    "by the bound is planned again when the bound releases; off by default)")
     args = ap.parse_args(argv)
     count = QUICK_SEEDS if args.quick else args.seeds
     seeds = list(range(args.first_seed, args.first_seed + count))
@@ -347,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(known)}", file=sys.stderr)
             return 2
         cell_list = [known[w] for w in wanted]
+    if args.replan_at_bound_release:
+        cell_list = replanning(cell_list)
     policies = DEFAULT_POLICIES
     if args.policies:
         try:

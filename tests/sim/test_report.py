@@ -1,5 +1,7 @@
 """The cell table: intervals only with several seeds, the strongest baseline named, markdown."""
 
+from dataclasses import replace
+
 from ckpt_preempt.policies.sim import experiment, report
 from tests.sim.test_experiment import BASELINES, result, runs
 
@@ -183,3 +185,13 @@ def test_evidence_refuses_an_unknown_or_empty_policy_list_in_one_line_before_run
         err = capsys.readouterr().err.strip()
         assert err.startswith("evidence: ") and len(err.splitlines()) == 1
     assert not (tmp_path / "evidence.md").exists()
+
+
+def test_evidence_can_run_every_cell_replanning_when_the_bound_releases():
+    from bench import evidence
+    before = evidence.cells(0.1, quick=True)
+    after = evidence.replanning(before)
+    assert [c.label for c in after] == [c.label for c in before]
+    assert all(c.config.replan_at_bound_release for c in after)
+    assert not any(c.config.replan_at_bound_release for c in before)  # off by default
+    assert [replace(a, config=b.config) for a, b in zip(after, before, strict=True)] == before
