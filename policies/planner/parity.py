@@ -38,27 +38,31 @@ from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import cost
 
 
+def _periodic(pod: Pod) -> bool:
+    return pod.checkpoint is CheckpointMode.PERIODIC and not pod.checkpoint_malformed
+
+
 def reports(pod: Pod) -> bool:
     """A periodic pod showing a valid last checkpoint."""
-    return (pod.checkpoint is CheckpointMode.PERIODIC and pod.last_checkpoint is not None
-            and not pod.checkpoint_malformed)
+    return _periodic(pod) and pod.last_checkpoint is not None
 
 
 def silent(pod: Pod) -> bool:
     """A periodic pod that reports no checkpoint (and no malformed one)."""
-    return (pod.checkpoint is CheckpointMode.PERIODIC and pod.last_checkpoint is None
-            and not pod.checkpoint_malformed)
+    return _periodic(pod) and pod.last_checkpoint is None
 
 
 def held(snapshot: Snapshot, priority: int) -> dict[str, PodHold]:
     """The reporting pods a preemptor of ``priority`` may not take while a silent alternative
     has been preempted no more often (uid -> ``PodHold.REPORT_PARITY``); empty when no silent
-    pod below ``priority`` could go."""
-    counts = snapshot.preemption_history
-    could = [p for p in snapshot.pods if cost.ineligibility(p, priority, snapshot.now) is None]
-    silent_counts = [counts.get(p.workload, 0) for p in could if silent(p)]
+    pod below ``priority`` could go. Runs on every plan, so the cheap field tests come first
+    and eligibility is judged only for periodic pods."""
+    counts, now = snapshot.preemption_history, snapshot.now
+    could = [p for p in snapshot.pods
+             if _periodic(p) and cost.ineligibility(p, priority, now) is None]
+    silent_counts = [counts.get(p.workload, 0) for p in could if p.last_checkpoint is None]
     if not silent_counts:
         return {}
     floor = min(silent_counts)
     return {p.uid: PodHold.REPORT_PARITY for p in could
-            if reports(p) and counts.get(p.workload, 0) >= floor}
+            if p.last_checkpoint is not None and counts.get(p.workload, 0) >= floor}
