@@ -1,7 +1,7 @@
 """The evidence run: every workload × protocol, ≥ 10 seeds, every policy, plus ablations.
 
 Usage: python -m bench.evidence [--seeds 10] [--first-seed 1] [--quick] [--scale 0.1] [--jobs 2]
-       [--cells a,b] [--policies a,b] [--replan-at-bound-release] [--out DIR]
+       [--cells a,b] [--policies a,b] [--no-replan-at-bound-release] [--out DIR]
 Target: ours ÷ the strongest baseline <= 0.5 on openb/stress and the openb replays (issue 22),
 <= 0.3 on training/replay, with every cost on and delay counted.
 
@@ -98,10 +98,10 @@ def cells(scale: float, quick: bool) -> list[experiment.Cell]:
     return out
 
 
-def replanning(cell_list: list[experiment.Cell]) -> list[experiment.Cell]:
-    """The cells with ``SimConfig.replan_at_bound_release`` on (``--replan-at-bound-release``),
-    each otherwise as it was."""
-    return [replace(c, config=replace(c.config, replan_at_bound_release=True))
+def not_replanning(cell_list: list[experiment.Cell]) -> list[experiment.Cell]:
+    """The cells with ``SimConfig.replan_at_bound_release`` off (``--no-replan-at-bound-release``:
+    the engine of earlier reports), each otherwise as it was."""
+    return [replace(c, config=replace(c.config, replan_at_bound_release=False))
             for c in cell_list]
 
 
@@ -333,9 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                     "names them (e.g. openb/stress,training/replay); default: every cell")
     ap.add_argument("--policies", help="comma-separated policies (default: "
                     f"{','.join(DEFAULT_POLICIES)})")
-    ap.add_argument("--replan-at-bound-release", action="store_true",
-                    help="every cell with SimConfig.replan_at_bound_release (a preemptor held "
-                    "by the bound is planned again when the bound releases; off by default)")
+    ap.add_argument("--no-replan-at-bound-release", action="store_true",
+                    help="every cell without SimConfig.replan_at_bound_release: a preemptor held "
+                    "by the bound waits for the next arrival or end, as in earlier reports")
     args = ap.parse_args(argv)
     count = QUICK_SEEDS if args.quick else args.seeds
     seeds = list(range(args.first_seed, args.first_seed + count))
@@ -357,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(known)}", file=sys.stderr)
             return 2
         cell_list = [known[w] for w in wanted]
-    if args.replan_at_bound_release:
-        cell_list = replanning(cell_list)
+    if args.no_replan_at_bound_release:
+        cell_list = not_replanning(cell_list)
     policies = DEFAULT_POLICIES
     if args.policies:
         try:

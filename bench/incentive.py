@@ -9,15 +9,15 @@ more than its silent twin, for every policy.
 
 Each seeded world (``policies.sim.twins``): one 2-GPU node held by two identical 1-GPU
 low-priority jobs checkpointing every 5-120 min, 1-16 one-GPU high-priority pods arriving over
-48 h, the product's simulator defaults (the bound: 4 preemptions of one job per 24 h), except
-that a preemptor whose victims are all at the bound is planned again when the first leaves it
-(``SimConfig.replan_at_bound_release``): these worlds may have no other event for days. Every
-policy replays it three times: job 0 reporting its checkpoints (job 1 silent), job 1 reporting
-(job 0 silent), and both silent. A job's extra hits from reporting are its hits when it reports
-less its hits when neither does, averaged over the two jobs so that a tie-break preferring one
-name cancels out (a policy that reads no report scores exactly 0). The searches that read
-reports hold a reporter back while a silent job was preempted no more often
-(``policies.planner.parity``); ``--no-report-parity`` measures them without that rule.
+48 h, the product's simulator defaults (the bound: 4 preemptions of one job per 24 h; a
+preemptor whose victims are all at the bound is planned again when the first leaves it,
+``SimConfig.replan_at_bound_release``, which matters here: these worlds may have no other
+event for days). Every policy replays it three times: job 0 reporting its checkpoints (job 1
+silent), job 1 reporting (job 0 silent), and both silent. A job's extra hits from reporting
+are its hits when it reports less its hits when neither does, averaged over the two jobs so
+that a tie-break preferring one name cancels out (a policy that reads no report scores exactly
+0). The searches that read reports hold a reporter back while a silent job was preempted no
+more often (``policies.planner.parity``); ``--no-report-parity`` measures them without that rule.
 
 Per policy it reports the worlds where the reporter is hit more than it would be silent and
 more than its silent twin, the extra hits (mean, max), and the world's lost GPU-hours with one
@@ -40,8 +40,7 @@ from bench.starvation_bound import bound_defaults
 from ckpt_preempt.policies.sim import engine, planners, stats, twins
 
 RESULTS = Path(__file__).resolve().parent / "results" / "incentive.json"
-# the simulator's defaults, but planned again when the bound releases (see above)
-CONFIG = engine.SimConfig(replan_at_bound_release=True)
+CONFIG = engine.SimConfig()  # the simulator's defaults
 
 
 def hits(interval: int, arrivals: list[tuple[float, float]], policy: str, *,

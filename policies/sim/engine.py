@@ -138,10 +138,10 @@ class SimConfig:
     escalating_penalty: bool = True
     # a preemptor whose victims were all at the bound is planned again when the first leaves
     # it (``Simulation._wake``), as the controller's retry would find it, rather than at the
-    # next arrival or end, days later in a quiet world. Off by default until bench/evidence.py
-    # is rerun with it: it moves the replay cells (openb/replay seed 1: ours with drain 129.3
-    # -> 85.6 GPU-h, kube-default 145.3 -> 129.6)
-    replan_at_bound_release: bool = False
+    # next arrival or end, days later in a quiet world (False: the old engine, which the
+    # evidence report before 2026-12-06 used; it moved the replay cells: openb/replay seed 1,
+    # ours with drain 129.3 -> 85.6 GPU-h, kube-default 145.3 -> 129.6)
+    replan_at_bound_release: bool = True
     # lying reports (what the planner is shown: policies/sim/planner_view.py): this seeded share
     # of the jobs that publish checkpoints claims one up to lie_minutes more recent than the
     # real one; the charge stays the truth. Assumptions: nobody lies by default, and 60 min is a

@@ -187,11 +187,11 @@ def test_evidence_refuses_an_unknown_or_empty_policy_list_in_one_line_before_run
     assert not (tmp_path / "evidence.md").exists()
 
 
-def test_evidence_can_run_every_cell_replanning_when_the_bound_releases():
+def test_evidence_can_run_every_cell_without_replanning_when_the_bound_releases():
     from bench import evidence
     before = evidence.cells(0.1, quick=True)
-    after = evidence.replanning(before)
+    after = evidence.not_replanning(before)
     assert [c.label for c in after] == [c.label for c in before]
-    assert all(c.config.replan_at_bound_release for c in after)
-    assert not any(c.config.replan_at_bound_release for c in before)  # off by default
+    assert not any(c.config.replan_at_bound_release for c in after)
+    assert all(c.config.replan_at_bound_release for c in before)  # on by default
     assert [replace(a, config=b.config) for a, b in zip(after, before, strict=True)] == before
