@@ -10,7 +10,10 @@ silent in 989 of 1,000 worlds (issue 22's rule says: never more likely).
 The rule, per preemptor: among the pods that could be its victims (``cost.ineligibility``:
 running, lower priority, past min-runtime, not held), let ``floor`` be the fewest preemptions
 within the bound's window (``Snapshot.preemption_history``) of any *silent* workload (a pod
-declaring ``checkpoint: periodic`` that reports no checkpoint and no malformed one). Every
+declaring ``checkpoint: periodic`` that reports no checkpoint and no malformed one) on a node
+that could host one of the preemptor's pods by preemption (``_could_host``: open, large
+enough, its free capacity plus its possible victims' requests covering the request; a silent
+pod elsewhere cannot go in the reporter's place, so it holds nobody back). Every
 *reporting* pod (``checkpoint: periodic`` with a valid last checkpoint) of a workload
 preempted ``floor`` times or more is held (``PodHold.REPORT_PARITY``) for that plan. So a
 reporter is chosen only while it has been preempted fewer times than every silent
@@ -19,9 +22,12 @@ silent job that is away (evicted, not yet back) is no alternative, so this is no
 per world; ``bench.incentive`` measures it (the reporter over its twin in 0 of 1,000 worlds).
 Loss still decides among the reporters that are not held, and among the silent ones.
 
-When the held view has no plan (only held reporters would make room: the silent workloads are
-on nodes or in sizes that cannot help) the preemptor is planned without the holds
-(``preemption.plan``): the reporter would have been the victim had it been silent too.
+When the held view has no plan (only held reporters would make room: the node test is a
+necessary condition, and NVLink domains, PDBs, or a gang's further members can still rule the
+silent pods' nodes out) the preemptor is planned without the holds (``preemption.plan``): the
+reporter would have been the victim had it been silent too. Counting only silent pods on such
+nodes, rather than every silent pod, moved the cost little on the harsh world's rows (README,
+"The starvation bound").
 
 Out of scope, said plainly: a pod declaring ``checkpoint: none`` (or nothing at all, the same)
 is charged all its work since it started and is no silent alternative here. That is the
@@ -32,6 +38,8 @@ can see, whether a periodic job publishes its checkpoints.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from ckpt_preempt.policies.model.model import CheckpointMode, Pod, PodHold
 from ckpt_preempt.policies.model.snapshot import Snapshot
@@ -52,17 +60,45 @@ def silent(pod: Pod) -> bool:
     return _periodic(pod) and pod.last_checkpoint is None
 
 
-def held(snapshot: Snapshot, priority: int) -> dict[str, PodHold]:
-    """The reporting pods a preemptor of ``priority`` may not take while a silent alternative
-    has been preempted no more often (uid -> ``PodHold.REPORT_PARITY``); empty when no silent
-    pod below ``priority`` could go. Runs on every plan, so the cheap field tests come first
-    and eligibility is judged only for periodic pods."""
+def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:
+    """The reporting pods ``preemptor`` (one pod or a gang's pending members) may not take
+    while a silent alternative has been preempted no more often (uid ->
+    ``PodHold.REPORT_PARITY``); empty when no silent pod could go in their place. Runs on
+    every plan, so the cheap field tests come first, eligibility is judged only for periodic
+    pods, and only the nodes of silent pods are judged."""
+    if not preemptor:
+        return {}
     counts, now = snapshot.preemption_history, snapshot.now
+    priority = min(p.priority for p in preemptor)
     could = [p for p in snapshot.pods
              if _periodic(p) and cost.ineligibility(p, priority, now) is None]
-    silent_counts = [counts.get(p.workload, 0) for p in could if p.last_checkpoint is None]
+    hosts: dict[str, bool] = {}
+    silent_counts = []
+    for p in could:
+        if p.last_checkpoint is not None:
+            continue
+        if p.node not in hosts:
+            hosts[p.node] = _could_host(snapshot, p.node, preemptor, priority)
+        if hosts[p.node]:
+            silent_counts.append(counts.get(p.workload, 0))
     if not silent_counts:
         return {}
     floor = min(silent_counts)
     return {p.uid: PodHold.REPORT_PARITY for p in could
             if p.last_checkpoint is not None and counts.get(p.workload, 0) >= floor}
+
+
+def _could_host(snapshot: Snapshot, node_name: str, preemptor: Sequence[Pod],
+                priority: int) -> bool:
+    """Whether evicting every possible victim on the node would fit one of the preemptor's
+    pods there: a necessary condition only (NVLink domains, PDBs and the bound's holds are the
+    search's to judge), so a silent pod it admits may still be no help, never the reverse."""
+    node = snapshot.node_by_name[node_name]
+    if node.closed is not None:
+        return False
+    room = snapshot.free(node_name)
+    for p in snapshot.pods_on_node.get(node_name, ()):
+        if cost.ineligibility(p, priority, snapshot.now) is None:
+            room = room + p.requests
+    return any(m.requests.fits_in(node.allocatable) and m.requests.fits_in(room)
+               for m in preemptor)

@@ -157,8 +157,7 @@ def plan(
     A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
     shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
     (``policies.planner.shrink``), so a later member may need the gang whole."""
-    held = (parity.held(snapshot, min(p.priority for p in preemptor))
-            if config.report_parity and preemptor else {})
+    held = parity.held(snapshot, preemptor) if config.report_parity else {}
     if not held:
         return _plan_elastic(snapshot, preemptor, config, cache)
     got = _plan_elastic(snapshot.restricted(held=held), preemptor, config, cache)

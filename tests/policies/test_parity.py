@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ckpt_preempt.policies.model.model import CheckpointMode, PodHold
 from ckpt_preempt.policies.planner import parity, preemption
 from ckpt_preempt.policies.planner.preemption import PlannerConfig
-from tests.policies.builders import gpu_node, make_pod, pending, snapshot
+from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot
 
 HOUR = 3600.0
 PERIODIC = CheckpointMode.PERIODIC
@@ -35,7 +35,7 @@ def _victims(plan):
 
 def test_the_silent_pod_goes_first_when_both_were_preempted_as_often():
     snap = _twins()
-    assert parity.held(snap, priority=100) == {"uid-reporter": PodHold.REPORT_PARITY}
+    assert parity.held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
     got = preemption.plan(snap, [pending("hi")])
     assert _victims(got) == ["silent"]
     assert PodHold.REPORT_PARITY in got.reason and "held back" in got.reason
@@ -46,22 +46,45 @@ def test_the_silent_pod_goes_first_when_both_were_preempted_as_often():
 
 def test_a_reporter_preempted_fewer_times_than_every_silent_pod_is_chosen_by_loss():
     snap = _twins(reporter_history=1, silent_history=2)
-    assert parity.held(snap, priority=100) == {}
+    assert parity.held(snap, [pending("hi")]) == {}
     assert _victims(preemption.plan(snap, [pending("hi")])) == ["reporter"]
 
 
-def test_when_only_the_held_reporter_makes_room_the_hold_is_relaxed():
-    # the preemptor needs 2 GPUs: the silent pod's 1-GPU node cannot host it
+def test_a_silent_pod_on_a_node_that_cannot_host_the_preemptor_holds_nobody():
+    # the preemptor needs 2 GPUs: the silent pod's 1-GPU node cannot host it, so it is no
+    # alternative and the reporter is not held (before, it was held and the hold relaxed)
     snap = _twins(reporter_gpus=2)
+    assert parity.held(snap, [pending("hi", gpus=2)]) == {}
     got = preemption.plan(snap, [pending("hi", gpus=2)])
     assert _victims(got) == ["reporter"] and got.feasible
+    assert PodHold.REPORT_PARITY not in got.reason
+    # a free GPU beside the silent pod makes its node a host: the reporter is held again
+    roomy = replace(snap, nodes=(snap.nodes[0], gpu_node("b", 2)))
+    assert parity.held(roomy, [pending("hi", gpus=2)]) == {"uid-reporter": PodHold.REPORT_PARITY}
+    assert _victims(preemption.plan(roomy, [pending("hi", gpus=2)])) == ["silent"]
+
+
+def test_when_only_the_held_reporter_makes_room_the_hold_is_relaxed():
+    # a two-member gang needs both nodes: the silent pod's node hosts one member, the held
+    # view has no room for the other, so the plan takes the reporter too
+    snap = _twins()
+    pre = gang("hi", [None, None], priority=100)
+    assert parity.held(snap, pre) == {"uid-reporter": PodHold.REPORT_PARITY}
+    got = preemption.plan(snap, pre)
+    assert _victims(got) == ["reporter", "silent"] and got.feasible
     assert "relaxed" in got.reason
+
+
+def test_a_silent_pod_on_a_closed_node_holds_nobody():
+    snap = _twins()
+    closed = replace(snap, nodes=(snap.nodes[0], replace(snap.nodes[1], unschedulable=True)))
+    assert parity.held(closed, [pending("hi")]) == {}
 
 
 def test_a_pod_that_declares_no_checkpoints_is_no_silent_alternative():
     # charged all its 4 h truthfully: holding the reporter behind it would evict the costliest
     snap = _twins(silent_mode=CheckpointMode.NONE)
-    assert parity.held(snap, priority=100) == {}
+    assert parity.held(snap, [pending("hi")]) == {}
     assert _victims(preemption.plan(snap, [pending("hi")])) == ["reporter"]
 
 
@@ -69,19 +92,19 @@ def test_a_silent_pod_that_could_not_go_holds_nobody():
     for silent in ({"priority": 100}, {"min_runtime": 5 * HOUR}, {"preemptible": False},
                    {"terminating": True}):
         snap = _twins(**silent)
-        assert parity.held(snap, priority=100) == {}, silent
+        assert parity.held(snap, [pending("hi")]) == {}, silent
     held_at_bound = _twins()
     held_at_bound = replace(held_at_bound, pods=tuple(
         replace(p, held=PodHold.AT_PREEMPTION_BOUND) if p.name == "silent" else p
         for p in held_at_bound.pods))
-    assert parity.held(held_at_bound, priority=100) == {}
+    assert parity.held(held_at_bound, [pending("hi")]) == {}
 
 
 def test_a_malformed_checkpoint_is_neither_reporting_nor_silent():
     snap = _twins()
     bad = replace(snap, pods=tuple(replace(p, checkpoint_malformed=True, last_checkpoint=None)
                                    if p.name == "silent" else p for p in snap.pods))
-    assert parity.held(bad, priority=100) == {}
+    assert parity.held(bad, [pending("hi")]) == {}
     reporter = next(p for p in snap.pods if p.name == "reporter")
     assert parity.reports(reporter) and not parity.silent(reporter)
     assert not parity.reports(replace(reporter, checkpoint_malformed=True))
@@ -114,7 +137,7 @@ def test_parity_never_makes_a_plan_infeasible_and_a_held_reporter_goes_only_as_a
     on = preemption.plan(snap, [pre])
     off = preemption.plan(snap, [pre], PlannerConfig(report_parity=False))
     assert on.feasible == off.feasible
-    held = parity.held(snap, pre.priority)
+    held = parity.held(snap, [pre])
     if not held or not on.feasible:
         return
     in_view = preemption.plan(snap.restricted(held=held), [pre])
