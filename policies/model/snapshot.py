@@ -16,6 +16,7 @@ from functools import cached_property
 
 from ckpt_preempt.policies.model.model import (
     ZERO,
+    CheckpointMode,
     Gang,
     Node,
     Pod,
@@ -249,6 +250,27 @@ class Snapshot:
         these instead of every pod. Views (``restricted``, ``with_nodes``) share their
         parent's: holding a pod or closing a node changes no pod's end."""
         return tuple(p for p in self.pods if p.node is not None and p.expected_end is not None)
+
+    @cached_property
+    def periodic_positions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Positions in ``pods`` of the bound pods declaring ``checkpoint: periodic`` without a
+        malformed report: (those reporting no checkpoint, fewest ``preemption_history`` first;
+        those reporting one, most first), for report parity (``policies.planner.parity``),
+        which then reads a few pods instead of every pod per plan. A ``restricted`` view
+        shares its base's: it keeps every pod at its position, and holding a pod changes
+        none of these fields (read the view's pod at the position for its hold)."""
+        if self.restriction is not None:
+            return self.restriction[0].periodic_positions
+        history = self.preemption_history
+        silent, reporting = [], []
+        for i, p in enumerate(self.pods):
+            if p.node is not None and p.checkpoint is CheckpointMode.PERIODIC \
+                    and not p.checkpoint_malformed:
+                (silent if p.last_checkpoint is None else reporting).append(
+                    (history.get(p.workload, 0), i))
+        silent.sort()
+        reporting.sort(key=lambda c: (-c[0], c[1]))
+        return tuple(i for _, i in silent), tuple(i for _, i in reporting)
 
     @cached_property
     def restriction(self) -> tuple[Snapshot, frozenset[str], frozenset[str]] | None:

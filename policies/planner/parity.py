@@ -64,28 +64,36 @@ def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:
     """The reporting pods ``preemptor`` (one pod or a gang's pending members) may not take
     while a silent alternative has been preempted no more often (uid ->
     ``PodHold.REPORT_PARITY``); empty when no silent pod could go in their place. Runs on
-    every plan, so the cheap field tests come first, eligibility is judged only for periodic
-    pods, and only the nodes of silent pods are judged."""
-    if not preemptor:
+    every plan, so it reads the snapshot's index of periodic pods
+    (``Snapshot.periodic_positions``, built once per cycle and shared by its views): nothing
+    more when no pod is silent, and otherwise the silent pods, fewest preemptions first,
+    until one could go, then the reporters preempted as often or more."""
+    silent_at, reporting_at = snapshot.periodic_positions
+    if not preemptor or not silent_at:
         return {}
-    counts, now = snapshot.preemption_history, snapshot.now
+    pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
     priority = min(p.priority for p in preemptor)
-    could = [p for p in snapshot.pods
-             if _periodic(p) and cost.ineligibility(p, priority, now) is None]
     hosts: dict[str, bool] = {}
-    silent_counts = []
-    for p in could:
-        if p.last_checkpoint is not None:
+    floor = None
+    for i in silent_at:
+        p = pods[i]
+        if cost.ineligibility(p, priority, now) is not None:
             continue
         if p.node not in hosts:
             hosts[p.node] = _could_host(snapshot, p.node, preemptor, priority)
         if hosts[p.node]:
-            silent_counts.append(counts.get(p.workload, 0))
-    if not silent_counts:
+            floor = counts.get(p.workload, 0)
+            break
+    if floor is None:
         return {}
-    floor = min(silent_counts)
-    return {p.uid: PodHold.REPORT_PARITY for p in could
-            if p.last_checkpoint is not None and counts.get(p.workload, 0) >= floor}
+    out = {}
+    for i in reporting_at:
+        p = pods[i]
+        if counts.get(p.workload, 0) < floor:
+            break
+        if cost.ineligibility(p, priority, now) is None:
+            out[p.uid] = PodHold.REPORT_PARITY
+    return out
 
 
 def _could_host(snapshot: Snapshot, node_name: str, preemptor: Sequence[Pod],

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies.model.model import CheckpointMode, PodHold
-from ckpt_preempt.policies.planner import parity, preemption
+from ckpt_preempt.policies.planner import cost, parity, preemption
 from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot
 
@@ -100,6 +100,17 @@ def test_a_silent_pod_that_could_not_go_holds_nobody():
     assert parity.held(held_at_bound, [pending("hi")]) == {}
 
 
+def test_a_silent_pod_that_could_not_go_holds_nobody_even_beside_the_reporter():
+    # the reporter's node could host the preemptor, but the silent pod there outranks it
+    pods = [make_pod("reporter", node="a", priority=0, age=2 * HOUR, checkpoint_age=60.0,
+                     mode=PERIODIC),
+            make_pod("silent", node="a", priority=5, age=2 * HOUR, mode=PERIODIC)]
+    snap = snapshot([gpu_node("a", 2)], pods)
+    assert parity.held(snap, [pending("hi", priority=3)]) == {}
+    assert parity.held(snap, [pending("hi", priority=9)]) == {
+        "uid-reporter": PodHold.REPORT_PARITY}
+
+
 def test_a_malformed_checkpoint_is_neither_reporting_nor_silent():
     snap = _twins()
     bad = replace(snap, pods=tuple(replace(p, checkpoint_malformed=True, last_checkpoint=None)
@@ -144,3 +155,29 @@ def test_parity_never_makes_a_plan_infeasible_and_a_held_reporter_goes_only_as_a
     if in_view.feasible:  # the held view had a plan: no held reporter is among its victims
         assert not {v.uid for v in on.victims} & set(held)
         assert _victims(on) == _victims(in_view)
+
+
+def _held_by_scan(snap, preemptor):
+    """``parity.held`` as the rule reads, over every pod: the reference for its index."""
+    priority = min(p.priority for p in preemptor)
+    could = [p for p in snap.pods if p.node is not None and p.checkpoint is PERIODIC
+             and not p.checkpoint_malformed
+             and cost.ineligibility(p, priority, snap.now) is None]
+    counts = snap.preemption_history
+    floors = [counts.get(p.workload, 0) for p in could if p.last_checkpoint is None
+              and parity._could_host(snap, p.node, preemptor, priority)]
+    if not floors:
+        return {}
+    return {p.uid: PodHold.REPORT_PARITY for p in could
+            if p.last_checkpoint is not None and counts.get(p.workload, 0) >= min(floors)}
+
+
+@settings(max_examples=400, deadline=None)
+@given(periodic_clusters(), st.data())
+def test_the_index_of_periodic_pods_gives_what_a_scan_of_every_pod_gives(case, data):
+    # also on a restricted view holding some pods: it shares its base's index
+    snap, pre = case
+    assert parity.held(snap, [pre]) == _held_by_scan(snap, [pre])
+    some = data.draw(st.sets(st.sampled_from([p.uid for p in snap.pods])))
+    view = snap.restricted(held=dict.fromkeys(some, PodHold.AT_PREEMPTION_BOUND))
+    assert parity.held(view, [pre]) == _held_by_scan(view, [pre])
