@@ -1,7 +1,7 @@
 """Benchmark (c): plan latency at scale, with and without the cycle's planner caches.
 
 Usage: python -m bench.plan_latency [--size spot|frontier] [--pods N] [--samples 300]
-       [--seed 3] [--active 20] [--cold | --no-cold] [--joint-seeds N]
+       [--seed 3] [--active 20] [--cold | --no-cold] [--joint-seeds N] [--silent-share 0.25]
 Target: p99 <= 25 ms (spot) and <= 50 ms (frontier), cached, gangs included.
 
 Two cluster sizes (``--size``): ``spot`` (default), the 4,278-node spot-GPU cluster with ~40k
@@ -27,6 +27,9 @@ preempted), ``--churn`` of the running pods checkpointed since, and a new queue 
 ``--samples`` preemptors, planned with the caches carried from the first cycle
 (``PlanCache.carried``, as the controller carries them) and with a fresh cache; both must
 choose the same.
+``--silent-share`` makes that share of the running ``checkpoint: periodic`` pods report no
+checkpoint (default 0: every one reports), so report parity (``policies.planner.parity``) holds
+reporters and plans on the held view, again without it when that view has no plan.
 Prints one JSON line per run.
 """
 
@@ -115,6 +118,16 @@ def cluster(target_pods: int, rng: random.Random,
         if used_cpu.get(node.name, 0) + 500 <= node.allocatable.cpu_milli:
             add(node, 0, 500)
     return nodes, pods
+
+
+def silenced(pods: list[Pod], share: float, rng: random.Random) -> list[Pod]:
+    """``share`` of the periodic pods with their reported checkpoint removed, drawn from a
+    generator of their own so that the cluster is otherwise the same at any share."""
+    if share <= 0:
+        return pods
+    return [replace(p, last_checkpoint=None)
+            if p.checkpoint is CheckpointMode.PERIODIC and rng.random() < share else p
+            for p in pods]
 
 
 def pending(rng: random.Random, k: int) -> list[Pod]:
@@ -211,13 +224,18 @@ def main() -> None:
                     help="fraction of running pods that checkpointed in between")
     ap.add_argument("--joint-seeds", type=int, default=preemption.PlannerConfig().joint_seeds,
                     help="spread victim gangs a gang plan evicts first (0: member by member)")
+    ap.add_argument("--silent-share", type=float, default=0.0,
+                    help="share of running periodic pods reporting no checkpoint (default 0)")
     args = ap.parse_args()
+    if not 0.0 <= args.silent_share <= 1.0:
+        ap.error("--silent-share must be between 0 and 1")
     target_pods, target_p99 = SIZES[args.size]
     cold_too = args.cold if args.cold is not None else args.size == "spot"
     imports_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rng = random.Random(args.seed)
     nodes, pods = cluster(args.pods or target_pods, rng,
                           frontier_nodes() if args.size == "frontier" else None)
+    pods = silenced(pods, args.silent_share, random.Random(args.seed))
     if args.joint_seeds < 0:
         ap.error("--joint-seeds must be 0 or more")
     cfg = preemption.PlannerConfig(record_rejections=False, joint_seeds=args.joint_seeds)
@@ -310,6 +328,7 @@ def main() -> None:
         "target_p99_ms": target_p99,
         "seed": args.seed,
         "joint_seeds": args.joint_seeds,
+        "silent_share": args.silent_share,
         "active_plans": args.active,
     }
     if cold:

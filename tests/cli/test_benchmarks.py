@@ -25,6 +25,39 @@ def test_plan_latency_benchmark_plans_every_sample_and_reports_both_paths():
     assert doc["max_rss_mib"] >= doc["rss_mib_after_imports"] > 0
 
 
+def test_plan_latency_with_silent_pods_plans_the_same_with_and_without_caches():
+    # report parity holds reporters here; the bench's own asserts (caches, warming and carried
+    # caches change no plan) run on the held views
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.plan_latency", "--pods", "12000", "--samples", "12",
+         "--silent-share", "0.5", "--no-cold"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["silent_share"] == 0.5 and doc["feasible_plans"] == 12
+    bad = subprocess.run([sys.executable, "-m", "bench.plan_latency", "--silent-share", "2"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "--silent-share must be between 0 and 1" in bad.stderr
+
+
+def test_silencing_removes_reports_of_periodic_pods_only_and_keeps_the_cluster():
+    import random
+    from dataclasses import replace
+
+    from bench import plan_latency
+    from ckpt_preempt.policies.model.model import CheckpointMode
+    _, pods = plan_latency.cluster(3000, random.Random(3))
+    quiet = plan_latency.silenced(pods, 0.5, random.Random(3))
+    assert plan_latency.silenced(pods, 0.0, random.Random(3)) is pods
+    changed = [(a, b) for a, b in zip(pods, quiet, strict=True) if a != b]
+    periodic = [p for p in pods if p.checkpoint is CheckpointMode.PERIODIC]
+    assert 0.3 * len(periodic) < len(changed) < 0.7 * len(periodic)
+    for a, b in changed:
+        assert a.checkpoint is CheckpointMode.PERIODIC and b.last_checkpoint is None
+        assert b == replace(a, last_checkpoint=None)
+
+
 def test_fairness_benchmark_reports_every_variant_against_the_first():
     out = subprocess.run(
         [sys.executable, "-m", "bench.fairness", "--seeds", "1,2", "--scale", "0.03",
