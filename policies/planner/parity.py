@@ -22,12 +22,13 @@ silent job that is away (evicted, not yet back) is no alternative, so this is no
 per world; ``bench.incentive`` measures it (the reporter over its twin in 0 of 1,000 worlds).
 Loss still decides among the reporters that are not held, and among the silent ones.
 
-When the held view has no plan (only held reporters would make room: the node test is a
-necessary condition, and NVLink domains, PDBs, or a gang's further members can still rule the
-silent pods' nodes out) the preemptor is planned without the holds (``preemption.plan``): the
-reporter would have been the victim had it been silent too. Counting only silent pods on such
-nodes, rather than every silent pod, moved the cost little on the harsh world's rows (README,
-"The starvation bound").
+``preemption.plan`` plans as usual first and keeps that plan when none of its victims is a
+held reporter; otherwise it plans again on the view with the holds. When the held view has no
+plan (only held reporters would make room: the node test is a necessary condition, and NVLink
+domains, PDBs, or a gang's further members can still rule the silent pods' nodes out) the first
+plan stands: the reporter would have been the victim had it been silent too. Counting only
+silent pods on such nodes, rather than every silent pod, moved the cost little on the harsh
+world's rows (README, "The starvation bound").
 
 Out of scope, said plainly: a pod declaring ``checkpoint: none`` (or nothing at all, the same)
 is charged all its work since it started and is no silent alternative here. That is the

@@ -151,21 +151,25 @@ def plan(
     ``cache``: the cycle's ``PlanCache``, when ``snapshot`` is its base or a view of it
     (``Snapshot.restricted``); the plan is the same with it or without it.
 
-    With ``report_parity``, reporting pods preempted as often as a silent alternative are held
-    first (``policies.planner.parity``); when that view has no plan, the snapshot as it is.
+    With ``report_parity`` (``policies.planner.parity``), a plan whose victims include a
+    reporting pod preempted as often as a silent alternative is made again with those reporters
+    held; when that view has no plan, the first plan stands. A plan none of whose victims the
+    rule holds is kept as it is, so the held view (thousands of pods when many are silent, and
+    the caches it cannot share) is built only when the rule changes the choice.
 
     A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
     shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
     (``policies.planner.shrink``), so a later member may need the gang whole."""
     held = parity.held(snapshot, preemptor) if config.report_parity else {}
-    if not held:
-        return _plan_elastic(snapshot, preemptor, config, cache)
+    free = _plan_elastic(snapshot, preemptor, config, cache)
+    if not any(v.uid in held for v in free.victims):
+        return free  # the rule holds: none of its victims is a reporter parity holds
     got = _plan_elastic(snapshot.restricted(held=held), preemptor, config, cache)
     if got.feasible:
         why = (f"; {len(held)} reporting pod(s) held back ({PodHold.REPORT_PARITY}: preempted "
                "as often as a silent pod that could go)")
     else:
-        got = _plan_elastic(snapshot, preemptor, config, cache)
+        got = free
         why = (f"; {PodHold.REPORT_PARITY} relaxed: only reporting pods preempted as often as "
                "a silent one make room")
     return replace(got, reason=got.reason + why) if got.victims else got

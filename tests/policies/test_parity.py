@@ -44,6 +44,19 @@ def test_the_silent_pod_goes_first_when_both_were_preempted_as_often():
     assert _victims(off) == ["reporter"]
 
 
+def test_a_plan_that_takes_no_held_reporter_is_kept_without_the_held_view():
+    # the silent pod started a minute ago, so loss alone takes it: the rule changes nothing,
+    # and the plan says nothing of holds
+    pods = [make_pod("reporter", node="a", priority=1, age=4 * HOUR, checkpoint_age=600.0,
+                     mode=PERIODIC),
+            make_pod("silent", node="b", priority=1, age=60.0, mode=PERIODIC)]
+    snap = snapshot([gpu_node("a", 1), gpu_node("b", 1)], pods)
+    assert parity.held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
+    got = preemption.plan(snap, [pending("hi")])
+    assert _victims(got) == ["silent"] and PodHold.REPORT_PARITY not in got.reason
+    assert got == preemption.plan(snap, [pending("hi")], PlannerConfig(report_parity=False))
+
+
 def test_a_reporter_preempted_fewer_times_than_every_silent_pod_is_chosen_by_loss():
     snap = _twins(reporter_history=1, silent_history=2)
     assert parity.held(snap, [pending("hi")]) == {}
