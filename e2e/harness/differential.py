@@ -250,6 +250,12 @@ def _pod_body(p: PodSpec, pool: str, node: str | None) -> dict:
     return body
 
 
+# the case's own pods (bound by name to its nodes) reach Running through kwok; on a loaded CI
+# machine one of two was still pending after 60 s while the control plane deleted an earlier
+# test's namespace, so setting up gets longer than the outcome's wait (``timeout``)
+READY_TIMEOUT_SECONDS = 180.0
+
+
 def run_case(c: kube.Cluster, case: Case, *, run: str, timeout: float = 60) -> Observation:
     """Create the case in a fresh namespace on fresh nodes, let kube-scheduler preempt, read
     back what it did; the namespace and nodes are deleted afterwards."""
@@ -263,7 +269,8 @@ def run_case(c: kube.Cluster, case: Case, *, run: str, timeout: float = 60) -> O
                                               memory=f"{n.memory_gi}Gi", pool=pool))
         for p in case.pods:
             c.core.create_namespaced_pod(ns, _pod_body(p, pool, names[p.node]))
-        _wait_ready(c, ns, pool, len(case.nodes), len(case.pods), timeout)
+        _wait_ready(c, ns, pool, len(case.nodes), len(case.pods),
+                    max(timeout, READY_TIMEOUT_SECONDS))
         now = time.time()
         for p in case.pods:
             c.core.patch_namespaced_pod_status(
