@@ -238,6 +238,15 @@ class Pod:
         """Whole GPUs plus MIG fractions: the GPUs its lost work is charged for."""
         return self.requests.gpu_share
 
+    @property
+    def reports_periodic(self) -> bool | None:
+        """For a pod declaring ``checkpoint: periodic`` without a malformed report: whether it
+        shows a last checkpoint (True) or is silent (False), as report parity reads it
+        (``policies.planner.parity``); None for any other pod."""
+        if self.checkpoint is not CheckpointMode.PERIODIC or self.checkpoint_malformed:
+            return None
+        return self.last_checkpoint is not None
+
 
 @dataclass(frozen=True, kw_only=True)
 class PodDisruptionBudget:

@@ -16,7 +16,6 @@ from functools import cached_property
 
 from ckpt_preempt.policies.model.model import (
     ZERO,
-    CheckpointMode,
     Gang,
     Node,
     Pod,
@@ -264,10 +263,8 @@ class Snapshot:
         history = self.preemption_history
         silent, reporting = [], []
         for i, p in enumerate(self.pods):
-            if p.node is not None and p.checkpoint is CheckpointMode.PERIODIC \
-                    and not p.checkpoint_malformed:
-                (silent if p.last_checkpoint is None else reporting).append(
-                    (history.get(p.workload, 0), i))
+            if p.node is not None and (reports := p.reports_periodic) is not None:
+                (reporting if reports else silent).append((history.get(p.workload, 0), i))
         silent.sort()
         reporting.sort(key=lambda c: (-c[0], c[1]))
         return tuple(i for _, i in silent), tuple(i for _, i in reporting)

@@ -42,23 +42,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckpt_preempt.policies.model.model import CheckpointMode, Pod, PodHold
+from ckpt_preempt.policies.model.model import Pod, PodHold
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import cost
-
-
-def _periodic(pod: Pod) -> bool:
-    return pod.checkpoint is CheckpointMode.PERIODIC and not pod.checkpoint_malformed
-
-
-def reports(pod: Pod) -> bool:
-    """A periodic pod showing a valid last checkpoint."""
-    return _periodic(pod) and pod.last_checkpoint is not None
-
-
-def silent(pod: Pod) -> bool:
-    """A periodic pod that reports no checkpoint (and no malformed one)."""
-    return _periodic(pod) and pod.last_checkpoint is None
 
 
 def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:

@@ -160,8 +160,11 @@ def plan(
     A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
     shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
     (``policies.planner.shrink``), so a later member may need the gang whole."""
-    held = parity.held(snapshot, preemptor) if config.report_parity else {}
     free = _plan_elastic(snapshot, preemptor, config, cache)
+    if not config.report_parity or not any(
+            snapshot.pod_by_uid[v.uid].reports_periodic for v in free.victims):
+        return free  # no reporter among its victims: nothing for the rule to hold
+    held = parity.held(snapshot, preemptor)
     if not any(v.uid in held for v in free.victims):
         return free  # the rule holds: none of its victims is a reporter parity holds
     got = _plan_elastic(snapshot.restricted(held=held), preemptor, config, cache)

@@ -130,8 +130,10 @@ def test_a_malformed_checkpoint_is_neither_reporting_nor_silent():
                                    if p.name == "silent" else p for p in snap.pods))
     assert parity.held(bad, [pending("hi")]) == {}
     reporter = next(p for p in snap.pods if p.name == "reporter")
-    assert parity.reports(reporter) and not parity.silent(reporter)
-    assert not parity.reports(replace(reporter, checkpoint_malformed=True))
+    assert reporter.reports_periodic is True
+    assert replace(reporter, checkpoint_malformed=True).reports_periodic is None
+    silent = next(p for p in snap.pods if p.name == "silent")
+    assert silent.reports_periodic is False
 
 
 @st.composite
