@@ -62,6 +62,12 @@ class Snapshot:
             return {**by_uid, **swapped}
         return {p.uid: p for p in self.pods}
 
+    def pod_on(self, node: str | None, uid: str) -> Pod | None:
+        """The pod ``uid`` bound to ``node``, or None: read from that node's pods, so no index
+        of every pod is built (a restricted view builds its own ``pod_by_uid`` when asked,
+        a copy of its parent's)."""
+        return next((p for p in self.pods_on_node.get(node, ()) if p.uid == uid), None)
+
     @cached_property
     def _held_over(self) -> tuple[dict[str, Pod], dict[str, Pod]] | None:
         """For a snapshot ``restricted`` made with pods held: (the parent's ``pod_by_uid``,

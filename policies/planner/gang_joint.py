@@ -256,6 +256,7 @@ def _bound_afresh(first: NodeSearch, pod: Pod, node) -> float | None:
     fresh = units.UnitBuilder(first.s, b.priority, drain=b.drain,
                               max_checkpoint_seconds=b.max_checkpoint_seconds,
                               penalty_seconds=b.penalty_seconds, restart_seconds=b.restart_seconds,
-                              restart_workload_gpu_seconds=b.restart_workload_gpu_seconds)
+                              restart_workload_gpu_seconds=b.restart_workload_gpu_seconds,
+                              parity_floor=b.parity_floor)
     got = NodeSearch(first.s, fresh, first.cfg, {})._judge(pod, node)
     return None if isinstance(got[0], RejectReason) else got[0]

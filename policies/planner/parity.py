@@ -23,8 +23,11 @@ per world; ``bench.incentive`` measures it (the reporter over its twin in 0 of 1
 Loss still decides among the reporters that are not held, and among the silent ones.
 
 ``preemption.plan`` plans as usual first and keeps that plan when none of its victims is a
-held reporter; otherwise it plans again on the view with the holds. When the held view has no
-plan (only held reporters would make room: the node test is a necessary condition, and NVLink
+held reporter; otherwise it plans again with the holds, which its victim units apply from the
+floor alone (``units.UnitBuilder``'s ``parity_floor``), so that plan shares the cycle's caches
+with every other plan at the same floor (``policies.planner.plan_cache``) instead of seeing
+thousands of held pods as a changed cluster. When that plan finds nothing (only held
+reporters would make room: the node test is a necessary condition, and NVLink
 domains, PDBs, or a gang's further members can still rule the silent pods' nodes out) the first
 plan stands: the reporter would have been the victim had it been silent too. Counting only
 silent pods on such nodes, rather than every silent pod, moved the cost little on the harsh
@@ -40,28 +43,27 @@ can see, whether a periodic job publishes its checkpoints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ckpt_preempt.policies.model.model import Pod, PodHold
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import cost
 
 
-def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:
-    """The reporting pods ``preemptor`` (one pod or a gang's pending members) may not take
-    while a silent alternative has been preempted no more often (uid ->
-    ``PodHold.REPORT_PARITY``); empty when no silent pod could go in their place. Runs on
-    every plan, so it reads the snapshot's index of periodic pods
-    (``Snapshot.periodic_positions``, built once per cycle and shared by its views): nothing
-    more when no pod is silent, and otherwise the silent pods, fewest preemptions first,
-    until one could go, then the reporters preempted as often or more."""
-    silent_at, reporting_at = snapshot.periodic_positions
+def floor(snapshot: Snapshot, preemptor: Sequence[Pod]) -> int | None:
+    """The fewest preemptions (``Snapshot.preemption_history``) of a silent workload that
+    could be a victim of ``preemptor`` (one pod or a gang's pending members) on a node that
+    could host one of its pods, or None when no silent pod could go: a reporter preempted
+    that often or more is held (``holds``). Runs on every plan that would take a reporter, so
+    it reads the snapshot's index of periodic pods (``Snapshot.periodic_positions``, built
+    once per cycle and shared by its views) and walks the silent pods, fewest preemptions
+    first, only until one could go."""
+    silent_at, _ = snapshot.periodic_positions
     if not preemptor or not silent_at:
-        return {}
+        return None
     pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
     priority = min(p.priority for p in preemptor)
     hosts: dict[str, bool] = {}
-    floor = None
     for i in silent_at:
         p = pods[i]
         if cost.ineligibility(p, priority, now) is not None:
@@ -69,14 +71,33 @@ def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:
         if p.node not in hosts:
             hosts[p.node] = _could_host(snapshot, p.node, preemptor, priority)
         if hosts[p.node]:
-            floor = counts.get(p.workload, 0)
-            break
-    if floor is None:
+            return counts.get(p.workload, 0)
+    return None
+
+
+def holds(pod: Pod, floor_: int, history: Mapping[str, int]) -> bool:
+    """Whether the rule holds ``pod`` back from a preemptor whose ``floor`` is ``floor_``: it
+    reports periodic checkpoints and its workload was preempted ``floor_`` times or more.
+    ``units.UnitBuilder`` applies it (with ``parity_floor``) to the pods it finds eligible."""
+    return pod.reports_periodic is True and history.get(pod.workload, 0) >= floor_
+
+
+def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:
+    """The reporting pods ``preemptor`` may not take while a silent alternative has been
+    preempted no more often (uid -> ``PodHold.REPORT_PARITY``): the eligible pods ``holds``
+    holds at its ``floor``; empty when no silent pod could go in their place. The planner
+    applies the floor inside its units instead of listing the pods; this list is for reports
+    and tests. Walks the reporters, most preempted first, down to the floor."""
+    at = floor(snapshot, preemptor)
+    if at is None:
         return {}
+    _, reporting_at = snapshot.periodic_positions
+    pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
+    priority = min(p.priority for p in preemptor)
     out = {}
     for i in reporting_at:
         p = pods[i]
-        if counts.get(p.workload, 0) < floor:
+        if counts.get(p.workload, 0) < at:
             break
         if cost.ineligibility(p, priority, now) is None:
             out[p.uid] = PodHold.REPORT_PARITY

@@ -38,8 +38,9 @@ What would break that, and so drops entries:
 - a pod's end-aware charge (``units.EndWait``: the preemptor's wait for its declared end), which
   falls as its end nears: under such a key, the node's entries are kept only until the first of
   its pods' ends comes within the wait (``Evictable.stale_after``);
-- a workload preempted less often than before (its fairness penalty falls): the nodes of its
-  pods;
+- a workload preempted less often than before (its fairness penalty falls), or more often
+  within the bound's window (report parity, keyed by its floor, may hold its reporter now,
+  ``policies.planner.parity``): the nodes of its pods;
 - other PDBs in a namespace: the nodes of every gang with a member there (a PDB decides
   whether a gang may go);
 - nodes that came or went: nothing but their own entries (the judgments move to the new
@@ -102,7 +103,7 @@ class PlanCache:
         if (new.now < old.now or new.unknown != old.unknown
                 or new.unknown_base != old.unknown_base or fresh.bands() != previous.bands()):
             return fresh
-        drop = set(changed) | _fallen(old, new, base) | _pdbs_changed(old, new, base)
+        drop = set(changed) | _recounted(old, new, base) | _pdbs_changed(old, new, base)
         for key, table in previous._tables.items():
             if key[0] == "evictable":
                 drop.update(n for n, ev in table.items() if ev.stale_after <= new.now)
@@ -222,11 +223,13 @@ class _Basis:
                    unknown_base=base, history=dict(s.preemption_history))
 
 
-def _fallen(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
+def _recounted(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
     """The nodes of the pods whose workload was preempted less often in ``new`` than in
-    ``old``, recently or within the bound's window (their fairness penalty fell)."""
+    ``old``, recently or within the bound's window (their fairness penalty fell), or more
+    often within the window (report parity's hold depends on that count)."""
     fell = {w for w, n in old.recent.items() if new.recent.get(w, 0) < n}
-    fell |= {w for w, n in old.history.items() if new.history.get(w, 0) < n}
+    fell |= {w for w in old.history.keys() | new.history.keys()
+             if new.history.get(w, 0) != old.history.get(w, 0)}
     if not fell:
         return set()
     return {p.node for p in base.pods if p.node is not None and p.workload in fell}

@@ -152,25 +152,28 @@ def plan(
     (``Snapshot.restricted``); the plan is the same with it or without it.
 
     With ``report_parity`` (``policies.planner.parity``), a plan whose victims include a
-    reporting pod preempted as often as a silent alternative is made again with those reporters
-    held; when that view has no plan, the first plan stands. A plan none of whose victims the
-    rule holds is kept as it is, so the held view (thousands of pods when many are silent, and
-    the caches it cannot share) is built only when the rule changes the choice.
+    reporting pod preempted as often as a silent alternative is made again with the rule's
+    floor applied by its victim units (every such reporter held); when that finds no plan, the
+    first plan stands. A plan none of whose victims the rule holds is kept as it is, and the
+    floor is looked for only when a victim reports at all.
 
     A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
     shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
     (``policies.planner.shrink``), so a later member may need the gang whole."""
     free = _plan_elastic(snapshot, preemptor, config, cache)
-    if not config.report_parity or not any(
-            snapshot.pod_by_uid[v.uid].reports_periodic for v in free.victims):
+    if not config.report_parity:
+        return free
+    victims = [snapshot.pod_on(v.node, v.uid) for v in free.victims]
+    if not any(p.reports_periodic for p in victims):
         return free  # no reporter among its victims: nothing for the rule to hold
-    held = parity.held(snapshot, preemptor)
-    if not any(v.uid in held for v in free.victims):
+    floor = parity.floor(snapshot, preemptor)
+    history = snapshot.preemption_history
+    if floor is None or not any(parity.holds(p, floor, history) for p in victims):
         return free  # the rule holds: none of its victims is a reporter parity holds
-    got = _plan_elastic(snapshot.restricted(held=held), preemptor, config, cache)
+    got = _plan_elastic(snapshot, preemptor, config, cache, parity_floor=floor)
     if got.feasible:
-        why = (f"; {len(held)} reporting pod(s) held back ({PodHold.REPORT_PARITY}: preempted "
-               "as often as a silent pod that could go)")
+        why = (f"; reporting pods preempted {floor} time(s) or more held back "
+               f"({PodHold.REPORT_PARITY}: as often as a silent pod that could go)")
     else:
         got = free
         why = (f"; {PodHold.REPORT_PARITY} relaxed: only reporting pods preempted as often as "
@@ -179,12 +182,12 @@ def plan(
 
 
 def _plan_elastic(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
-                  cache: PlanCache | None) -> Plan:
-    got = _plan(snapshot, preemptor, config, cache)
+                  cache: PlanCache | None, parity_floor: int | None = None) -> Plan:
+    got = _plan(snapshot, preemptor, config, cache, parity_floor)
     if not config.shrink or len(preemptor) < 2 or (
             got.feasible and not any(g.shrink for g in got.victim_groups)):
         return got
-    whole = _plan(snapshot, preemptor, replace(config, shrink=False), cache)
+    whole = _plan(snapshot, preemptor, replace(config, shrink=False), cache, parity_floor)
     if whole.feasible and (not got.feasible or _plan_key(whole) < _plan_key(got)):
         return whole
     return got
@@ -195,7 +198,9 @@ def _plan_key(p: Plan) -> tuple[float, int, int]:
 
 
 def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
-          cache: PlanCache | None) -> Plan:
+          cache: PlanCache | None, parity_floor: int | None = None) -> Plan:
+    """One plan; ``parity_floor``: report parity's floor, applied by the victim units
+    (``units.UnitBuilder``), None: the rule holds nobody."""
     members = sorted(preemptor, key=lambda p: (-p.gpus, -p.requests.cpu_milli, p.uid))
     uids = tuple(p.uid for p in members)
     if not members:
@@ -206,8 +211,9 @@ def _plan(snapshot: Snapshot, preemptor: Sequence[Pod], config: PlannerConfig,
         )
     priority = min(p.priority for p in members)
     ends = _end_wait(snapshot, members, priority, config)
-    shared = None if cache is None else _share(cache, snapshot, priority, config, ends)
-    builder = _builder(snapshot, priority, config, shared, ends)
+    shared = None if cache is None else _share(cache, snapshot, priority, config, ends,
+                                               parity_floor)
+    builder = _builder(snapshot, priority, config, shared, ends, parity_floor)
     memo: dict = {}
     search, placements, stuck = gang_joint.place_members(snapshot, members, config, builder,
                                                          memo, shared=shared, collect=True)
@@ -296,16 +302,17 @@ def _end_wait(snapshot: Snapshot, members: Sequence[Pod], priority: int,
     return None if rate is None else units.EndWait(margin=margin, max_wait=cap, rate=rate)
 
 
-def _share(cache: PlanCache, snapshot: Snapshot, priority: int,
-           config: PlannerConfig, ends: units.EndWait | None = None) -> Share | None:
+def _share(cache: PlanCache, snapshot: Snapshot, priority: int, config: PlannerConfig,
+           ends: units.EndWait | None = None, parity_floor: int | None = None) -> Share | None:
     return cache.share(snapshot, priority, search_budget=config.search_budget, cost_settings=(
         config.drain, config.max_checkpoint_seconds, config.fairness_penalty_seconds,
         config.restart_seconds, config.shrink and config.rendezvous_seconds,
-        config.restart_workload_gpu_seconds, ends))
+        config.restart_workload_gpu_seconds, ends, parity_floor))
 
 
-def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
-             shared: Share | None, ends: units.EndWait | None = None) -> units.UnitBuilder:
+def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig, shared: Share | None,
+             ends: units.EndWait | None = None,
+             parity_floor: int | None = None) -> units.UnitBuilder:
     return units.UnitBuilder(
         snapshot, priority, drain=config.drain,
         max_checkpoint_seconds=config.max_checkpoint_seconds,
@@ -313,7 +320,8 @@ def _builder(snapshot: Snapshot, priority: int, config: PlannerConfig,
         restart_seconds=config.restart_seconds,
         restart_workload_gpu_seconds=config.restart_workload_gpu_seconds,
         rendezvous_seconds=config.rendezvous_seconds if config.shrink else None,
-        end_wait=ends, shared=None if shared is None else shared.evictable(),
+        end_wait=ends, parity_floor=parity_floor,
+        shared=None if shared is None else shared.evictable(),
         unshared=frozenset() if shared is None else shared.unshared,
     )
 

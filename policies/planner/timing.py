@@ -155,8 +155,7 @@ def decide(plan: Plan, snapshot: Snapshot, preemptor: Sequence[Pod], *, max_wait
     if not plan.feasible or not plan.victim_groups:
         return plan
     now = snapshot.now
-    by_uid = snapshot.pod_by_uid
-    pods = {v.uid: by_uid[v.uid] for v in plan.victims}
+    pods = {v.uid: snapshot.pod_on(v.node, v.uid) for v in plan.victims}
     share = sum(p.gpu_share for p in preemptor)
     drained_until = max(now, plan.drain_deadline if plan.drain_deadline is not None else now)
     # a drained victim checkpoints on request already: only its end can save more

@@ -17,9 +17,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ckpt_preempt.policies.model.model import ZERO, Pod, Resources
+from ckpt_preempt.policies.model.model import ZERO, Pod, PodHold, Resources
 from ckpt_preempt.policies.model.snapshot import Snapshot
-from ckpt_preempt.policies.planner import bound, cost, shrink, timing
+from ckpt_preempt.policies.planner import bound, cost, parity, shrink, timing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +78,9 @@ class UnitBuilder:
     members than it allows to go. ``penalty_seconds`` is the fairness penalty: each GPU of a
     workload preempted n times recently and h times within the bound's window is charged
     max(n, 2^h - 1) × that many seconds on top of its loss (``bound.penalty_factor``).
+    ``parity_floor``: report parity's floor for this preemptor (``parity.floor``); a pod the
+    rule then holds (``parity.holds``) is no candidate, as if it were held
+    (``PodHold.REPORT_PARITY``). None: the rule holds nobody.
     """
 
     def __init__(
@@ -86,8 +89,9 @@ class UnitBuilder:
         restart_seconds: float = 0.0, shared: dict[str, Evictable] | None = None,
         unshared: frozenset[str] = frozenset(), rendezvous_seconds: float | None = None,
         restart_workload_gpu_seconds: float = 0.0,
-        end_wait: EndWait | None = None,
+        end_wait: EndWait | None = None, parity_floor: int | None = None,
     ) -> None:
+        self.parity_floor = parity_floor
         # a pod whose declared end is seen within the wait is charged the preemptor's wait for
         # it when that is less than its loss (``charge``); None: loss only
         self.end_wait = end_wait
@@ -126,10 +130,19 @@ class UnitBuilder:
             return [pod]
         return [p for p in self.s.gang_pods(pod.gang) if p.node is not None]
 
+    def ineligibility(self, pod: Pod) -> cost.Ineligible | None:
+        """Why ``pod`` alone may not be a victim (``cost.ineligibility``, then report
+        parity's hold), or None."""
+        r = cost.ineligibility(pod, self.priority, self.s.now)
+        if r is None and self.parity_floor is not None and parity.holds(
+                pod, self.parity_floor, self.s.preemption_history):
+            return cost.Ineligible.REPORT_PARITY
+        return r
+
     def why_not(self, pod: Pod) -> str | None:
         """None when the pod's unit may be evicted, else the reason it may not."""
         if pod.gang is None:
-            r = cost.ineligibility(pod, self.priority, self.s.now)
+            r = self.ineligibility(pod)
             return None if r is None else str(r)
         uid = pod.gang
         if uid in self._why:
@@ -137,7 +150,7 @@ class UnitBuilder:
         why = None
         members = self.members(pod)
         for p in members:
-            r = cost.ineligibility(p, self.priority, self.s.now)
+            r = self.ineligibility(p)
             if r is not None:
                 why = f"gang-member-{r}"
                 break
@@ -227,6 +240,7 @@ class UnitBuilder:
         held: dict[str, int] = {}
         prio, now, recent = self.priority, self.s.now, self.recent or self.history
         ends = self.end_wait
+        floor, history = self.parity_floor, self.s.preemption_history
         stale_after = math.inf
         for p in self.s.pods_on_node.get(node, ()):
             if p.gang is None:  # inline _min_runtime_end: this loop is the planner's hottest
@@ -242,9 +256,15 @@ class UnitBuilder:
                     now, p.expected_end + ends.margin - ends.max_wait))
             # the common case, single pods, without the per-gang memo
             why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
+            if why is None and floor is not None and p.gang is None \
+                    and parity.holds(p, floor, history):
+                why = cost.Ineligible.REPORT_PARITY
             if why is not None:
                 if p.held is not None and not p.terminating and p.priority < prio:
                     held[p.held] = held.get(p.held, 0) + 1
+                elif floor is not None and parity.holds(p, floor, history) \
+                        and cost.ineligibility(p, prio, now) is None:
+                    held[PodHold.REPORT_PARITY] = held.get(PodHold.REPORT_PARITY, 0) + 1
                 continue
             r = p.requests
             if r.gpus:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from ckpt_preempt.policies.model.model import CheckpointMode, PodHold
 from ckpt_preempt.policies.planner import cost, parity, preemption
+from ckpt_preempt.policies.planner.plan_cache import PlanCache
 from ckpt_preempt.policies.planner.preemption import PlannerConfig
 from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot
 
@@ -196,3 +197,47 @@ def test_the_index_of_periodic_pods_gives_what_a_scan_of_every_pod_gives(case, d
     some = data.draw(st.sets(st.sampled_from([p.uid for p in snap.pods])))
     view = snap.restricted(held=dict.fromkeys(some, PodHold.AT_PREEMPTION_BOUND))
     assert parity.held(view, [pre]) == _held_by_scan(view, [pre])
+
+
+@st.composite
+def parity_worlds(draw):
+    """``periodic_clusters`` with a bound gang of two (reporting or silent) beside the pods,
+    sometimes, and a pending gang of two as the preemptor, sometimes."""
+    snap, pre = draw(periodic_clusters())
+    pods, history = list(snap.pods), dict(snap.preemption_history)
+    if draw(st.booleans()):
+        names = [n.name for n in snap.nodes]
+        reports = draw(st.booleans())
+        members = gang("g", [draw(st.sampled_from(names)) for _ in range(2)],
+                       priority=draw(st.integers(0, 2)), mode=PERIODIC, age=5 * HOUR,
+                       checkpoint_age=30.0 if reports else None)
+        pods += members
+        history[members[0].workload] = draw(st.integers(0, 3))
+    preemptor = [pre]
+    if draw(st.booleans()):
+        preemptor = gang("hi", [None, None], priority=pre.priority)
+    return replace(snap, pods=tuple(pods), preemption_history=history), preemptor
+
+
+def _plan_on_the_held_view(snap, preemptor):
+    """Report parity as it was planned before the units applied its floor: plan without it,
+    and when that takes a held reporter, plan again on a view holding every held reporter
+    (``Snapshot.restricted``), keeping the first plan when that finds none. The reference."""
+    off = PlannerConfig(report_parity=False)
+    first = preemption.plan(snap, preemptor, off)
+    held = parity.held(snap, preemptor)
+    if not {v.uid for v in first.victims} & set(held):
+        return first
+    got = preemption.plan(snap.restricted(held=held), preemptor, off)
+    return got if got.feasible else first
+
+
+@settings(max_examples=300, deadline=None)
+@given(parity_worlds())
+def test_the_floor_in_the_units_plans_what_the_held_view_planned(case):
+    # the same victims, placements, losses and rejections; only the reason's words differ.
+    # With the cycle's cache too (PlanCache), as the controller plans
+    snap, preemptor = case
+    got = preemption.plan(snap, preemptor)
+    assert replace(got, reason="") == replace(_plan_on_the_held_view(snap, preemptor), reason="")
+    assert preemption.plan(snap, preemptor, cache=PlanCache(snap)) == got

@@ -80,8 +80,11 @@ def cycles(draw) -> tuple[Snapshot, list[tuple[Pod, ...]], preemption.PlannerCon
                             disruptions_allowed=draw(st.integers(0, 2)))
         for app in ("a", "b") if draw(st.booleans()))
     recent = {w: 1 for w in sorted({p.workload for p in pods}) if draw(st.integers(0, 4)) == 0}
+    # preemptions within the bound's window: the fairness penalty, and report parity's floor
+    history = {w: draw(st.integers(1, 2)) for w in sorted({p.workload for p in pods})
+               if draw(st.integers(0, 2)) == 0}
     snap = Snapshot(now=NOW, nodes=tuple(nodes), pods=tuple(pods) + sum(queue, ()), pdbs=pdbs,
-                    recent_preemptions=recent,
+                    recent_preemptions=recent, preemption_history=history,
                     queued_gpus=draw(st.sampled_from([0.0, 0.0, 4.0])))
     cfg = preemption.PlannerConfig(
         min_candidate_nodes_absolute=draw(st.integers(1, 4)),

@@ -1,7 +1,8 @@
 """The planner's caches carried from one cycle to the next (``PlanCache.carried``).
 
 The next cycle's snapshot differs by time and by random changes: pods checkpointing, going,
-arriving or changing priority, nodes cordoned, workloads preempted more or less often, PDBs
+arriving or changing priority, nodes cordoned, workloads preempted more or less often
+(recently, and within the bound's window, which report parity's floor reads), PDBs
 changing, the clock moving (sometimes backwards). The property plans the next cycle's queue
 with the carried cache and without, and requires identical plans; the unit tests pin down
 each reason to drop an entry.
@@ -14,7 +15,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_preempt.policies.model.model import PodDisruptionBudget
+from ckpt_preempt.policies.model.model import CheckpointMode, PodDisruptionBudget
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import preemption
 from ckpt_preempt.policies.planner.plan_cache import PlanCache, changed_nodes
@@ -66,6 +67,11 @@ def next_cycles(draw, snap: Snapshot) -> Snapshot:
     recent = {w: n for w, n in recent.items() if n > 0}
     if draw(st.booleans()) and pods:
         recent[draw(st.sampled_from(pods)).workload] = 1
+    history = {w: n + draw(st.sampled_from([-1, 0, 0, 1])) for w, n in
+               snap.preemption_history.items()}
+    history = {w: n for w, n in history.items() if n > 0}
+    if draw(st.booleans()) and pods:
+        history[draw(st.sampled_from(pods)).workload] = draw(st.integers(1, 2))
     pdbs = snap.pdbs
     if draw(st.integers(0, 3)) == 0:
         pdbs = (*pdbs, PodDisruptionBudget(name="late", namespace="default",
@@ -74,7 +80,8 @@ def next_cycles(draw, snap: Snapshot) -> Snapshot:
         pdbs = (replace(pdbs[0], disruptions_allowed=1 - min(1, pdbs[0].disruptions_allowed)),
                 *pdbs[1:])
     return Snapshot(now=now, nodes=nodes, pods=tuple(pods), pdbs=pdbs,
-                    recent_preemptions=recent, unknown_checkpoint=snap.unknown_checkpoint)
+                    recent_preemptions=recent, preemption_history=history,
+                    unknown_checkpoint=snap.unknown_checkpoint)
 
 
 @CARRY
@@ -203,6 +210,29 @@ def test_a_workload_preempted_less_often_drops_its_nodes():
     plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)
     assert _same([plan], [preemption.plan(later, [pending("hi", gpus=8)], cfg)])
     assert plan.victims[0].name == "cheap"  # no longer charged for its preemptions
+
+
+def test_a_workload_preempted_more_often_drops_its_nodes_for_report_parity():
+    # n1's reporter just checkpointed, n2's was preempted once, n3's silent pod once too:
+    # report parity's floor is 1, so n2's reporter is held and the plan, made with the floor,
+    # takes n1's. A cycle later n1's workload was preempted once more (elsewhere, its pod
+    # unchanged): held now, so the silent pod goes, and n1's entries are not kept
+    periodic = {"mode": CheckpointMode.PERIODIC, "gpus": 8, "age": 7200}
+    snap = replace(builders.snapshot([gpu_node(f"n{i}", 8) for i in range(1, 4)], [
+        make_pod("fresh", node="n1", checkpoint_age=300, **periodic),
+        make_pod("again", node="n2", checkpoint_age=60, **periodic),
+        make_pod("silent", node="n3", **periodic),
+    ]), preemption_history={"uid-again": 1, "uid-silent": 1})
+    cfg = preemption.PlannerConfig(record_rejections=False)
+    cache = PlanCache(snap)
+    assert preemption.plan(snap, [pending("hi", gpus=8)], cfg, cache).victims[0].name == "fresh"
+    later = replace(snap, now=snap.now + 1, preemption_history={
+        "uid-again": 1, "uid-silent": 1, "uid-fresh": 1})
+    carried = PlanCache.carried(cache, later, frozenset())
+    assert all("n1" not in t for k, t in carried._tables.items() if k[0] == "evictable")
+    plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)
+    assert _same([plan], [preemption.plan(later, [pending("hi", gpus=8)], cfg)])
+    assert plan.victims[0].name == "silent"
 
 
 def test_a_pod_whose_end_comes_within_the_wait_drops_its_node():
