@@ -2,12 +2,15 @@
 (`Invariants`; every field lists violations, one line each):
 
 - double evictions: a pod evicted successfully more than once (audit log);
-- evictions outside a plan: each successful eviction must name a victim of a stored plan
+- evictions outside a plan: each eviction that succeeded, or whose client never learnt the
+  outcome (the API server answered 504: the client was killed mid-request, and the pod may be
+  gone all the same), must name a victim of a stored plan
   whose newest version written *before* the eviction was `Evicting`, in scope and of lower
   priority than that plan's preemptors (plan versions: the ConfigMap writes in the audit log);
 - partial gangs: a victim gang with some members evicted and others still running;
 - unfinished plans, drain annotations left on live pods of finished plans, reservation taints
-  left on nodes, pods gone without an eviction, Done plans whose preemptor is not bound, and
+  left on nodes, pods gone without an eviction (one answered 504 counts), Done plans whose
+  preemptor is not bound, and
   stored plans that do not parse (the harness and the replicas must run the same code: a
   replica restarted after the plan format changed stores plans the checks cannot read).
 """
@@ -76,20 +79,30 @@ def plan_versions(events: list[AuditEvent], plan_namespace: str) -> tuple[list[P
     return out, bad
 
 
-def evictions(events: list[AuditEvent]) -> list[AuditEvent]:
+# What the API server answers when a request's context ends before it does (a client killed
+# mid-request): the eviction may have gone through all the same. Seen in a chaos run: a replica
+# killed right after sending an eviction, the API server answered 504 "context canceled", and
+# the pod was gone 90 ms later.
+OUTCOME_UNKNOWN = 504
+
+
+def evictions(events: list[AuditEvent], *, maybe: bool = False) -> list[AuditEvent]:
+    """The eviction requests the API server granted; with ``maybe``, also those whose client
+    never learnt the outcome (``OUTCOME_UNKNOWN``)."""
     return [e for e in events if e.resource == "pods" and e.subresource == "eviction"
-            and e.verb == "create" and e.ok]
+            and e.verb == "create" and (e.ok or (maybe and e.code == OUTCOME_UNKNOWN))]
 
 
 def check_evictions(events: list[AuditEvent], made: dict[str, Made], scope: set[str],
                     versions: list[PlanVersion]) -> tuple[list[str], list[str]]:
-    """(double evictions, evictions outside a valid stored plan)."""
-    evicted = evictions(events)
-    per_pod = Counter((e.namespace, e.name) for e in evicted)
+    """(double evictions, evictions outside a valid stored plan). An eviction whose outcome
+    its client never learnt counts as one for the plan check (it may have gone through), not
+    for doubles (a retry after one that did not is no second eviction)."""
+    per_pod = Counter((e.namespace, e.name) for e in evictions(events))
     doubles = [f"{ns}/{name} evicted {n} times" for (ns, name), n in sorted(per_pod.items())
                if n > 1]
     outside = []
-    for e in evicted:
+    for e in evictions(events, maybe=True):
         pod = made.get(f"{e.namespace}/{e.name}")
         if pod is None:
             outside.append(f"{e.namespace}/{e.name}: not a pod of this run")
@@ -117,6 +130,9 @@ def check_evictions(events: list[AuditEvent], made: dict[str, Made], scope: set[
 
 def check_gangs(events: list[AuditEvent], made: dict[str, Made], alive: set[str]) -> list[str]:
     evicted = {f"{e.namespace}/{e.name}" for e in evictions(events)}
+    # a member gone after an eviction whose client never learnt the outcome went by it
+    evicted |= {k for e in evictions(events, maybe=True)
+                if (k := f"{e.namespace}/{e.name}") not in alive}
     gangs: dict[str, list[Made]] = defaultdict(list)
     for m in made.values():
         if m.role == VICTIM and m.gang:
@@ -159,7 +175,7 @@ def check_end_state(made: dict[str, Made], events: list[AuditEvent], final: list
                 r = by_id.get(t.value)
                 out["leftover_taints"].append(f"node {n.metadata.name}: reserved for plan "
                                               f"{t.value} ({r.state if r else 'no such plan'})")
-    evicted = {f"{e.namespace}/{e.name}" for e in evictions(events)}
+    evicted = {f"{e.namespace}/{e.name}" for e in evictions(events, maybe=True)}
     out["vanished"] = [f"{k} ({m.role})" for k, m in sorted(made.items())
                        if m.role != PREEMPTOR and k not in live and k not in evicted]
     for r in final:
