@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ckpt_preempt.policies.model.model import Pod, PodHold
+from ckpt_preempt.policies.model.model import Pod
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import cost
 
@@ -78,30 +78,9 @@ def floor(snapshot: Snapshot, preemptor: Sequence[Pod]) -> int | None:
 def holds(pod: Pod, floor_: int, history: Mapping[str, int]) -> bool:
     """Whether the rule holds ``pod`` back from a preemptor whose ``floor`` is ``floor_``: it
     reports periodic checkpoints and its workload was preempted ``floor_`` times or more.
-    ``units.UnitBuilder`` applies it (with ``parity_floor``) to the pods it finds eligible."""
+    ``units.UnitBuilder`` applies it (with ``parity_floor``) to the pods it finds eligible
+    (``PodHold.REPORT_PARITY``)."""
     return pod.reports_periodic is True and history.get(pod.workload, 0) >= floor_
-
-
-def held(snapshot: Snapshot, preemptor: Sequence[Pod]) -> dict[str, PodHold]:
-    """The reporting pods ``preemptor`` may not take while a silent alternative has been
-    preempted no more often (uid -> ``PodHold.REPORT_PARITY``): the eligible pods ``holds``
-    holds at its ``floor``; empty when no silent pod could go in their place. The planner
-    applies the floor inside its units instead of listing the pods; this list is for reports
-    and tests. Walks the reporters, most preempted first, down to the floor."""
-    at = floor(snapshot, preemptor)
-    if at is None:
-        return {}
-    _, reporting_at = snapshot.periodic_positions
-    pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
-    priority = min(p.priority for p in preemptor)
-    out = {}
-    for i in reporting_at:
-        p = pods[i]
-        if counts.get(p.workload, 0) < at:
-            break
-        if cost.ineligibility(p, priority, now) is None:
-            out[p.uid] = PodHold.REPORT_PARITY
-    return out
 
 
 def _could_host(snapshot: Snapshot, node_name: str, preemptor: Sequence[Pod],

@@ -30,13 +30,27 @@ def _twins(*, reporter_history: int = 0, silent_history: int = 0, reporter_gpus:
                                              "uid-silent": silent_history})
 
 
+def _held(snap, preemptor):
+    """The reporters the rule holds back from ``preemptor`` (uid -> ``PodHold.REPORT_PARITY``):
+    the eligible pods ``parity.holds`` holds at ``parity.floor``, from the index of periodic
+    pods (the planner applies the floor inside its units instead of listing them)."""
+    at = parity.floor(snap, preemptor)
+    if at is None:
+        return {}
+    priority = min(p.priority for p in preemptor)
+    _, reporting_at = snap.periodic_positions
+    return {snap.pods[i].uid: PodHold.REPORT_PARITY for i in reporting_at
+            if parity.holds(snap.pods[i], at, snap.preemption_history)
+            and cost.ineligibility(snap.pods[i], priority, snap.now) is None}
+
+
 def _victims(plan):
     return sorted(v.name for v in plan.victims)
 
 
 def test_the_silent_pod_goes_first_when_both_were_preempted_as_often():
     snap = _twins()
-    assert parity.held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
+    assert _held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
     got = preemption.plan(snap, [pending("hi")])
     assert _victims(got) == ["silent"]
     assert PodHold.REPORT_PARITY in got.reason and "held back" in got.reason
@@ -52,7 +66,7 @@ def test_a_plan_that_takes_no_held_reporter_is_kept_without_the_held_view():
                      mode=PERIODIC),
             make_pod("silent", node="b", priority=1, age=60.0, mode=PERIODIC)]
     snap = snapshot([gpu_node("a", 1), gpu_node("b", 1)], pods)
-    assert parity.held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
+    assert _held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
     got = preemption.plan(snap, [pending("hi")])
     assert _victims(got) == ["silent"] and PodHold.REPORT_PARITY not in got.reason
     assert got == preemption.plan(snap, [pending("hi")], PlannerConfig(report_parity=False))
@@ -60,7 +74,7 @@ def test_a_plan_that_takes_no_held_reporter_is_kept_without_the_held_view():
 
 def test_a_reporter_preempted_fewer_times_than_every_silent_pod_is_chosen_by_loss():
     snap = _twins(reporter_history=1, silent_history=2)
-    assert parity.held(snap, [pending("hi")]) == {}
+    assert _held(snap, [pending("hi")]) == {}
     assert _victims(preemption.plan(snap, [pending("hi")])) == ["reporter"]
 
 
@@ -68,13 +82,13 @@ def test_a_silent_pod_on_a_node_that_cannot_host_the_preemptor_holds_nobody():
     # the preemptor needs 2 GPUs: the silent pod's 1-GPU node cannot host it, so it is no
     # alternative and the reporter is not held (before, it was held and the hold relaxed)
     snap = _twins(reporter_gpus=2)
-    assert parity.held(snap, [pending("hi", gpus=2)]) == {}
+    assert _held(snap, [pending("hi", gpus=2)]) == {}
     got = preemption.plan(snap, [pending("hi", gpus=2)])
     assert _victims(got) == ["reporter"] and got.feasible
     assert PodHold.REPORT_PARITY not in got.reason
     # a free GPU beside the silent pod makes its node a host: the reporter is held again
     roomy = replace(snap, nodes=(snap.nodes[0], gpu_node("b", 2)))
-    assert parity.held(roomy, [pending("hi", gpus=2)]) == {"uid-reporter": PodHold.REPORT_PARITY}
+    assert _held(roomy, [pending("hi", gpus=2)]) == {"uid-reporter": PodHold.REPORT_PARITY}
     assert _victims(preemption.plan(roomy, [pending("hi", gpus=2)])) == ["silent"]
 
 
@@ -83,7 +97,7 @@ def test_when_only_the_held_reporter_makes_room_the_hold_is_relaxed():
     # view has no room for the other, so the plan takes the reporter too
     snap = _twins()
     pre = gang("hi", [None, None], priority=100)
-    assert parity.held(snap, pre) == {"uid-reporter": PodHold.REPORT_PARITY}
+    assert _held(snap, pre) == {"uid-reporter": PodHold.REPORT_PARITY}
     got = preemption.plan(snap, pre)
     assert _victims(got) == ["reporter", "silent"] and got.feasible
     assert "relaxed" in got.reason
@@ -92,13 +106,13 @@ def test_when_only_the_held_reporter_makes_room_the_hold_is_relaxed():
 def test_a_silent_pod_on_a_closed_node_holds_nobody():
     snap = _twins()
     closed = replace(snap, nodes=(snap.nodes[0], replace(snap.nodes[1], unschedulable=True)))
-    assert parity.held(closed, [pending("hi")]) == {}
+    assert _held(closed, [pending("hi")]) == {}
 
 
 def test_a_pod_that_declares_no_checkpoints_is_no_silent_alternative():
     # charged all its 4 h truthfully: holding the reporter behind it would evict the costliest
     snap = _twins(silent_mode=CheckpointMode.NONE)
-    assert parity.held(snap, [pending("hi")]) == {}
+    assert _held(snap, [pending("hi")]) == {}
     assert _victims(preemption.plan(snap, [pending("hi")])) == ["reporter"]
 
 
@@ -106,12 +120,12 @@ def test_a_silent_pod_that_could_not_go_holds_nobody():
     for silent in ({"priority": 100}, {"min_runtime": 5 * HOUR}, {"preemptible": False},
                    {"terminating": True}):
         snap = _twins(**silent)
-        assert parity.held(snap, [pending("hi")]) == {}, silent
+        assert _held(snap, [pending("hi")]) == {}, silent
     held_at_bound = _twins()
     held_at_bound = replace(held_at_bound, pods=tuple(
         replace(p, held=PodHold.AT_PREEMPTION_BOUND) if p.name == "silent" else p
         for p in held_at_bound.pods))
-    assert parity.held(held_at_bound, [pending("hi")]) == {}
+    assert _held(held_at_bound, [pending("hi")]) == {}
 
 
 def test_a_silent_pod_that_could_not_go_holds_nobody_even_beside_the_reporter():
@@ -120,8 +134,8 @@ def test_a_silent_pod_that_could_not_go_holds_nobody_even_beside_the_reporter():
                      mode=PERIODIC),
             make_pod("silent", node="a", priority=5, age=2 * HOUR, mode=PERIODIC)]
     snap = snapshot([gpu_node("a", 2)], pods)
-    assert parity.held(snap, [pending("hi", priority=3)]) == {}
-    assert parity.held(snap, [pending("hi", priority=9)]) == {
+    assert _held(snap, [pending("hi", priority=3)]) == {}
+    assert _held(snap, [pending("hi", priority=9)]) == {
         "uid-reporter": PodHold.REPORT_PARITY}
 
 
@@ -129,7 +143,7 @@ def test_a_malformed_checkpoint_is_neither_reporting_nor_silent():
     snap = _twins()
     bad = replace(snap, pods=tuple(replace(p, checkpoint_malformed=True, last_checkpoint=None)
                                    if p.name == "silent" else p for p in snap.pods))
-    assert parity.held(bad, [pending("hi")]) == {}
+    assert _held(bad, [pending("hi")]) == {}
     reporter = next(p for p in snap.pods if p.name == "reporter")
     assert reporter.reports_periodic is True
     assert replace(reporter, checkpoint_malformed=True).reports_periodic is None
@@ -164,7 +178,7 @@ def test_parity_never_makes_a_plan_infeasible_and_a_held_reporter_goes_only_as_a
     on = preemption.plan(snap, [pre])
     off = preemption.plan(snap, [pre], PlannerConfig(report_parity=False))
     assert on.feasible == off.feasible
-    held = parity.held(snap, [pre])
+    held = _held(snap, [pre])
     if not held or not on.feasible:
         return
     in_view = preemption.plan(snap.restricted(held=held), [pre])
@@ -174,7 +188,7 @@ def test_parity_never_makes_a_plan_infeasible_and_a_held_reporter_goes_only_as_a
 
 
 def _held_by_scan(snap, preemptor):
-    """``parity.held`` as the rule reads, over every pod: the reference for its index."""
+    """``_held`` as the rule reads, over every pod: the reference for the index."""
     priority = min(p.priority for p in preemptor)
     could = [p for p in snap.pods if p.node is not None and p.checkpoint is PERIODIC
              and not p.checkpoint_malformed
@@ -193,10 +207,10 @@ def _held_by_scan(snap, preemptor):
 def test_the_index_of_periodic_pods_gives_what_a_scan_of_every_pod_gives(case, data):
     # also on a restricted view holding some pods: it shares its base's index
     snap, pre = case
-    assert parity.held(snap, [pre]) == _held_by_scan(snap, [pre])
+    assert _held(snap, [pre]) == _held_by_scan(snap, [pre])
     some = data.draw(st.sets(st.sampled_from([p.uid for p in snap.pods])))
     view = snap.restricted(held=dict.fromkeys(some, PodHold.AT_PREEMPTION_BOUND))
-    assert parity.held(view, [pre]) == _held_by_scan(view, [pre])
+    assert _held(view, [pre]) == _held_by_scan(view, [pre])
 
 
 @st.composite
@@ -225,7 +239,7 @@ def _plan_on_the_held_view(snap, preemptor):
     (``Snapshot.restricted``), keeping the first plan when that finds none. The reference."""
     off = PlannerConfig(report_parity=False)
     first = preemption.plan(snap, preemptor, off)
-    held = parity.held(snap, preemptor)
+    held = _held(snap, preemptor)
     if not {v.uid for v in first.victims} & set(held):
         return first
     got = preemption.plan(snap.restricted(held=held), preemptor, off)
