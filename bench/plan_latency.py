@@ -29,8 +29,8 @@ preempted), ``--churn`` of the running pods checkpointed since, and a new queue 
 choose the same.
 ``--silent-share`` makes that share of the running ``checkpoint: periodic`` pods report no
 checkpoint (default 0: every one reports), so report parity (``policies.planner.parity``) holds
-reporters: a plan that takes one is made again with the rule's floor applied by the victim
-units, which share the cycle's caches with every plan at that floor.
+reporters: plans are made with the rule's floor applied by the victim units, which share the
+cycle's caches with every plan at that floor.
 Prints one JSON line per run.
 """
 

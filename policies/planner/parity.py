@@ -22,14 +22,13 @@ silent job that is away (evicted, not yet back) is no alternative, so this is no
 per world; ``bench.incentive`` measures it (the reporter over its twin in 0 of 1,000 worlds).
 Loss still decides among the reporters that are not held, and among the silent ones.
 
-``preemption.plan`` plans as usual first and keeps that plan when none of its victims is a
-held reporter; otherwise it plans again with the holds, which its victim units apply from the
-floor alone (``units.UnitBuilder``'s ``parity_floor``), so that plan shares the cycle's caches
-with every other plan at the same floor (``policies.planner.plan_cache``) instead of seeing
-thousands of held pods as a changed cluster. When that plan finds nothing (only held
-reporters would make room: the node test is a necessary condition, and NVLink
-domains, PDBs, or a gang's further members can still rule the silent pods' nodes out) the first
-plan stands: the reporter would have been the victim had it been silent too. Counting only
+``preemption.plan`` looks for the floor first; when there is one it plans with it, the holds
+applied by its victim units (``units.UnitBuilder``'s ``parity_floor``), so the plan shares the
+cycle's caches with every other plan at the same floor (``policies.planner.plan_cache``) instead
+of seeing thousands of held pods as a changed cluster. When that plan finds nothing (only held
+reporters would make room: the node test is a necessary condition, and NVLink domains, PDBs, or
+a gang's further members can still rule the silent pods' nodes out) it plans again without the
+rule: the reporter would have been the victim had it been silent too. Counting only
 silent pods on such nodes, rather than every silent pod, moved the cost little on the harsh
 world's rows (README, "The starvation bound").
 

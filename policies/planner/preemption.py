@@ -151,31 +151,23 @@ def plan(
     ``cache``: the cycle's ``PlanCache``, when ``snapshot`` is its base or a view of it
     (``Snapshot.restricted``); the plan is the same with it or without it.
 
-    With ``report_parity`` (``policies.planner.parity``), a plan whose victims include a
-    reporting pod preempted as often as a silent alternative is made again with the rule's
-    floor applied by its victim units (every such reporter held); when that finds no plan, the
-    first plan stands. A plan none of whose victims the rule holds is kept as it is, and the
-    floor is looked for only when a victim reports at all.
+    With ``report_parity`` (``policies.planner.parity``), when a silent pod could go instead,
+    the plan is made with the rule's floor applied by its victim units (every reporter
+    preempted that often or more held); when that finds no plan, it is made again without
+    the rule (only such reporters make room).
 
     A gang preemptor whose plan shrinks an elastic gang, or finds none, is also planned with
     shrink off, and the better plan kept: a plan shrinks an elastic gang once at most
     (``policies.planner.shrink``), so a later member may need the gang whole."""
-    free = _plan_elastic(snapshot, preemptor, config, cache)
-    if not config.report_parity:
-        return free
-    victims = [snapshot.pod_on(v.node, v.uid) for v in free.victims]
-    if not any(p.reports_periodic for p in victims):
-        return free  # no reporter among its victims: nothing for the rule to hold
-    floor = parity.floor(snapshot, preemptor)
-    history = snapshot.preemption_history
-    if floor is None or not any(parity.holds(p, floor, history) for p in victims):
-        return free  # the rule holds: none of its victims is a reporter parity holds
+    floor = parity.floor(snapshot, preemptor) if config.report_parity else None
+    if floor is None:  # no silent pod could go instead: nothing for the rule to hold
+        return _plan_elastic(snapshot, preemptor, config, cache)
     got = _plan_elastic(snapshot, preemptor, config, cache, parity_floor=floor)
     if got.feasible:
         why = (f"; reporting pods preempted {floor} time(s) or more held back "
                f"({PodHold.REPORT_PARITY}: as often as a silent pod that could go)")
     else:
-        got = free
+        got = _plan_elastic(snapshot, preemptor, config, cache)
         why = (f"; {PodHold.REPORT_PARITY} relaxed: only reporting pods preempted as often as "
                "a silent one make room")
     return replace(got, reason=got.reason + why) if got.victims else got

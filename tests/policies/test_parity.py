@@ -59,16 +59,26 @@ def test_the_silent_pod_goes_first_when_both_were_preempted_as_often():
     assert _victims(off) == ["reporter"]
 
 
-def test_a_plan_that_takes_no_held_reporter_is_kept_without_the_held_view():
-    # the silent pod started a minute ago, so loss alone takes it: the rule changes nothing,
-    # and the plan says nothing of holds
+def test_where_loss_alone_takes_no_held_reporter_the_rule_changes_nothing_but_the_reason():
+    # the silent pod started a minute ago, so loss alone takes it too
     pods = [make_pod("reporter", node="a", priority=1, age=4 * HOUR, checkpoint_age=600.0,
                      mode=PERIODIC),
             make_pod("silent", node="b", priority=1, age=60.0, mode=PERIODIC)]
     snap = snapshot([gpu_node("a", 1), gpu_node("b", 1)], pods)
     assert _held(snap, [pending("hi")]) == {"uid-reporter": PodHold.REPORT_PARITY}
     got = preemption.plan(snap, [pending("hi")])
-    assert _victims(got) == ["silent"] and PodHold.REPORT_PARITY not in got.reason
+    off = preemption.plan(snap, [pending("hi")], PlannerConfig(report_parity=False))
+    assert _victims(got) == ["silent"]
+    # the same plan; the reporter's node is passed over as held rather than as costlier
+    assert replace(got, reason="", rejections=()) == replace(off, reason="", rejections=())
+    assert [(r.node, r.detail) for r in got.rejections] == [("a", "hi: 1 pod(s) report-parity")]
+    assert PodHold.REPORT_PARITY in got.reason and PodHold.REPORT_PARITY not in off.reason
+
+
+def test_no_silent_alternative_no_floor_and_the_plan_says_nothing_of_holds():
+    snap = _twins(silent_mode=CheckpointMode.NONE)
+    assert parity.floor(snap, [pending("hi")]) is None
+    got = preemption.plan(snap, [pending("hi")])
     assert got == preemption.plan(snap, [pending("hi")], PlannerConfig(report_parity=False))
 
 
@@ -234,16 +244,16 @@ def parity_worlds(draw):
 
 
 def _plan_on_the_held_view(snap, preemptor):
-    """Report parity as it was planned before the units applied its floor: plan without it,
-    and when that takes a held reporter, plan again on a view holding every held reporter
-    (``Snapshot.restricted``), keeping the first plan when that finds none. The reference."""
+    """The rule planned the plain way: on a view holding every reporter it holds
+    (``Snapshot.restricted``), and without the rule when that view has no plan. The
+    reference for the floor applied inside the planner's units."""
     off = PlannerConfig(report_parity=False)
-    first = preemption.plan(snap, preemptor, off)
     held = _held(snap, preemptor)
-    if not {v.uid for v in first.victims} & set(held):
-        return first
-    got = preemption.plan(snap.restricted(held=held), preemptor, off)
-    return got if got.feasible else first
+    if held:
+        got = preemption.plan(snap.restricted(held=held), preemptor, off)
+        if got.feasible:
+            return got
+    return preemption.plan(snap, preemptor, off)
 
 
 @settings(max_examples=300, deadline=None)
