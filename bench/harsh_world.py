@@ -3,7 +3,7 @@
 Usage: python -m bench.harsh_world [--seeds 10] [--scale 0.05] [--jobs 2] [--out bench/results]
 Target: under 15 minutes on 2 cores at the defaults, so it is scaled down from the evidence
 run: openb/stress at 0.05 of the cluster (the evidence run uses 0.1); the replay protocol
-shrinks its cluster to its own contention whatever the scale. Met: 5.2 min on 2 processes
+shrinks its cluster to its own contention whatever the scale. Met: 5.0–5.2 min on 2 processes
 (2026-12-07, beside a CI run); an earlier run took 33 min at load average about 20.
 
 What: the simulator's default checkpoint behaviour is kind (every checkpointing job reports,
