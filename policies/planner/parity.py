@@ -74,6 +74,19 @@ def floor(snapshot: Snapshot, preemptor: Sequence[Pod]) -> int | None:
     return None
 
 
+def least_preempted_silent(snapshot: Snapshot, priority: int) -> int | None:
+    """The fewest preemptions of a silent workload that a preemptor of ``priority`` could take,
+    wherever it runs (None: no such pod): the floor of every preemptor that one of those pods'
+    nodes could host, and so of most (``floor`` adds that test). ``preemption.warm`` fills the
+    caches under it."""
+    silent_at, _ = snapshot.periodic_positions
+    pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
+    for i in silent_at:
+        if cost.ineligibility(pods[i], priority, now) is None:
+            return counts.get(pods[i].workload, 0)
+    return None
+
+
 def holds(pod: Pod, floor_: int, history: Mapping[str, int]) -> bool:
     """Whether the rule holds ``pod`` back from a preemptor whose ``floor`` is ``floor_``: it
     reports periodic checkpoints and its workload was preempted ``floor_`` times or more.
@@ -87,8 +100,8 @@ def _could_host(snapshot: Snapshot, node_name: str, preemptor: Sequence[Pod],
     """Whether evicting every possible victim on the node would fit one of the preemptor's
     pods there: a necessary condition only (NVLink domains, PDBs and the bound's holds are the
     search's to judge), so a silent pod it admits may still be no help, never the reverse."""
-    node = snapshot.node_by_name[node_name]
-    if node.closed is not None:
+    node = snapshot.node_by_name.get(node_name)
+    if node is None or node.closed is not None:  # bound to a node the snapshot lacks: none
         return False
     room = snapshot.free(node_name)
     for p in snapshot.pods_on_node.get(node_name, ()):

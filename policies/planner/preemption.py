@@ -322,8 +322,10 @@ def warm(cache: PlanCache, config: PlannerConfig, nodes: int) -> int:
     """Work ahead while no preemptor is due: find the evictable pods of up to ``nodes`` nodes
     the cache does not know yet, for a preemptor above every running pod (the top priority
     band, where preemptors usually are), so the first plans after a start or a quiet spell find them
-    (``PlanCache.carried`` keeps them from then on). Returns how many nodes it did; 0 when the
-    band is complete. What it stores is what a plan would have stored."""
+    (``PlanCache.carried`` keeps them from then on); with report parity and a silent pod that
+    could go, then under the floor most such preemptors plan with
+    (``parity.least_preempted_silent``). Returns how many nodes it did; 0 when both are
+    complete. What it stores is what a plan would have stored."""
     snapshot = cache.base
     if nodes <= 0:
         return 0
@@ -331,16 +333,22 @@ def warm(cache: PlanCache, config: PlannerConfig, nodes: int) -> int:
     if not running:
         return 0
     priority = max(running) + 1  # the band of every preemptor above each running pod
-    shared = _share(cache, snapshot, priority, config)
-    if shared is None:
-        return 0
-    known = shared.evictable()
-    builder = _builder(snapshot, priority, config, shared)
+    floors: list[int | None] = [None]
+    if config.report_parity:
+        floor = parity.least_preempted_silent(snapshot, priority)
+        if floor is not None:
+            floors.append(floor)
     done = 0
-    for node in snapshot.nodes:
-        if node.name not in known:
-            builder.evictable_on(node.name)
-            done += 1
-            if done >= nodes:
-                break
+    for floor in floors:
+        shared = _share(cache, snapshot, priority, config, parity_floor=floor)
+        if shared is None:
+            return done
+        known = shared.evictable()
+        builder = _builder(snapshot, priority, config, shared, parity_floor=floor)
+        for node in snapshot.nodes:
+            if node.name not in known:
+                builder.evictable_on(node.name)
+                done += 1
+                if done >= nodes:
+                    return done
     return done

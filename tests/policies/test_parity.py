@@ -119,6 +119,14 @@ def test_a_silent_pod_on_a_closed_node_holds_nobody():
     assert _held(closed, [pending("hi")]) == {}
 
 
+def test_a_silent_pod_on_a_node_the_snapshot_lacks_holds_nobody():
+    # bad input (a pod bound to a node not listed) is no alternative, and never a crash
+    snap = _twins()
+    gone = replace(snap, nodes=(snap.nodes[0],))
+    assert parity.floor(gone, [pending("hi")]) is None
+    assert _victims(preemption.plan(gone, [pending("hi")])) == ["reporter"]
+
+
 def test_a_pod_that_declares_no_checkpoints_is_no_silent_alternative():
     # charged all its 4 h truthfully: holding the reporter behind it would evict the costliest
     snap = _twins(silent_mode=CheckpointMode.NONE)

@@ -174,6 +174,34 @@ def test_warming_fills_the_top_band_a_few_nodes_at_a_time():
     assert len([k for k in cache._tables if k[0] == "evictable"]) == 1
 
 
+def test_warming_fills_the_floor_report_parity_plans_with_too():
+    # a silent periodic pod never preempted: a top-priority preemptor plans at floor 0, and
+    # idle passes fill that key as well as the key without holds
+    periodic = {"mode": CheckpointMode.PERIODIC, "gpus": 8, "age": 7200}
+    snap = builders.snapshot([gpu_node(f"n{i}", 8) for i in range(1, 4)], [
+        make_pod("reporter", node="n1", checkpoint_age=60, **periodic),
+        make_pod("silent", node="n2", **periodic),
+        make_pod("plain", node="n3", gpus=8, age=9000),
+    ])
+    cfg = preemption.PlannerConfig(record_rejections=False)
+    cache = PlanCache(snap)
+    assert preemption.warm(cache, cfg, 4) == 4  # the 3 nodes without holds, 1 at floor 0
+    assert preemption.warm(cache, cfg, 4) == 2
+    assert preemption.warm(cache, cfg, 4) == 0  # both complete
+    tables = {k[-1]: t for k, t in cache._tables.items() if k[0] == "evictable"}
+    assert set(tables) == {None, 0} and all(set(t) == {"n1", "n2", "n3"} for t in tables.values())
+    assert tables[0]["n1"].entries == [] and tables[None]["n1"].entries != []  # held at 0
+    plan = preemption.plan(snap, [pending("hi", gpus=8)], cfg, cache)
+    assert plan == preemption.plan(snap, [pending("hi", gpus=8)], cfg)
+    assert plan.victims[0].name == "silent"
+    assert len([k for k in cache._tables if k[0] == "evictable"]) == 2  # read, not refilled
+    # without report parity only the key without holds is warmed
+    off = PlanCache(snap)
+    while preemption.warm(off, replace(cfg, report_parity=False), 4):
+        pass
+    assert [k[-1] for k in off._tables if k[0] == "evictable"] == [None]
+
+
 def test_judgments_follow_their_nodes_when_nodes_come_and_go():
     snap = _cluster()
     cache = _warm(snap)
