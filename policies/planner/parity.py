@@ -42,7 +42,7 @@ can see, whether a periodic job publishes its checkpoints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from ckpt_preempt.policies.model.model import Pod
 from ckpt_preempt.policies.model.snapshot import Snapshot
@@ -53,24 +53,18 @@ def floor(snapshot: Snapshot, preemptor: Sequence[Pod]) -> int | None:
     """The fewest preemptions (``Snapshot.preemption_history``) of a silent workload that
     could be a victim of ``preemptor`` (one pod or a gang's pending members) on a node that
     could host one of its pods, or None when no silent pod could go: a reporter preempted
-    that often or more is held (``holds``). Runs on every plan that would take a reporter, so
-    it reads the snapshot's index of periodic pods (``Snapshot.periodic_positions``, built
-    once per cycle and shared by its views) and walks the silent pods, fewest preemptions
-    first, only until one could go."""
-    silent_at, _ = snapshot.periodic_positions
-    if not preemptor or not silent_at:
+    that often or more is held (``holds``). Runs on every plan, so it walks the silent pods
+    of the snapshot's index (``_eligible_silent``), fewest preemptions first, only until one
+    could go."""
+    if not preemptor:
         return None
-    pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
     priority = min(p.priority for p in preemptor)
     hosts: dict[str, bool] = {}
-    for i in silent_at:
-        p = pods[i]
-        if cost.ineligibility(p, priority, now) is not None:
-            continue
+    for p in _eligible_silent(snapshot, priority):
         if p.node not in hosts:
             hosts[p.node] = _could_host(snapshot, p.node, preemptor, priority)
         if hosts[p.node]:
-            return counts.get(p.workload, 0)
+            return snapshot.preemption_history.get(p.workload, 0)
     return None
 
 
@@ -79,12 +73,17 @@ def least_preempted_silent(snapshot: Snapshot, priority: int) -> int | None:
     wherever it runs (None: no such pod): the floor of every preemptor that one of those pods'
     nodes could host, and so of most (``floor`` adds that test). ``preemption.warm`` fills the
     caches under it."""
+    first = next(_eligible_silent(snapshot, priority), None)
+    return None if first is None else snapshot.preemption_history.get(first.workload, 0)
+
+
+def _eligible_silent(snapshot: Snapshot, priority: int) -> Iterator[Pod]:
+    """The silent pods a preemptor of ``priority`` could take, fewest preemptions first, from
+    the snapshot's index of periodic pods (``Snapshot.periodic_positions``, built once per
+    cycle and shared by its views), so a plan reads a few pods instead of every pod."""
     silent_at, _ = snapshot.periodic_positions
-    pods, counts, now = snapshot.pods, snapshot.preemption_history, snapshot.now
-    for i in silent_at:
-        if cost.ineligibility(pods[i], priority, now) is None:
-            return counts.get(pods[i].workload, 0)
-    return None
+    pods, now = snapshot.pods, snapshot.now
+    return (pods[i] for i in silent_at if cost.ineligibility(pods[i], priority, now) is None)
 
 
 def holds(pod: Pod, floor_: int, history: Mapping[str, int]) -> bool:

@@ -227,12 +227,12 @@ def _recounted(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:
     """The nodes of the pods whose workload was preempted less often in ``new`` than in
     ``old``, recently or within the bound's window (their fairness penalty fell), or more
     often within the window (report parity's hold depends on that count)."""
-    fell = {w for w, n in old.recent.items() if new.recent.get(w, 0) < n}
-    fell |= {w for w in old.history.keys() | new.history.keys()
-             if new.history.get(w, 0) != old.history.get(w, 0)}
-    if not fell:
+    moved = {w for w, n in old.recent.items() if new.recent.get(w, 0) < n}
+    moved |= {w for w in old.history.keys() | new.history.keys()
+              if new.history.get(w, 0) != old.history.get(w, 0)}
+    if not moved:
         return set()
-    return {p.node for p in base.pods if p.node is not None and p.workload in fell}
+    return {p.node for p in base.pods if p.node is not None and p.workload in moved}
 
 
 def _pdbs_changed(old: _Basis, new: _Basis, base: Snapshot) -> set[str]:

@@ -254,16 +254,16 @@ class UnitBuilder:
                 # its end-aware charge falls from when its end comes within the wait
                 stale_after = min(stale_after, max(
                     now, p.expected_end + ends.margin - ends.max_wait))
-            # the common case, single pods, without the per-gang memo
-            why = cost.ineligibility(p, prio, now) if p.gang is None else self.why_not(p)
-            if why is None and floor is not None and p.gang is None \
-                    and parity.holds(p, floor, history):
-                why = cost.Ineligible.REPORT_PARITY
+            # the pod's own standing (``ineligibility`` inlined: this loop is the hottest);
+            # a gang member's unit is judged once per gang (``why_not``)
+            own = cost.ineligibility(p, prio, now)
+            if own is None and floor is not None and parity.holds(p, floor, history):
+                own = cost.Ineligible.REPORT_PARITY
+            why = own if p.gang is None else self.why_not(p)
             if why is not None:
                 if p.held is not None and not p.terminating and p.priority < prio:
                     held[p.held] = held.get(p.held, 0) + 1
-                elif floor is not None and parity.holds(p, floor, history) \
-                        and cost.ineligibility(p, prio, now) is None:
+                elif own is cost.Ineligible.REPORT_PARITY:
                     held[PodHold.REPORT_PARITY] = held.get(PodHold.REPORT_PARITY, 0) + 1
                 continue
             r = p.requests
