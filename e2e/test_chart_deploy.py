@@ -32,6 +32,7 @@ from e2e.harness.controller_run import (
     plans,
     priority_classes,
     reasons,
+    wait_run_past,
 )
 from e2e.harness.trust import extra_namespace, status_of
 
@@ -82,7 +83,7 @@ def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
     (node,) = gpu_nodes(1)
     kube.create_pod(cluster, namespace, "victim", gpus=8, pool=pool, priority_class=LOW,
                     node_name=node, checkpoint="on-request", checkpoint_seconds=2)
-    kube.wait_pod_running(cluster, namespace, "victim")
+    victim = kube.wait_pod_running(cluster, namespace, "victim")
     release = _release()
     with chart.restricted_namespace(cluster) as ns, extra_namespace(cluster) as elsewhere:
         docs = chart.render(release, ns, {"config": {"namespaces": [namespace], **FAST},
@@ -104,6 +105,7 @@ def test_chart_controller_preempts_in_its_namespaces_and_nowhere_else(
                                         env={**os.environ, "POD_NAME": f"{release}-0",
                                              "PYTHONPATH": str(REPO)})
             try:
+                wait_run_past(victim, 5.0)  # past its 2 s checkpoint: the plan drains it
                 kube.create_pod(cluster, namespace, "big", gpus=8, pool=pool,
                                 priority_class=HIGH_NEVER)
                 pod = kube.wait_pod_running(cluster, namespace, "big", timeout=120)

@@ -28,6 +28,7 @@ from e2e.harness.controller_run import (
     plans,
     priority_classes,
     reasons,
+    wait_run_past,
 )
 from e2e.harness.extender_run import metric
 from e2e.harness.extender_run import scheduler_config as extender_config
@@ -96,11 +97,7 @@ def test_controller_container_preempts_with_the_charts_pod_spec(
               "controller": {"metricsPort": port}, "hwprobe": {"enabled": False}}
     with images.chart_pod(local, "controller", values) as (template, view, ns), \
             _started(image, template, view, port, tmp_path) as ctr:
-        # draining pays only once the victim has more unsaved work than its 2 s checkpoint
-        # (policies.planner.cost): a plan within 2 s of its start evicts it without asking
-        started = victim.status.start_time.timestamp()
-        kube.wait_for("the victim to run past its checkpoint time",
-                      lambda: time.time() - started > 5.0, timeout=30)
+        wait_run_past(victim, 5.0)  # past its 2 s checkpoint: the plan drains it
         kube.create_pod(local, namespace, "big", gpus=8, pool=pool,
                         priority_class=HIGH_NEVER)
         pod = kube.wait_pod_running(local, namespace, "big", timeout=120)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,15 @@ def priority_classes(c: kube.Cluster) -> None:
 def rfc3339(ago_seconds: float = 0.0) -> str:
     t = datetime.now(UTC) - timedelta(seconds=ago_seconds)
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def wait_run_past(pod: client.V1Pod, seconds: float) -> None:
+    """Wait until ``pod`` (as read once Running) has run more than ``seconds``. Draining pays
+    only once a victim has more unsaved work than its checkpoint takes (policies.planner.cost):
+    a plan made within its checkpoint time of its start evicts it without asking."""
+    started = pod.status.start_time.timestamp()
+    kube.wait_for(f"{pod.metadata.name} to run past {seconds:.0f} s",
+                  lambda: time.time() - started > seconds, timeout=seconds + 30)
 
 
 def config_for(namespace: str, **kw) -> Config:
