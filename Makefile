@@ -89,6 +89,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.restart_cost
 	$(BIN)/python -m bench.timing
 	$(BIN)/python -m bench.starvation_bound
+	$(BIN)/python -m bench.loss_concentration
 	$(BIN)/python -m bench.incentive
 	$(BIN)/python -m bench.elastic_shrink
 	$(BIN)/python -m bench.lost_work

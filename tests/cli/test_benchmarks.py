@@ -135,3 +135,27 @@ def test_incentive_benchmark_refuses_bad_flags_in_one_line():
                              capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert out.returncode == 2, flags
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_loss_concentration_shares_and_same_largest_eviction():
+    from bench import loss_concentration as lc
+
+    assert lc.shares(10.0, [1.0, 6.0, 2.0, 1.0]) == (0.6, 0.9)
+    assert lc.shares(0.0, []) == (0.0, 0.0)
+    rows = {("c", 1): {"a": {"lost": 10.0, "losses": [8.0, 1.0]},
+                       "b": {"lost": 9.0, "losses": [8.02, 0.5]}},
+            ("c", 2): {"a": {"lost": 4.0, "losses": [1.0, 1.0]},
+                       "b": {"lost": 2.0, "losses": [2.0]}}}
+    (entry,) = lc.summarise(rows, ["c"], [1, 2], ("a", "b"))
+    assert [s["same_under_every_policy"] for s in entry["seeds"]] == [True, False]
+    assert entry["policies"]["a"]["largest_share"]["median"] == (0.8 + 0.25) / 2
+    assert entry["policies"]["b"]["top3_share"]["median"] == round((8.52 / 9 + 1.0) / 2, 3)
+    assert entry["seeds"][1]["largest_gpu_hours"] == {"a": 1.0, "b": 2.0}
+
+
+def test_loss_concentration_refuses_bad_flags_in_one_line():
+    for flags in (["--cells", "no/such"], ["--policies", "no-such-policy"], ["--jobs", "0"]):
+        out = subprocess.run([sys.executable, "-m", "bench.loss_concentration", *flags],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert out.returncode == 2, flags
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
