@@ -28,7 +28,7 @@ from ckpt_preempt.controller.kube import convert, podgroups, records
 from ckpt_preempt.controller.kube import resource_claims as rc
 from ckpt_preempt.controller.kube.records import MANAGED_BY
 from ckpt_preempt.controller.kube.watch import stored_plan
-from ckpt_preempt.controller.planning.plans import load_all, recent_preemptions, restriction
+from ckpt_preempt.controller.planning.plans import history, load_all, restriction
 from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.health import NodeHealth
@@ -94,11 +94,9 @@ def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None
     health = tuple(explain_health(cfg, [n.name for n in nodes]))
     native = podgroups.listed(api)
     conv = convert.snapshot(now=now, nodes=nodes, pods=pods, pdbs=pdbs, scope=scope,
-                            limits=convert.limits(cfg), recent_preemptions=recent_preemptions(
-                                stored, since=now - cfg.fairness_window_seconds),
+                            limits=convert.limits(cfg),
                             health={h.node: h.state for h in health}, podgroups=native,
-                            preemption_history=recent_preemptions(
-                                stored, since=now - cfg.preemption_bound_window_seconds))
+                            **history(stored, now, cfg))
     model = conv.snapshot.pod_by_uid
     gang = model[target.uid].gang
     members = [p for p in pods if not p.node and not p.done and (

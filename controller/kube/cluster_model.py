@@ -325,7 +325,8 @@ class ClusterModel:
     # -------------------------------------------------------------------------- snapshot
     def snapshot(self, *, now: float, recent_preemptions: Mapping[str, int] | None = None,
                  health: Mapping[str, Health] | None = None,
-                 preemption_history: Mapping[str, int] | None = None) -> convert.Converted:
+                 preemption_history: Mapping[str, int] | None = None,
+                 preempted_gpus: Mapping[str, float] | None = None) -> convert.Converted:
         """The Converted ``convert.snapshot()`` would build from the cache as of the last
         sync, for ``now`` (the sync's own: pods are converted for it)."""
         if now != self._now:
@@ -336,10 +337,14 @@ class ClusterModel:
             self._pod_tuple = tuple(filter(None, map(_POD, self._pods.values())))
         cluster = self._cluster
         pdbs, index = cluster.pdb_view()
+        recent, history, holding = convert.attributed(
+            self._pod_tuple, recent_preemptions, preemption_history, preempted_gpus)
         snap = Snapshot(now=now, nodes=cluster.node_tuple(), pods=self._pod_tuple, pdbs=pdbs,
-                        recent_preemptions=dict(recent_preemptions or {}),
+                        recent_preemptions=recent,
                         unknown_checkpoint=self.limits.unknown_checkpoint,
-                        preemption_history=dict(preemption_history or {}))
+                        preemption_history=history)
+        if holding is not None:
+            snap = snap.with_gpus_by_workload(holding)
         snap = snap.with_indexes(
             node_by_name=cluster.nodes, pod_by_uid=self._model, pods_on_node=self._pods_on_node,
             held=self._held, pods_by_gang=self._gang_pods, free_by_node=cluster.free,

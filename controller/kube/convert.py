@@ -30,7 +30,7 @@ from ckpt_preempt.policies.model.model import (
     RejectReason,
     Resources,
 )
-from ckpt_preempt.policies.model.snapshot import Snapshot
+from ckpt_preempt.policies.model.snapshot import Snapshot, workload_gpus
 from ckpt_preempt.policies.model.topology import TopologyError, parse_node_topology
 from ckpt_preempt.policies.planner import bound, preemption
 
@@ -176,13 +176,15 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
              recent_preemptions: Mapping[str, int] | None = None,
              health: Mapping[str, Health] | None = None,
              podgroups: Mapping[str, native_gangs.NativeGroup] | None = None,
-             preemption_history: Mapping[str, int] | None = None) -> Converted:
+             preemption_history: Mapping[str, int] | None = None,
+             preempted_gpus: Mapping[str, float] | None = None) -> Converted:
     """Bound, unfinished pods hold capacity; pending pods are listed too (for gang membership).
     Pods outside the scope are never candidates (``preemptible=False``).
     ``recent_preemptions``: per workload key (``Victim.workload``, ``Pod.workload``), how
     often it was preempted within the fairness window, from the stored plan history;
     ``preemption_history``: the same within the starvation bound's window
-    (``policies.planner.bound``).
+    (``policies.planner.bound``); both are attributed (``attributed``) by ``preempted_gpus``
+    (``controller.planning.plans.preempted_gpus``).
     ``health``: each node's GPU health (``controller.health.health``; absent: unknown).
     ``podgroups``: native PodGroups by ``<namespace>/<name>`` (``controller.kube.podgroups``)."""
     model_pods, problems = [], {}
@@ -207,13 +209,28 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         model_nodes.append(node)
         if problem:
             node_problems[n.name] = problem
-    return Converted(
-        snapshot=Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
-                          pdbs=tuple(to_pdb(b) for b in pdbs),
-                          recent_preemptions=dict(recent_preemptions or {}),
-                          unknown_checkpoint=limits.unknown_checkpoint,
-                          preemption_history=dict(preemption_history or {})),
-        problems=problems, node_problems=node_problems)
+    recent, history, holding = attributed(model_pods, recent_preemptions, preemption_history,
+                                          preempted_gpus)
+    snap = Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
+                    pdbs=tuple(to_pdb(b) for b in pdbs), recent_preemptions=recent,
+                    unknown_checkpoint=limits.unknown_checkpoint, preemption_history=history)
+    if holding is not None:
+        snap = snap.with_gpus_by_workload(holding)
+    return Converted(snapshot=snap, problems=problems, node_problems=node_problems)
+
+
+def attributed(pods: Iterable[Pod], recent: Mapping[str, int] | None,
+               history: Mapping[str, int] | None, preempted_gpus: Mapping[str, float] | None
+               ) -> tuple[dict[str, int], dict[str, int], dict[str, float] | None]:
+    """The preemption counts a snapshot of ``pods`` carries: each workload's counts only while
+    it holds no more GPUs than at one of them (``policies.planner.bound.attributable``), and
+    the GPUs per workload computed for that (None: no size recorded, nothing computed)."""
+    recent, history = dict(recent or {}), dict(history or {})
+    if not preempted_gpus or not (recent or history):
+        return recent, history, None
+    holding = workload_gpus(pods)
+    return (bound.attributable(recent, preempted_gpus, holding),
+            bound.attributable(history, preempted_gpus, holding), holding)
 
 
 def _tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.kube.watch import StoredPlan
 from ckpt_preempt.controller.writes.write_bodies import plan_object_name
 from ckpt_preempt.policies.lifecycle import plan_record
@@ -106,16 +107,48 @@ def restriction(active: Iterable[PlanRecord], blocked: Mapping[str, float],
         blocked_pods=frozenset(uid for uid, until in blocked.items() if until > now))
 
 
+def _counted(plans: Iterable[PlanRecord], since: float) -> Iterator[PlanRecord]:
+    """The plans created after `since` that reached Evicting (Done, or still Evicting)."""
+    return (r for r in plans if r.created >= since and r.state in (State.DONE, State.EVICTING))
+
+
 def recent_preemptions(plans: Iterable[PlanRecord], since: float) -> dict[str, int]:
     """Workload key (``policies.model.model.Pod.workload``) -> how many plans created after `since`
     evicted it (plans that reached Evicting: Done, or still Evicting)."""
     counts: dict[str, int] = {}
-    for r in plans:
-        if r.created < since or r.state not in (State.DONE, State.EVICTING):
-            continue
+    for r in _counted(plans, since):
         for key in {v.workload or v.uid for v in r.victims}:
             counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def preempted_gpus(plans: Iterable[PlanRecord], since: float) -> dict[str, float]:
+    """Workload key -> the most GPUs it held at one of the preemptions ``recent_preemptions``
+    counts since `since` (``PlannedVictim.workload_gpus``), for
+    ``policies.planner.bound.attributable``. A workload with a counted plan that recorded no
+    size (stored before sizes were) is absent: its counts stand as they are."""
+    most: dict[str, float] = {}
+    unrecorded: set[str] = set()
+    for r in _counted(plans, since):
+        for v in r.victims:
+            key = v.workload or v.uid
+            if v.workload_gpus is None:
+                unrecorded.add(key)
+            else:
+                most[key] = max(most.get(key, 0.0), v.workload_gpus)
+    return {w: g for w, g in most.items() if w not in unrecorded}
+
+
+def history(plans: Iterable[PlanRecord], now: float, cfg: Config) -> dict[str, Mapping]:
+    """What a snapshot at ``now`` is told of past preemptions (``convert.snapshot``'s keyword
+    arguments): the counts within the fairness window and within the starvation bound's, and
+    the sizes they are attributed by, over the longer of the two."""
+    plans = list(plans)
+    fairness = now - cfg.fairness_window_seconds
+    bound_window = now - cfg.preemption_bound_window_seconds
+    return {"recent_preemptions": recent_preemptions(plans, since=fairness),
+            "preemption_history": recent_preemptions(plans, since=bound_window),
+            "preempted_gpus": preempted_gpus(plans, since=min(fairness, bound_window))}
 
 
 def waiting_for_victims(plans: Iterable[PlanRecord], terminating: set[str]) -> set[str]:

@@ -111,6 +111,7 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
     deadlines after it."""
     pods = {p.uid: p for p in cand.members}
     model = conv.snapshot.pod_by_uid
+    holding = conv.snapshot.gpus_by_workload
     leaving = {v.uid for g in plan.victim_groups if g.shrink for v in g.victims}
     deadline = max(now, min(plan.drain_deadline or now,
                             now + cfg.max_checkpoint_seconds))
@@ -126,7 +127,8 @@ def plan_record(cand: Candidate, plan: Plan, conv: convert.Converted, now: float
             uid=v.uid, namespace=v.namespace, name=v.name, node=v.node, drain=v.drain,
             workload=model[v.uid].workload[:MAX_WORKLOAD_KEY],
             gang=(model[v.uid].gang or "")[:MAX_WORKLOAD_KEY],
-            shrink=v.uid in leaving, wait=_wait(plan, v.uid))
+            shrink=v.uid in leaving, wait=_wait(plan, v.uid),
+            workload_gpus=holding.get(model[v.uid].workload, 0.0))
             for v in plan.victims),
         lost_gpu_seconds=plan.lost_gpu_seconds,
     )

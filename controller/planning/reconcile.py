@@ -59,7 +59,7 @@ from ckpt_preempt.controller.planning.disruption_api import EvictionRequestApi
 from ckpt_preempt.controller.planning.plans import (
     PlanBook,
     Stored,
-    recent_preemptions,
+    history,
     restriction,
     waiting_for_victims,
 )
@@ -274,10 +274,7 @@ class Reconciler:
         """The model's snapshot for ``now``, with the planner's caches carried onto it
         (``self.plan_cache``: what they know of the nodes that did not change comes from the
         last cycle's)."""
-        conv = self.model.snapshot(now=now, recent_preemptions=recent_preemptions(
-            stored, since=now - self.cfg.fairness_window_seconds), health=health,
-            preemption_history=recent_preemptions(
-                stored, since=now - self.cfg.preemption_bound_window_seconds))
+        conv = self.model.snapshot(now=now, health=health, **history(stored, now, self.cfg))
         self.plan_cache = PlanCache.carried(self.plan_cache, conv.snapshot, conv.changed_nodes)
         return conv
 

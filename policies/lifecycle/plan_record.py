@@ -79,6 +79,10 @@ class PlannedVictim:
     # what the plan waits for before evicting it (policies.planner.timing): "" nothing, "checkpoint"
     # its next periodic checkpoint (a last-checkpoint newer than the plan), "end" its end
     wait: str = ""
+    # the GPUs (shares) its workload held when the plan was made: its preemptions count for it
+    # only while it holds no more (policies.planner.bound.attributable); None: not recorded
+    # (plans stored before it was)
+    workload_gpus: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +167,12 @@ def _workload(v: object, what: str, err: type[ValueError]) -> str:
     return v
 
 
+def _gpus(v: object, err: type[ValueError]) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v) or v < 0:
+        raise err(f"victims.workloadGpus: expected a number >= 0, got {v!r}")
+    return float(v)
+
+
 def _str(d: Mapping, key: str, pattern: re.Pattern, err: type[ValueError]) -> str:
     v = d.get(key)
     if not isinstance(v, str) or not pattern.fullmatch(v):
@@ -197,7 +207,9 @@ def plan_to_annotation(r: PlanRecord) -> str:
         "victims": [{"uid": v.uid, "namespace": v.namespace, "name": v.name, "node": v.node,
                      "drain": v.drain, "workload": v.workload, "gang": v.gang,
                      **({"shrink": True} if v.shrink else {}),
-                     **({"wait": v.wait} if v.wait else {})}  # absent: as before timing
+                     **({"wait": v.wait} if v.wait else {}),  # absent: as before timing
+                     **({"workloadGpus": round(v.workload_gpus, 6)}
+                        if v.workload_gpus is not None else {})}
                     for v in r.victims],
     }, separators=(",", ":"))
 
@@ -205,6 +217,7 @@ def plan_to_annotation(r: PlanRecord) -> str:
 _PLAN_KEYS = {"v", "id", "state", "mode", "created", "deadline", "evictBy", "bindBy",
               "lostGpuSeconds", "reason", "placements", "victims"}
 _VICTIM_KEYS = {"uid", "namespace", "name", "node", "drain", "workload", "gang"}
+_VICTIM_OPTIONAL = {"shrink", "wait", "workloadGpus"}
 WAITS = ("checkpoint", "end")  # PlannedVictim.wait when set
 
 
@@ -236,7 +249,7 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             name=_str(p, "name", _NAME, E), node=_str(p, "node", _NAME, E)))
     victims = []
     for v in d["victims"]:
-        if set(v) - {"shrink", "wait"} != _VICTIM_KEYS:
+        if set(v) - _VICTIM_OPTIONAL != _VICTIM_KEYS:
             raise E(f"victims: unexpected fields {sorted(v)}")
         if v.get("wait", WAITS[0]) not in WAITS:
             raise E(f"victims.wait: expected one of {', '.join(WAITS)}, got {v['wait']!r}")
@@ -248,7 +261,8 @@ def plan_from_annotation(raw: str) -> PlanRecord:
             uid=_str(v, "uid", _UID, E), namespace=_str(v, "namespace", _NAME, E),
             name=_str(v, "name", _NAME, E), node=_str(v, "node", _NAME, E), drain=v["drain"],
             workload=_workload(v["workload"], "workload", E), gang=_workload(v["gang"], "gang", E),
-            shrink=v.get("shrink", False), wait=v.get("wait", "")))
+            shrink=v.get("shrink", False), wait=v.get("wait", ""),
+            workload_gpus=_gpus(v["workloadGpus"], E) if "workloadGpus" in v else None))
     if not placements:
         raise E("placements: a plan places at least one pod")
     uids = [v.uid for v in victims]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -249,6 +249,19 @@ class Snapshot:
         return out
 
     @cached_property
+    def gpus_by_workload(self) -> dict[str, float]:
+        """GPUs (shares) each workload (``Pod.workload``) holds on nodes: what a plan records
+        for a victim's workload, against which its preemptions are later attributed
+        (``policies.planner.bound.attributable``)."""
+        return workload_gpus(self.pods)
+
+    def with_gpus_by_workload(self, holding: dict[str, float]) -> Snapshot:
+        """This snapshot with ``gpus_by_workload`` handed in (the controller computed it from
+        the same pods to build the snapshot's preemption counts), shared, not copied."""
+        self.__dict__["gpus_by_workload"] = holding
+        return self
+
+    @cached_property
     def declared_ends(self) -> tuple[Pod, ...]:
         """The running pods that declare an end (``Pod.expected_end``), for the end-aware
         charge (``policies.planner.timing.end_rate``): few in most clusters, so a plan reads
@@ -341,3 +354,16 @@ class Snapshot:
     def gangs(self) -> dict[str, Gang]:
         return {key: Gang(key=key, members=tuple(sorted(p.uid for p in ps)))
                 for key, ps in self._index[2].items()}
+
+
+def workload_gpus(pods: Iterable[Pod]) -> dict[str, float]:
+    """GPUs (shares) held on nodes per ``Pod.workload``, over ``pods``; workloads holding
+    none are absent."""
+    out: dict[str, float] = {}
+    for p in pods:
+        if p.node is not None:
+            share = p.gpu_share
+            if share:
+                w = p.workload
+                out[w] = out.get(w, 0.0) + share
+    return out

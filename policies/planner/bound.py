@@ -31,6 +31,16 @@ Defaults (assumptions, labelled as such; anchors, none of which sets our numbers
   assumption: at most one preemption per six hours on average, a day being the scale of the
   replay weeks where one job was preempted 132-162 times (about 20 a day) under ours and 69
   (about 10 a day) under kube-default (README, "The simulator").
+
+**Whose history it is.** A tenant chooses its pods' workload: a gang label of its namespace, or
+an ownerReference to an object of its own. A new pod attached to a much-preempted workload would
+take on its history: the penalty would make it dearer and the bound would hold it. So a
+workload's preemptions count for it only while it holds no more GPUs than it did at one of them
+(``attributable``; the controller records ``PlannedVictim.workload_gpus`` with each plan): the
+protection its preemptions earned covers what was preempted, not pods added since. A workload
+that grows past that is counted as never preempted, as a new one would be. The simulator's
+workloads are jobs whose identity no tenant chooses, so it keeps plain counts; the one case the
+rule would change there is an elastic job preempted only while shrunk and grown back since.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from ckpt_preempt.policies.model.snapshot import Snapshot
 MAX_PREEMPTIONS_PER_WINDOW = 4  # assumption (see above); 0 turns the bound off
 PREEMPTION_BOUND_WINDOW_SECONDS = 86400.0  # assumption (see above)
 _MAX_DOUBLINGS = 60  # the penalty's doublings stop here (2^60: beyond any loss)
+GPU_SHARE_SLACK = 1e-9  # GPUs: a workload holding this little more than it did still holds as much
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +84,18 @@ class Bound:
         if not self.on:
             return frozenset()
         return frozenset(w for w, n in counts.items() if n >= self.max_preemptions)
+
+
+def attributable(counts: Mapping[str, int], preempted_gpus: Mapping[str, float],
+                 holding: Mapping[str, float]) -> dict[str, int]:
+    """``counts`` (preemptions per workload) less those of any workload holding more GPUs now
+    (``holding``, ``Snapshot.gpus_by_workload``) than the most it held at one of them
+    (``preempted_gpus``). A workload with no size recorded keeps its count: its plans were
+    stored before sizes were (they age out of the window), or its counts came from an
+    operator's snapshot file."""
+    return {w: n for w, n in counts.items()
+            if w not in preempted_gpus
+            or holding.get(w, 0.0) <= preempted_gpus[w] + GPU_SHARE_SLACK}
 
 
 def hold(pods: Iterable[Pod], at_bound: frozenset[str]) -> tuple[Pod, ...]:

@@ -52,9 +52,10 @@ def pod(name: str, *, ns: str = "team", node: str | None = None, priority: int =
         labels: Mapping[str, str] | None = None, pending: bool = False,
         gates: Iterable[str] = (), deleting: bool = False, priority_class: str = "",
         uid: str | None = None, nominated: str | None = None,
-        tolerations: Iterable[Mapping] = ()) -> PodInfo:
+        tolerations: Iterable[Mapping] = (), owner: str | None = None) -> PodInfo:
     """A pod as the watch cache keeps it. ``pending``: PodScheduled=False/Unschedulable with
-    ``preemptionPolicy: Never`` (a mode (a) preemptor)."""
+    ``preemptionPolicy: Never`` (a mode (a) preemptor). ``owner``: its controlling owner's
+    uid (a Job)."""
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"requests": {
             "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}}}],
@@ -75,6 +76,9 @@ def pod(name: str, *, ns: str = "team", node: str | None = None, priority: int =
             "annotations": dict(annotations or {})}
     if deleting:
         meta["deletionTimestamp"] = rfc3339(T0)
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "job",
+                                    "uid": owner, "controller": True}]
     return records.pod_info({"metadata": meta, "spec": spec, "status": status})
 
 

@@ -19,6 +19,7 @@ from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import annotations as ann
 from ckpt_preempt.policies.model.health import Health
 from ckpt_preempt.policies.model.model import UnknownCheckpoint
+from ckpt_preempt.policies.model.snapshot import workload_gpus
 from ckpt_preempt.policies.model.times import rfc3339
 from ckpt_preempt.policies.planner import plan_cache
 from e2e.harness.offline import LoggedStore
@@ -128,13 +129,20 @@ def step(w: World, d: st.DataObject) -> None:
 def check(w: World) -> None:
     view = w.model.sync(w.now)
     recent = {"a/x": 1}
-    got = w.model.snapshot(now=w.now, recent_preemptions=recent, health=w.health)
     live = [p for p in w.pods.items.values() if not p.done]
-    want = convert.snapshot(now=w.now, nodes=w.nodes.items.values(), pods=live,
-                            pdbs=w.pdbs.items.values(), scope=w.scope, limits=w.limits,
-                            recent_preemptions=recent, health=w.health)
+    # every workload preempted twice, each when it held one GPU: those holding more now lose
+    # their counts (policies.planner.bound.attributable), in both builds alike
+    args = dict(now=w.now, nodes=w.nodes.items.values(), pods=live,
+                pdbs=w.pdbs.items.values(), scope=w.scope, limits=w.limits)
+    history = dict.fromkeys({p.workload for p in convert.snapshot(**args).snapshot.pods}, 2)
+    sizes = dict.fromkeys(history, 1.0)
+    got = w.model.snapshot(now=w.now, recent_preemptions=recent, health=w.health,
+                           preemption_history=history, preempted_gpus=sizes)
+    want = convert.snapshot(**args, recent_preemptions=recent, health=w.health,
+                            preemption_history=history, preempted_gpus=sizes)
     g, r = got.snapshot, want.snapshot
     assert g == r  # now, nodes and pods in the cache's order, PDBs, fairness, policy
+    assert g.gpus_by_workload == r.gpus_by_workload == workload_gpus(r.pods)
     assert got.problems == want.problems
     assert got.node_problems == want.node_problems
     for index in ("node_by_name", "pod_by_uid", "pods_on_node", "free_by_node",

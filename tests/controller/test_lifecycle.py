@@ -277,6 +277,20 @@ def test_plan_annotation_round_trips():
     assert plan_record.plan_from_annotation(plan_record.plan_to_annotation(record)) == record
 
 
+def test_victims_workload_sizes_round_trip_and_older_records_lack_them():
+    record = make_plan()
+    sized = replace(record, victims=tuple(replace(v, workload_gpus=2.5) for v in record.victims))
+    assert plan_record.plan_from_annotation(plan_record.plan_to_annotation(sized)) == sized
+    raw = plan_record.plan_to_annotation(record)
+    assert "workloadGpus" not in raw
+    assert all(v.workload_gpus is None for v in plan_record.plan_from_annotation(raw).victims)
+
+
+def _victim(**changes) -> dict:
+    return {"uid": "v", "namespace": "ns", "name": "x", "node": "n", "drain": True,
+            "workload": "", "gang": "", **changes}
+
+
 def _mutated(**changes) -> str:
     d = json.loads(plan_record.plan_to_annotation(make_plan()))
     for k, v in changes.items():
@@ -316,6 +330,14 @@ def _mutated(**changes) -> str:
     pytest.param(_mutated(placements=[]), id="no placements"),
     pytest.param(_mutated(lostGpuSeconds=-1), id="negative cost"),
     pytest.param(_mutated(lostGpuSeconds=True), id="cost is a bool"),
+    pytest.param(_mutated(victims=[_victim(workloadGpus=-1)]), id="negative workload size"),
+    pytest.param(_mutated(victims=[_victim(workloadGpus="8")]), id="workload size a string"),
+    pytest.param(_mutated(victims=[_victim(workloadGpus=True)]), id="workload size a bool"),
+    pytest.param(_mutated(victims=[_victim(workloadGpus=None)]), id="workload size null"),
+    pytest.param(_mutated(victims=[_victim(workloadGpus=10**400)]),
+                 id="workload size beyond float range"),
+    pytest.param(_mutated(victims=[_victim(workloadGpus=float("nan"))]),
+                 id="workload size NaN"),
 ])
 def test_malformed_plan_is_rejected(raw):
     with pytest.raises(plan_record.PlanFormatError):

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from ckpt_preempt.controller.kube.watch import StoredPlan
-from ckpt_preempt.controller.planning import reconcile
+from ckpt_preempt.controller.planning import plans, reconcile
 from ckpt_preempt.controller.writes.actions import NotLeader
 from ckpt_preempt.policies.lifecycle import lifecycle, plan_record
 from ckpt_preempt.policies.lifecycle.plan_record import Mode, State
@@ -416,3 +416,54 @@ def test_the_starvation_bound_counts_the_stored_plans(most, victims):
     new = [plan_record.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
     (made,) = [r for r in new if r.id != "ckpt-plan-old"]
     assert {v.uid for v in made.victims} == victims
+
+
+@pytest.mark.parametrize(("recorded", "victims"), [
+    pytest.param(8.0, {"uid-w0"}, id="as large as when preempted: held, the costlier pod instead"),
+    pytest.param(None, {"uid-w0"}, id="size not recorded (an older plan): held"),
+    pytest.param(1.0, {"uid-v0", "uid-v1"}, id="grown since: its history is not theirs"),
+])
+def test_pods_attached_to_a_preempted_workload_take_no_more_protection_than_it_earned(
+        recorded, victims):
+    # The tenant's Job (uid-job) was preempted once ten minutes ago, holding `recorded` GPUs
+    # then. v0 and v1 (8 GPUs) now name it as their controlling owner. With the bound at one
+    # preemption they are held only if the Job held as much when it was preempted.
+    cache = FakeCache(nodes=[node("n1"), node("n2")], pods=[
+        pod("v0", node="n1", gpus=4, annotations=CKPT, owner="uid-job"),
+        pod("v1", node="n1", gpus=4, annotations=PERIODIC, owner="uid-job"),
+        pod("w0", node="n2", gpus=8, annotations=OLD),
+        pod("pre", priority=1000, pending=True)])
+    done = replace(plan(State.DONE, created=T0 - 600), id="ckpt-plan-old")
+    done = replace(done, victims=(replace(done.victims[0], uid="uid-gone", name="gone",
+                                          workload="uid-job", workload_gpus=recorded),))
+    cache.store_plan(done)
+    rig = Rig(cache, max_preemptions_per_window=1)
+    rig.tick(T0)
+    new = [plan_record.plan_from_annotation(o.raw) for o in rig.cache.plans.items()]
+    (made,) = [r for r in new if r.id != "ckpt-plan-old"]
+    assert {v.uid for v in made.victims} == victims
+    # the new plan records what each victim's workload holds, for the next cycles
+    assert {v.uid: v.workload_gpus for v in made.victims} == {uid: 8.0 for uid in victims}
+
+
+def test_the_size_a_workload_is_attributed_by_is_the_most_it_held_at_a_counted_preemption():
+    base = plan(State.DONE, created=T0 - 600)
+    v = base.victims[0]
+
+    def stored(pid, state, created, *victims):
+        return replace(base, id=pid, state=state, created=created, victims=victims)
+
+    records = [
+        stored("a", State.DONE, T0 - 600, replace(v, workload="job", workload_gpus=2.0)),
+        stored("b", State.EVICTING, T0 - 300, replace(v, workload="job", workload_gpus=6.0)),
+        # neither counts: aborted (nothing evicted), or before the window
+        stored("c", State.ABORTED, T0 - 200, replace(v, workload="job", workload_gpus=50.0)),
+        stored("d", State.DONE, T0 - 7200, replace(v, workload="job", workload_gpus=40.0)),
+        # a plan stored before sizes were: that workload's counts stand as they are
+        stored("e", State.DONE, T0 - 100, replace(v, workload="old", workload_gpus=4.0),
+               replace(v, uid="uid-x", workload="old", workload_gpus=None)),
+        stored("f", State.DONE, T0 - 100, replace(v, workload="", workload_gpus=1.0)),
+    ]
+    assert plans.preempted_gpus(records, since=T0 - 3600) == {"job": 6.0, v.uid: 1.0}
+    assert plans.recent_preemptions(records, since=T0 - 3600) == {"job": 2, "old": 1, v.uid: 1}
+

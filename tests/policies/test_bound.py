@@ -155,3 +155,40 @@ def test_no_policy_ever_names_a_victim_at_the_bound(case, policy):
     # a plan that fails while pods at the bound could have made room says so
     if not plan.feasible and any(p.held is PodHold.AT_PREEMPTION_BOUND for p in snap.pods):
         assert str(RejectReason.VICTIMS_AT_BOUND) in plan.reason
+
+
+# ------------------------------------------------------------- whose history it is (attributable)
+
+
+def test_workload_gpus_sums_what_each_workload_holds_on_nodes():
+    pods = [make_pod("a", node="n1", gpus=2, gang="ns/g"), make_pod("b", node="n2", gpus=4,
+                                                                   gang="ns/g"),
+            make_pod("c", gpus=8, gang="ns/g"),  # pending: holds nothing yet
+            make_pod("d", node="n1", gpus=0), make_pod("e", node="n2", gpus=1)]
+    assert Snapshot(now=NOW, nodes=(), pods=tuple(pods)).gpus_by_workload == {
+        "ns/g": 6.0, "uid-e": 1.0}
+
+
+@pytest.mark.parametrize(("holding", "kept"), [
+    pytest.param(4.0, True, id="as large as when preempted"),
+    pytest.param(2.0, True, id="smaller"),
+    pytest.param(4.0 + 1e-12, True, id="rounding"),
+    pytest.param(4.5, False, id="grown by a shared GPU"),
+    pytest.param(12.0, False, id="pods attached since"),
+])
+def test_a_workload_keeps_its_count_only_while_no_larger_than_when_preempted(holding, kept):
+    got = bound.attributable({"w": 3, "legacy": 2}, {"w": 4.0}, {"w": holding, "legacy": 99.0})
+    assert got == ({"w": 3, "legacy": 2} if kept else {"legacy": 2})
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.dictionaries(st.sampled_from("abcdef"), st.integers(1, 9)),
+       sizes=st.dictionaries(st.sampled_from("abcdef"), st.floats(0, 64)),
+       holding=st.dictionaries(st.sampled_from("abcdef"), st.floats(0, 64)))
+def test_attribution_only_ever_forgets(counts, sizes, holding):
+    """No workload gains a count or a higher one: attribution can make a pod cheaper to
+    preempt only by taking away history that was not its own, never protect one more."""
+    got = bound.attributable(counts, sizes, holding)
+    assert set(got) <= set(counts)
+    assert all(got[w] == counts[w] for w in got)
+    assert {w for w in counts if w not in sizes} <= set(got)  # nothing recorded: as before
