@@ -33,9 +33,9 @@ from ckpt_preempt.controller.kube.records import NodeInfo, PdbInfo, PodInfo
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model import annotations as ann
 from ckpt_preempt.policies.model.health import Health
-from ckpt_preempt.policies.model.model import Gang, Pod, Resources
+from ckpt_preempt.policies.model.model import MILLI_PER_GPU, Gang, Pod, Resources
 from ckpt_preempt.policies.model.native_gangs import NativeGroup
-from ckpt_preempt.policies.model.snapshot import LAZY, Snapshot
+from ckpt_preempt.policies.model.snapshot import LAZY, Snapshot, gpu_milli
 from ckpt_preempt.policies.model.times import parse_rfc3339
 
 
@@ -107,6 +107,10 @@ class ClusterModel:
         self._on_node: dict[str, dict[str, tuple[int, Pod]]] = {}
         self._in_gang: dict[str, dict[str, tuple[int, Pod]]] = {}
         self._held_sum: dict[str, list[int]] = {}  # node -> [cpu, memory, gpus] held
+        # Pod.workload -> GPUs it holds on nodes, in thousandths and as the Snapshot's
+        # gpus_by_workload (policies.model.snapshot.workload_gpus) shows them
+        self._workload_milli: dict[str, int] = {}
+        self._workload_gpus: dict[str, float] = {}
         self._pending: dict[str, _PodEntry] = {}
         self._terminating: set[str] = set()
         self._annotated: dict[str, _PodEntry] = {}
@@ -212,6 +216,7 @@ class ClusterModel:
             held[1] += r.memory_mib
             held[2] += r.gpus
             held[3] += r.gpu_milli
+            self._add_workload_gpus(p, 1)
             if self._median and p.last_checkpoint is not None:
                 bisect.insort(self._ages, _age_base(p))
         if p.gang is not None:
@@ -223,6 +228,19 @@ class ClusterModel:
             self._pending[key] = e
         if plan_record.PLAN_ANNOTATION in info.annotations:
             self._annotated[key] = e
+
+    def _add_workload_gpus(self, p: Pod, sign: int) -> None:
+        m = gpu_milli(p)
+        if not m:
+            return
+        w = p.workload
+        total = self._workload_milli.get(w, 0) + sign * m
+        if total:
+            self._workload_milli[w] = total
+            self._workload_gpus[w] = total / MILLI_PER_GPU
+        else:
+            del self._workload_milli[w]
+            del self._workload_gpus[w]
 
     def _unindex(self, key: str, e: _PodEntry) -> None:
         p = e.pod
@@ -247,6 +265,7 @@ class ClusterModel:
             held[1] -= r.memory_mib
             held[2] -= r.gpus
             held[3] -= r.gpu_milli
+            self._add_workload_gpus(p, -1)
             if self._median and p.last_checkpoint is not None:
                 i = bisect.bisect_left(self._ages, _age_base(p))
                 del self._ages[i]
@@ -337,14 +356,12 @@ class ClusterModel:
             self._pod_tuple = tuple(filter(None, map(_POD, self._pods.values())))
         cluster = self._cluster
         pdbs, index = cluster.pdb_view()
-        recent, history, holding = convert.attributed(
-            self._pod_tuple, recent_preemptions, preemption_history, preempted_gpus)
+        recent, history = convert.attributed(recent_preemptions, preemption_history,
+                                             preempted_gpus, lambda: self._workload_gpus)
         snap = Snapshot(now=now, nodes=cluster.node_tuple(), pods=self._pod_tuple, pdbs=pdbs,
                         recent_preemptions=recent,
                         unknown_checkpoint=self.limits.unknown_checkpoint,
-                        preemption_history=history)
-        if holding is not None:
-            snap = snap.with_gpus_by_workload(holding)
+                        preemption_history=history).with_gpus_by_workload(self._workload_gpus)
         snap = snap.with_indexes(
             node_by_name=cluster.nodes, pod_by_uid=self._model, pods_on_node=self._pods_on_node,
             held=self._held, pods_by_gang=self._gang_pods, free_by_node=cluster.free,

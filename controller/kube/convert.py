@@ -9,7 +9,8 @@ Events) and a safe choice, never an exception.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ckpt_preempt.controller.core.config import Config
@@ -209,28 +210,30 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         model_nodes.append(node)
         if problem:
             node_problems[n.name] = problem
-    recent, history, holding = attributed(model_pods, recent_preemptions, preemption_history,
-                                          preempted_gpus)
+    holding = functools.cache(lambda: workload_gpus(model_pods))  # only if a size is recorded
+    recent, history = attributed(recent_preemptions, preemption_history, preempted_gpus,
+                                 holding)
     snap = Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
                     pdbs=tuple(to_pdb(b) for b in pdbs), recent_preemptions=recent,
                     unknown_checkpoint=limits.unknown_checkpoint, preemption_history=history)
-    if holding is not None:
-        snap = snap.with_gpus_by_workload(holding)
+    if holding.cache_info().currsize:
+        snap = snap.with_gpus_by_workload(holding())
     return Converted(snapshot=snap, problems=problems, node_problems=node_problems)
 
 
-def attributed(pods: Iterable[Pod], recent: Mapping[str, int] | None,
-               history: Mapping[str, int] | None, preempted_gpus: Mapping[str, float] | None
-               ) -> tuple[dict[str, int], dict[str, int], dict[str, float] | None]:
-    """The preemption counts a snapshot of ``pods`` carries: each workload's counts only while
-    it holds no more GPUs than at one of them (``policies.planner.bound.attributable``), and
-    the GPUs per workload computed for that (None: no size recorded, nothing computed)."""
+def attributed(recent: Mapping[str, int] | None, history: Mapping[str, int] | None,
+               preempted_gpus: Mapping[str, float] | None,
+               holding: Callable[[], Mapping[str, float]]) -> tuple[dict[str, int],
+                                                                    dict[str, int]]:
+    """The preemption counts a snapshot carries: each workload's counts only while it holds
+    (``holding()``, asked only when a size is recorded) no more GPUs than at one of them
+    (``policies.planner.bound.attributable``)."""
     recent, history = dict(recent or {}), dict(history or {})
     if not preempted_gpus or not (recent or history):
-        return recent, history, None
-    holding = workload_gpus(pods)
-    return (bound.attributable(recent, preempted_gpus, holding),
-            bound.attributable(history, preempted_gpus, holding), holding)
+        return recent, history
+    now_held = holding()
+    return (bound.attributable(recent, preempted_gpus, now_held),
+            bound.attributable(history, preempted_gpus, now_held))
 
 
 def _tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:

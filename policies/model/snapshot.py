@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ckpt_preempt.policies.model.model import (
+    MILLI_PER_GPU,
     ZERO,
     Gang,
     Node,
@@ -256,8 +257,10 @@ class Snapshot:
         return workload_gpus(self.pods)
 
     def with_gpus_by_workload(self, holding: dict[str, float]) -> Snapshot:
-        """This snapshot with ``gpus_by_workload`` handed in (the controller computed it from
-        the same pods to build the snapshot's preemption counts), shared, not copied."""
+        """This snapshot with ``gpus_by_workload`` handed in (kept by the controller's
+        incremental model, or computed to attribute the snapshot's preemption counts), shared,
+        not copied. The caller vouches it equals ``workload_gpus(self.pods)``
+        (tests/controller/test_cluster_model_props.py checks it after every random change)."""
         self.__dict__["gpus_by_workload"] = holding
         return self
 
@@ -356,14 +359,19 @@ class Snapshot:
                 for key, ps in self._index[2].items()}
 
 
+def gpu_milli(p: Pod) -> int:
+    """The GPUs ``p`` asks for in thousandths (whole GPUs and MIG slices): summed exactly, in
+    any order, by ``workload_gpus`` and the controller's incremental model."""
+    return p.requests.gpus * MILLI_PER_GPU + p.requests.gpu_milli
+
+
 def workload_gpus(pods: Iterable[Pod]) -> dict[str, float]:
     """GPUs (shares) held on nodes per ``Pod.workload``, over ``pods``; workloads holding
     none are absent."""
-    out: dict[str, float] = {}
+    milli: dict[str, int] = {}
     for p in pods:
         if p.node is not None:
-            share = p.gpu_share
-            if share:
-                w = p.workload
-                out[w] = out.get(w, 0.0) + share
-    return out
+            m = gpu_milli(p)
+            if m:
+                milli[p.workload] = milli.get(p.workload, 0) + m
+    return {w: m / MILLI_PER_GPU for w, m in milli.items()}
