@@ -1,8 +1,10 @@
 """Explain the plan ckpt-preempt would make: victims, lost GPU-hours, and why every other node
 lost; for a snapshot file, or for a pending pod on a live cluster.
 
-The snapshot file (JSON or YAML) holds ``now``, ``nodes``, ``pods``, optional ``pdbs`` and
-``preemptor`` (a pod name, or a list of names for a gang); see ``policies.model.snapshot_io``.
+The snapshot file (JSON or YAML) holds ``now``, ``nodes``, ``pods``, optional ``pdbs``,
+preemption counts and ``preemptor`` (a pod name, or a list of names for a gang); see
+``policies.model.snapshot_io``. Workloads whose ``preemption_history`` reached the starvation
+bound (``--max-preemptions-per-window``) are held, as the controller holds them.
 Exit code 0 with a plan, 1 without, 2 on bad input. ``-o json|yaml`` prints one document shape
 (controller/explain/explain_format.py) with or without ``--compare``.
 """
@@ -21,8 +23,8 @@ from ckpt_preempt.cli.output import emit, one_line
 from ckpt_preempt.controller.explain import explain_format as fmt
 from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.model import snapshot_io
-from ckpt_preempt.policies.model.model import Plan
-from ckpt_preempt.policies.planner import preemption
+from ckpt_preempt.policies.model.model import Plan, PodHold
+from ckpt_preempt.policies.planner import bound, preemption
 
 NAME = "explain"
 HELP = "explain the preemption plan for a pending pod or a snapshot file"
@@ -37,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-drain", action="store_true", help="plan without draining victims")
     p.add_argument("--max-checkpoint-seconds", type=argtypes.non_negative_float, default=None,
                    help="cap on a victim's checkpoint time (default: the config's, 600)")
+    p.add_argument("--max-preemptions-per-window", type=argtypes.non_negative_int,
+                   default=bound.MAX_PREEMPTIONS_PER_WINDOW, metavar="N",
+                   help="with --snapshot: the starvation bound; a workload whose "
+                        "preemption_history reached N is no victim (default %(default)s, the "
+                        "controller's; 0: off)")
     p.add_argument("--config", type=Path,
                    help="with POD: the controller's config file (scope, limits, planNamespace), "
                         "so the answer is the one the controller would give")
@@ -64,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for p in problems:
         print(f"warning: {p}", file=sys.stderr)
+    at_bound = bound.pods_at_bound(snap, bound.Bound(
+        max_preemptions=args.max_preemptions_per_window))
+    if at_bound:  # as the controller holds them (controller.kube.convert.for_preemptor)
+        snap = snap.restricted(held=dict.fromkeys(at_bound, PodHold.AT_PREEMPTION_BOUND))
     cfg = preemption.PlannerConfig(drain=not args.no_drain) \
         if args.max_checkpoint_seconds is None else preemption.PlannerConfig(
             drain=not args.no_drain, max_checkpoint_seconds=args.max_checkpoint_seconds)

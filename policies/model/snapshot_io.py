@@ -16,7 +16,13 @@ whole GPUs; optional ``gpu_milli`` on nodes and pods: MIG slices in thousandths 
       - {name: b, namespace: ml, match_labels: {app: x}, disruptions_allowed: 0,
          match_expressions: [{key: tier, operator: In, values: [a]}]}   # optional
     recent_preemptions: {job-uid: 2}   # optional: workload -> preemptions in the window
+    preemption_history: {job-uid: 4}   # optional: the same within the starvation bound's
+                                       # window (the penalty doubles with each; at the bound
+                                       # the workload is no victim: explain applies it)
     preemptor: ml/big      # or a list of pod names: the members of a pending gang
+
+Workload keys are ``Pod.workload``: a gang's ``<namespace>/<convention>/<name>``, else the
+controlling owner's uid, else the pod's uid; ``explain -o json`` shows each victim's.
 
 Pods are built by ``policies.model.annotations.build_pod`` exactly as the controller builds them,
 with the given ``Limits`` (who may opt out, caps, the unknown-checkpoint policy), so a snapshot
@@ -192,12 +198,12 @@ def _pdb(d: dict, i: int) -> PodDisruptionBudget:
     )
 
 
-def _counts(doc: dict) -> dict[str, int]:
-    v = doc.get("recent_preemptions") or {}
+def _counts(doc: dict, key: str) -> dict[str, int]:
+    v = doc.get(key) or {}
     if not isinstance(v, dict) or not all(
             isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
             for k, n in v.items()):
-        raise SnapshotError("recent_preemptions must map workload keys to counts")
+        raise SnapshotError(f"{key} must map workload keys to counts")
     return dict(v)
 
 
@@ -228,7 +234,9 @@ def from_dict(doc: Any, limits: ann.Limits = ann.Limits()) -> tuple[Snapshot, li
             raise SnapshotError(f"preemptor {w!r} is already bound to {pod.node}")
         preemptor.append(pod)
     snap = Snapshot(now=now, nodes=tuple(nodes), pods=tuple(pods), pdbs=tuple(pdbs),
-                    recent_preemptions=_counts(doc), unknown_checkpoint=limits.unknown_checkpoint)
+                    recent_preemptions=_counts(doc, "recent_preemptions"),
+                    preemption_history=_counts(doc, "preemption_history"),
+                    unknown_checkpoint=limits.unknown_checkpoint)
     return snap, preemptor, problems
 
 

@@ -331,3 +331,38 @@ def test_explain_says_which_timing_was_chosen_and_why(tmp_path):
     assert "timing: after-end, evict by 2026-12-02T12:03:00Z (evict at now + 180s" in text
     plain = json.loads(cli("explain", "--snapshot", str(EXAMPLE), "-o", "json").stdout)
     assert plain["plan"]["timing"]["when"] == "now"
+
+
+@pytest.mark.parametrize(("count", "flags", "held"), [
+    pytest.param(4, (), True, id="at the default bound: held"),
+    pytest.param(3, (), False, id="below it"),
+    pytest.param(4, ("--max-preemptions-per-window", "0"), False, id="bound off"),
+    pytest.param(1, ("--max-preemptions-per-window", "1"), True, id="a bound of one"),
+])
+def test_explain_holds_a_workload_at_the_starvation_bound_as_the_controller_does(
+        tmp_path, count, flags, held):
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["preemption_history"] = {"ml/seed/llm": count}  # the gang the plan takes otherwise
+    snap = tmp_path / "snap.yaml"
+    snap.write_text(yaml.safe_dump(doc))
+    out = cli("explain", "--snapshot", str(snap), *flags, "-o", "json")
+    plan = json.loads(out.stdout)["plan"]
+    victims = {v["name"] for g in plan["victim_groups"] for v in g["victims"]}
+    assert bool(victims & {"trainer-0", "trainer-1"}) is not held
+    if held:  # node-b's pods are dearer but may go; the plan moves there, and says why
+        assert [pl["node"] for pl in plan["placements"]] == ["node-b"]
+        text = cli("explain", "--snapshot", str(snap), *flags).stdout
+        assert "node-a: not-enough-preemptible-capacity (serve-llm: 2 pod(s) " \
+               "at-preemption-bound)" in text
+
+
+def test_explain_refuses_bad_preemption_counts_in_one_line(tmp_path):
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["preemption_history"] = {"ml/seed/llm": -1}
+    snap = tmp_path / "snap.yaml"
+    snap.write_text(yaml.safe_dump(doc))
+    out = cli("explain", "--snapshot", str(snap))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().endswith("preemption_history must map workload keys to counts")
+    bad_flag = cli("explain", "--snapshot", str(EXAMPLE), "--max-preemptions-per-window", "-2")
+    assert bad_flag.returncode == 2 and "Traceback" not in bad_flag.stderr

@@ -95,8 +95,9 @@ def test_malformed_metadata_is_never_cheaper_nor_protective(labels, annotations,
                             st.dictionaries(st.sampled_from(
                                 ["now", "nodes", "pods", "pdbs", "preemptor", "name", "node",
                                  "gpus", "priority", "labels", "annotations", "namespace",
-                                 "start_time", "recent_preemptions", "match_labels",
-                                 "match_expressions", "disruptions_allowed", "owner_uid"]),
+                                 "start_time", "recent_preemptions", "preemption_history",
+                                 "match_labels", "match_expressions", "disruptions_allowed",
+                                 "owner_uid"]),
                                 inner, max_size=5)),
     max_leaves=12))
 @example(doc={"now": 10**20})  # once an OverflowError, found by CI
