@@ -357,7 +357,7 @@ class ClusterModel:
         cluster = self._cluster
         pdbs, index = cluster.pdb_view()
         recent, history = convert.attributed(recent_preemptions, preemption_history,
-                                             preempted_gpus, lambda: self._workload_gpus)
+                                             preempted_gpus, self._workload_gpus)
         snap = Snapshot(now=now, nodes=cluster.node_tuple(), pods=self._pod_tuple, pdbs=pdbs,
                         recent_preemptions=recent,
                         unknown_checkpoint=self.limits.unknown_checkpoint,

@@ -9,8 +9,7 @@ Events) and a safe choice, never an exception.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ckpt_preempt.controller.core.config import Config
@@ -210,30 +209,26 @@ def snapshot(*, now: float, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo],
         model_nodes.append(node)
         if problem:
             node_problems[n.name] = problem
-    holding = functools.cache(lambda: workload_gpus(model_pods))  # only if a size is recorded
+    holding = workload_gpus(model_pods) if preempted_gpus else None  # a pass, only if needed
     recent, history = attributed(recent_preemptions, preemption_history, preempted_gpus,
-                                 holding)
+                                 holding or {})
     snap = Snapshot(now=now, nodes=tuple(model_nodes), pods=tuple(model_pods),
                     pdbs=tuple(to_pdb(b) for b in pdbs), recent_preemptions=recent,
                     unknown_checkpoint=limits.unknown_checkpoint, preemption_history=history)
-    if holding.cache_info().currsize:
-        snap = snap.with_gpus_by_workload(holding())
+    if holding is not None:
+        snap = snap.with_gpus_by_workload(holding)
     return Converted(snapshot=snap, problems=problems, node_problems=node_problems)
 
 
 def attributed(recent: Mapping[str, int] | None, history: Mapping[str, int] | None,
-               preempted_gpus: Mapping[str, float] | None,
-               holding: Callable[[], Mapping[str, float]]) -> tuple[dict[str, int],
-                                                                    dict[str, int]]:
+               preempted_gpus: Mapping[str, float] | None, holding: Mapping[str, float]
+               ) -> tuple[dict[str, int], dict[str, int]]:
     """The preemption counts a snapshot carries: each workload's counts only while it holds
-    (``holding()``, asked only when a size is recorded) no more GPUs than at one of them
+    (``holding``: ``Snapshot.gpus_by_workload``) no more GPUs than at one of them
     (``policies.planner.bound.attributable``)."""
-    recent, history = dict(recent or {}), dict(history or {})
-    if not preempted_gpus or not (recent or history):
-        return recent, history
-    now_held = holding()
-    return (bound.attributable(recent, preempted_gpus, now_held),
-            bound.attributable(history, preempted_gpus, now_held))
+    sizes = preempted_gpus or {}
+    return (bound.attributable(recent or {}, sizes, holding),
+            bound.attributable(history or {}, sizes, holding))
 
 
 def _tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
