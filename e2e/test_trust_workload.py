@@ -76,7 +76,7 @@ def test_a_tenant_cannot_shield_a_pod_behind_history_its_workload_did_not_earn(
                                 lambda: plan_of(cluster, namespace, "urgent")
                                 or kube.NotYet("no plan"), timeout=30)
             assert [(v.name, v.workload, v.workload_gpus) for v in rec.victims] == [
-                ("big", anchor.metadata.uid, 8.0)]
+                ("big", f"{namespace}/owner/{anchor.metadata.uid}", 8.0)]
             kube.wait_pod_running(cluster, namespace, "urgent", timeout=90)
             assert not exists(cluster, namespace, "big")
             return

@@ -58,7 +58,8 @@ def gang_text(key: str) -> str:
 
 
 def _workload(value: str) -> str:
-    """A victim's fairness key: a gang key is shown as the gang, an owner or pod uid as is."""
+    """A victim's fairness key: a gang key is shown as the gang, an owner's or pod's key as is
+    (``<namespace>/owner/<uid>``, ``<namespace>/pod/<uid>``)."""
     parts = value.split("/", 2)
     return gang_text(value) if len(parts) == 3 and parts[1] in _CONVENTION_KEYS else value
 

@@ -131,6 +131,8 @@ def native_membership(p: PodInfo,
     decide."""
     if p.pod_group is None:
         return None
+    # Trust: the group is looked up in the pod's own namespace only, so a reference cannot reach
+    # (or take the minCount of) another namespace's PodGroup.
     return native_gangs.membership(
         namespace=p.namespace, ref=p.pod_group, bound=p.node is not None,
         group=(podgroups or {}).get(f"{p.namespace}/{p.pod_group}"))

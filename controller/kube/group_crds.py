@@ -74,7 +74,8 @@ def group_info(d: Mapping) -> GroupInfo:
 
 
 def minimums(kind: GroupKind, groups: Iterable[GroupInfo]) -> dict[str, int]:
-    """Gang key (``gangs.gang_key``) -> minMember, for the groups that declare one."""
+    """Gang key (``gangs.gang_key``) -> minMember, for the groups that declare one. Trust: keyed
+    by the group object's own namespace, which only a pod of that namespace's gang keys reach."""
     return {gangs.gang_key(g.namespace, kind.convention, g.name): g.min_member
             for g in groups if g.min_member is not None}
 

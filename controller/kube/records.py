@@ -172,6 +172,9 @@ def pod_info(d: Mapping, gpus: gpu_resources.GpuResources = gpu_resources.DEFAUL
         requests = pod_requests(spec, gpus)
     except (ValueError, ArithmeticError):
         requests = None
+    # Trust: an ownerReference's uid is any text the pod's author writes, even another
+    # namespace's uid; it only ever names a workload inside the pod's own namespace
+    # (policies.model.model.workload_key).
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
                   if o.get("controller") is True and o.get("uid")), None)
     return PodInfo(

@@ -22,7 +22,8 @@ from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.kube.watch import StoredPlan
 from ckpt_preempt.controller.writes.write_bodies import plan_object_name
 from ckpt_preempt.policies.lifecycle import plan_record
-from ckpt_preempt.policies.lifecycle.plan_record import PlanRecord, State
+from ckpt_preempt.policies.lifecycle.plan_record import PlannedVictim, PlanRecord, State
+from ckpt_preempt.policies.model.model import recorded_workload
 
 log = logging.getLogger("ckpt_preempt.plans")
 
@@ -112,12 +113,18 @@ def _counted(plans: Iterable[PlanRecord], since: float) -> Iterator[PlanRecord]:
     return (r for r in plans if r.created >= since and r.state in (State.DONE, State.EVICTING))
 
 
+def _workload(v: PlannedVictim) -> str:
+    """The workload a stored victim counts against, inside its own namespace (plans stored
+    before keys were namespaced are read as the same key there: ``model.recorded_workload``)."""
+    return recorded_workload(v.namespace, v.uid, v.workload)
+
+
 def recent_preemptions(plans: Iterable[PlanRecord], since: float) -> dict[str, int]:
     """Workload key (``policies.model.model.Pod.workload``) -> how many plans created after `since`
     evicted it (plans that reached Evicting: Done, or still Evicting)."""
     counts: dict[str, int] = {}
     for r in _counted(plans, since):
-        for key in {v.workload or v.uid for v in r.victims}:
+        for key in {_workload(v) for v in r.victims}:
             counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -131,7 +138,7 @@ def preempted_gpus(plans: Iterable[PlanRecord], since: float) -> dict[str, float
     unrecorded: set[str] = set()
     for r in _counted(plans, since):
         for v in r.victims:
-            key = v.workload or v.uid
+            key = _workload(v)
             if v.workload_gpus is None:
                 unrecorded.add(key)
             else:

@@ -71,7 +71,10 @@ class PlannedVictim:
     name: str
     node: str
     drain: bool  # ask it to checkpoint first
-    workload: str = ""  # the victim's workload key (gang, owner or pod), for fairness history
+    # the victim's workload key (Pod.workload), for fairness history. Trust: only the controller
+    # writes plans, and a key is counted only inside the victim's own namespace, older bare-uid
+    # keys included (policies.model.model.recorded_workload, controller.planning.plans)
+    workload: str = ""
     gang: str = ""  # its gang, if any: once one member is evicted, the rest always follow
     # one of the members an elastic gang gives up (policies.planner.shrink): its gang's other
     # members are no victims and are never touched; its drain request names every member that leaves

@@ -78,7 +78,9 @@ MAX_GANG_SIZE = 100_000
 
 
 def gang_key(namespace: str, convention: str, name: str) -> str:
-    """The gang's key: unique across namespaces and conventions."""
+    """The gang's key: unique across namespaces and conventions. Trust: ``namespace`` is always
+    the pod's own and a name holds no "/" (``_NAME``), so a gang label or annotation can name a
+    gang only in the namespace of the pod that carries it."""
     return f"{namespace}/{convention}/{name}"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ckpt_preempt.policies.model.gpu_use import GpuUse
 from ckpt_preempt.policies.model.health import Health
@@ -148,6 +149,45 @@ class UnknownCheckpoint:
         return f"assume:{self.seconds:g}s" if self.kind == "assume" else self.kind
 
 
+# What a workload is (docs/design.md, "What a workload is"): the pods whose preemptions are
+# counted together by the fairness penalty, the starvation bound and report parity. Its key
+# always begins with the pod's own namespace, and a namespace name holds no "/", so no field a
+# tenant writes (a gang label or annotation, a PodGroup reference, an ownerReference's uid) can
+# make its pod share a workload with a pod of another namespace. Within a namespace the key is
+# the tenant's to choose, as the namespace is (attribution, policies.planner.bound, limits what
+# sharing a workload can gain).
+WORKLOAD_OWNER = "owner"  # <namespace>/owner/<controlling owner's uid>
+WORKLOAD_POD = "pod"  # <namespace>/pod/<pod uid>: neither gang nor controlling owner
+WORKLOAD_GANG = "gang"  # <namespace>/gang/<key>: a gang key not already in the pod's namespace
+
+
+def workload_key(namespace: str, *, gang: str | None, owner_uid: str | None, uid: str) -> str:
+    """The workload key of a pod of ``namespace``: its gang's key (``policies.model.gangs``
+    and ``native_gangs`` build them as ``<namespace>/<convention>/<name>``), else its controlling
+    owner's, else its own. An owner reference is taken at its word inside the namespace: one
+    whose kind is not served, or whose object does not exist, groups only the pods of this
+    namespace that name the same uid, all of them the tenant's own."""
+    prefix = namespace + "/"
+    if gang:
+        return gang if gang.startswith(prefix) else f"{prefix}{WORKLOAD_GANG}/{gang}"
+    if owner_uid:
+        return f"{prefix}{WORKLOAD_OWNER}/{owner_uid}"
+    return f"{prefix}{WORKLOAD_POD}/{uid}"
+
+
+def recorded_workload(namespace: str, uid: str, recorded: str) -> str:
+    """The workload key a stored plan's victim counts against. Plans stored before keys were
+    namespaced recorded a bare uid (the victim's own, or its controlling owner's): it is read as
+    that key inside the victim's namespace, so old plans keep counting for the same workload
+    and never for another namespace's. A key already in the victim's namespace is kept."""
+    prefix = namespace + "/"
+    if recorded.startswith(prefix):
+        return recorded
+    if not recorded or recorded == uid:
+        return f"{prefix}{WORKLOAD_POD}/{uid}"
+    return f"{prefix}{WORKLOAD_OWNER}/{recorded}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Node:
     """A node. ``excluded`` says why the preemptor being planned may not use it although it is
@@ -223,11 +263,13 @@ class Pod:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
+    @cached_property
     def workload(self) -> str:
         """What preemptions are counted against for fairness: the gang, else the controlling
-        owner (a Job's pods share it across restarts), else the pod itself."""
-        return self.gang or self.owner_uid or self.uid
+        owner (a Job's pods share it across restarts), else the pod itself; always inside the
+        pod's namespace (``workload_key``)."""
+        return workload_key(self.namespace, gang=self.gang, owner_uid=self.owner_uid,
+                            uid=self.uid)
 
     @property
     def gpus(self) -> int:

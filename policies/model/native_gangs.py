@@ -76,7 +76,9 @@ def _name(value: object) -> bool:
 
 
 def gang_key(namespace: str, ref: str) -> str:
-    """Unique across conventions, like ``policies.model.gangs.GangMembership.key``."""
+    """Unique across conventions, like ``policies.model.gangs.GangMembership.key``. Trust:
+    ``namespace`` is the pod's own (a PodGroup reference names a group of the pod's namespace),
+    and a reference holds no "/" (``_name``)."""
     return f"{namespace}/{CONVENTION}/{ref}"
 
 

@@ -15,14 +15,17 @@ whole GPUs; optional ``gpu_milli`` on nodes and pods: MIG slices in thousandths 
     pdbs:
       - {name: b, namespace: ml, match_labels: {app: x}, disruptions_allowed: 0,
          match_expressions: [{key: tier, operator: In, values: [a]}]}   # optional
-    recent_preemptions: {job-uid: 2}   # optional: workload -> preemptions in the window
-    preemption_history: {job-uid: 4}   # optional: the same within the starvation bound's
-                                       # window (the penalty doubles with each; at the bound
-                                       # the workload is no victim: explain applies it)
+    recent_preemptions: {ml/owner/job-uid: 2}   # optional: workload -> preemptions in the
+                                                # window
+    preemption_history: {ml/owner/job-uid: 4}   # optional: the same within the starvation
+                                                # bound's window (the penalty doubles with each;
+                                                # at the bound the workload is no victim:
+                                                # explain applies it)
     preemptor: ml/big      # or a list of pod names: the members of a pending gang
 
-Workload keys are ``Pod.workload``: a gang's ``<namespace>/<convention>/<name>``, else the
-controlling owner's uid, else the pod's uid; ``explain -o json`` shows each victim's.
+Workload keys are ``Pod.workload``: a gang's ``<namespace>/<convention>/<name>``, else
+``<namespace>/owner/<owner uid>``, else ``<namespace>/pod/<pod uid>``; ``explain -o json`` shows
+each victim's.
 
 Pods are built by ``policies.model.annotations.build_pod`` exactly as the controller builds them,
 with the given ``Limits`` (who may opt out, caps, the unknown-checkpoint policy), so a snapshot

@@ -32,8 +32,9 @@ Defaults (assumptions, labelled as such; anchors, none of which sets our numbers
   replay weeks where one job was preempted 132-162 times (about 20 a day) under ours and 69
   (about 10 a day) under kube-default (README, "The simulator").
 
-**Whose history it is.** A tenant chooses its pods' workload: a gang label of its namespace, or
-an ownerReference to an object of its own. A new pod attached to a much-preempted workload would
+**Whose history it is.** A tenant chooses its pods' workload inside its namespace, never across
+one (``policies.model.model.workload_key``; controller/README.md, "What a workload is"): a gang
+label of its namespace, or an ownerReference. A new pod attached to a much-preempted workload would
 take on its history: the penalty would make it dearer and the bound would hold it. So a
 workload's preemptions count for it only while it holds no more GPUs than it did at one of them
 (``attributable``; the controller records ``PlannedVictim.workload_gpus`` with each plan): the

@@ -98,7 +98,8 @@ def test_pod_info_owner_uid(owners, want):
     p = records.pod_info(pod_json(owners=owners))
     assert p.owner_uid == want
     pod, _ = convert.to_pod(p, NOW, ann.Limits(), True)
-    assert pod.owner_uid == want and pod.workload == (want or p.uid)
+    assert pod.owner_uid == want
+    assert pod.workload == (f"team/owner/{want}" if want else f"team/pod/{p.uid}")
 
 
 def test_snapshot_turns_bad_input_into_problems_and_safe_choices():
@@ -323,7 +324,7 @@ def test_the_starvation_bound_from_the_config_holds_pods_with_its_reason():
     pods.append(records.pod_info(pre))
     conv = convert.snapshot(now=NOW, nodes=nodes.values(), pods=pods, pdbs=[],
                             scope=convert.Scope(), limits=ann.Limits(),
-                            preemption_history={"uid-hit": 2, "uid-fresh": 1})
+                            preemption_history={"team/pod/uid-hit": 2, "team/pod/uid-fresh": 1})
     bounded = bound.pods_at_bound(conv.snapshot, limit)
     assert bounded == {"uid-hit"}
     snap = convert.for_preemptor(conv.snapshot, nodes, [records.pod_info(pre)],

@@ -464,6 +464,17 @@ def test_the_size_a_workload_is_attributed_by_is_the_most_it_held_at_a_counted_p
                replace(v, uid="uid-x", workload="old", workload_gpus=None)),
         stored("f", State.DONE, T0 - 100, replace(v, workload="", workload_gpus=1.0)),
     ]
-    assert plans.preempted_gpus(records, since=T0 - 3600) == {"job": 6.0, v.uid: 1.0}
-    assert plans.recent_preemptions(records, since=T0 - 3600) == {"job": 2, "old": 1, v.uid: 1}
+    # stored before keys were namespaced: each bare key is read inside its victim's namespace
+    job, old, own = (f"{v.namespace}/owner/job", f"{v.namespace}/owner/old",
+                     f"{v.namespace}/pod/{v.uid}")
+    assert plans.preempted_gpus(records, since=T0 - 3600) == {job: 6.0, own: 1.0}
+    assert plans.recent_preemptions(records, since=T0 - 3600) == {job: 2, old: 1, own: 1}
+    # the same plans stored with today's keys count the same
+    today = [replace(r, victims=tuple(replace(x, workload=plans._workload(x)) for x in r.victims))
+             for r in records]
+    assert plans.recent_preemptions(today, since=T0 - 3600) == {job: 2, old: 1, own: 1}
+    # a victim of another namespace never counts for this one's workload, whatever it recorded
+    other = replace(v, namespace="elsewhere", workload=job)
+    assert plans.recent_preemptions([stored("g", State.DONE, T0 - 50, other)],
+                                    since=T0 - 3600) == {f"elsewhere/owner/{job}": 1}
 

@@ -104,3 +104,9 @@ def pdb(name: str, selector: dict, allowed: int, namespace: str = "default"):
 
 def snapshot(nodes, pods, pdbs=(), now: float = NOW) -> Snapshot:
     return Snapshot(now=now, nodes=tuple(nodes), pods=tuple(pods), pdbs=tuple(pdbs))
+
+
+def workload_of(name: str, namespace: str = "default") -> str:
+    """The workload key (``Pod.workload``) of ``make_pod(name)``: a pod with neither gang nor
+    owner is its own workload, inside its namespace."""
+    return f"{namespace}/pod/uid-{name}"

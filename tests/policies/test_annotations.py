@@ -401,8 +401,8 @@ def test_build_pod_carries_metadata_and_parsed_fields():
 
 
 @pytest.mark.parametrize(("owner", "gang", "want"), [
-    pytest.param(None, None, "u", id="a bare pod: itself"),
-    pytest.param("job-1", None, "job-1", id="its controlling owner"),
+    pytest.param(None, None, "ns/pod/u", id="a bare pod: itself"),
+    pytest.param("job-1", None, "ns/owner/job-1", id="its controlling owner"),
     pytest.param("job-1", "g", "ns/seed/g", id="its gang"),
 ])
 def test_workload_key(owner, gang, want):

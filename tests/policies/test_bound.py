@@ -13,7 +13,7 @@ from ckpt_preempt.policies.baselines import cost_aware, kube_default, kube_workl
 from ckpt_preempt.policies.model.model import CheckpointMode, PodHold, RejectReason
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import bound, preemption, units
-from tests.policies.builders import NOW, gpu_node, make_pod
+from tests.policies.builders import NOW, gpu_node, make_pod, workload_of
 
 POLICIES = {
     "kube-default": lambda s, pre: kube_default.plan(s, pre),
@@ -50,7 +50,7 @@ def test_at_bound_and_off():
 def test_hold_marks_only_running_pods_of_bounded_workloads():
     pods = (make_pod("a", node="n"), make_pod("b", node="n"), make_pod("p"),
             make_pod("t", node="n", terminating=True))
-    out = {p.name: p.held for p in bound.hold(pods, frozenset({"uid-a", "uid-p", "uid-t"}))}
+    out = {p.name: p.held for p in bound.hold(pods, frozenset({workload_of("a"), workload_of("p"), workload_of("t")}))}
     assert out == {"a": PodHold.AT_PREEMPTION_BOUND, "b": None, "p": None, "t": None}
 
 
@@ -66,7 +66,7 @@ def test_every_policy_skips_a_workload_at_the_bound(policy):
     plan = POLICIES[policy](snap, [pre])
     assert {v.name for v in plan.victims} == {"young"}
     bounded = _held(Snapshot(now=NOW, nodes=snap.nodes, pods=snap.pods,
-                             preemption_history={"uid-young": 2}), bound.Bound(max_preemptions=2))
+                             preemption_history={workload_of("young"): 2}), bound.Bound(max_preemptions=2))
     plan = POLICIES[policy](bounded, [pre])
     assert plan.feasible and {v.name for v in plan.victims} == {"old"}
 
@@ -76,7 +76,7 @@ def test_a_preemptor_whose_only_victims_are_at_the_bound_waits_and_says_why(poli
     victim = make_pod("v", node="n", gpus=2)
     pre = make_pod("pre", priority=10, gpus=2)
     snap = _held(Snapshot(now=NOW, nodes=(gpu_node("n", 2),), pods=(victim, pre),
-                          preemption_history={"uid-v": 3}), bound.Bound(max_preemptions=3))
+                          preemption_history={workload_of("v"): 3}), bound.Bound(max_preemptions=3))
     plan = POLICIES[policy](snap, [pre])
     assert not plan.feasible and not plan.victims
     assert str(RejectReason.VICTIMS_AT_BOUND) in plan.reason
@@ -101,7 +101,7 @@ def test_penalty_doubles_with_the_history(recent, history, factor):
     assert bound.penalty_factor(recent, history) == factor
     pod = make_pod("a", node="n", gpus=2)
     snap = Snapshot(now=NOW, nodes=(gpu_node("n"),), pods=(pod,),
-                    recent_preemptions={"uid-a": recent}, preemption_history={"uid-a": history})
+                    recent_preemptions={workload_of("a"): recent}, preemption_history={workload_of("a"): history})
     b = units.UnitBuilder(snap, 10, drain=False, max_checkpoint_seconds=600,
                           penalty_seconds=900)
     assert b.penalty(pod) == 2 * 900 * factor
@@ -117,7 +117,7 @@ def test_the_history_turns_the_ordering_away_from_the_same_cheap_job():
     nodes = (gpu_node("n", 2),)
     forgets = Snapshot(now=NOW, nodes=nodes, pods=(cheap, other, pre))
     remembers = Snapshot(now=NOW, nodes=nodes, pods=(cheap, other, pre),
-                         preemption_history={"uid-cheap": 3})
+                         preemption_history={workload_of("cheap"): 3})
     assert {v.name for v in preemption.plan(forgets, [pre]).victims} == {"cheap"}
     assert {v.name for v in preemption.plan(remembers, [pre]).victims} == {"other"}
 
@@ -161,12 +161,14 @@ def test_no_policy_ever_names_a_victim_at_the_bound(case, policy):
 
 
 def test_workload_gpus_sums_what_each_workload_holds_on_nodes():
-    pods = [make_pod("a", node="n1", gpus=2, gang="ns/g"), make_pod("b", node="n2", gpus=4,
-                                                                   gang="ns/g"),
-            make_pod("c", gpus=8, gang="ns/g"),  # pending: holds nothing yet
-            make_pod("d", node="n1", gpus=0), make_pod("e", node="n2", gpus=1)]
+    pods = [make_pod("a", node="n1", gpus=2, gang="default/seed/g"),
+            make_pod("b", node="n2", gpus=4, gang="default/seed/g"),
+            make_pod("c", gpus=8, gang="default/seed/g"),  # pending: holds nothing yet
+            make_pod("d", node="n1", gpus=0), make_pod("e", node="n2", gpus=1),
+            # the same gang name and pod uid in another namespace are other workloads
+            make_pod("e", node="n2", gpus=1, namespace="other", gang="default/seed/g")]
     assert Snapshot(now=NOW, nodes=(), pods=tuple(pods)).gpus_by_workload == {
-        "ns/g": 6.0, "uid-e": 1.0}
+        "default/seed/g": 6.0, workload_of("e"): 1.0, "other/gang/default/seed/g": 1.0}
 
 
 @pytest.mark.parametrize(("holding", "kept"), [

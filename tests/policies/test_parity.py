@@ -12,7 +12,7 @@ from ckpt_preempt.policies.model.model import CheckpointMode, PodHold
 from ckpt_preempt.policies.planner import cost, parity, preemption
 from ckpt_preempt.policies.planner.plan_cache import PlanCache
 from ckpt_preempt.policies.planner.preemption import PlannerConfig
-from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot
+from tests.policies.builders import gang, gpu_node, make_pod, pending, snapshot, workload_of
 
 HOUR = 3600.0
 PERIODIC = CheckpointMode.PERIODIC
@@ -26,8 +26,8 @@ def _twins(*, reporter_history: int = 0, silent_history: int = 0, reporter_gpus:
             make_pod("silent", node="b", age=4 * HOUR, mode=silent_mode, gpus=silent_gpus,
                      **{"priority": 1, **silent})]
     snap = snapshot([gpu_node("a", reporter_gpus), gpu_node("b", silent_gpus)], pods)
-    return replace(snap, preemption_history={"uid-reporter": reporter_history,
-                                             "uid-silent": silent_history})
+    return replace(snap, preemption_history={workload_of("reporter"): reporter_history,
+                                             workload_of("silent"): silent_history})
 
 
 def _held(snap, preemptor):

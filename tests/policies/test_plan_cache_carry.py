@@ -20,7 +20,7 @@ from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import preemption
 from ckpt_preempt.policies.planner.plan_cache import PlanCache, changed_nodes
 from tests.policies import builders
-from tests.policies.builders import gpu_node, make_pod, pending
+from tests.policies.builders import gpu_node, make_pod, pending, workload_of
 from tests.policies.test_plan_cache import _plan_cycle, cycles
 
 
@@ -228,7 +228,7 @@ def test_a_pod_passing_its_min_runtime_drops_its_node():
 
 
 def test_a_workload_preempted_less_often_drops_its_nodes():
-    snap = replace(_cluster(), recent_preemptions={"uid-cheap": 3})
+    snap = replace(_cluster(), recent_preemptions={workload_of("cheap"): 3})
     cache = _warm(snap)
     later = replace(snap, now=snap.now + 1, recent_preemptions={})
     carried = PlanCache.carried(cache, later, frozenset())
@@ -250,12 +250,12 @@ def test_a_workload_preempted_more_often_drops_its_nodes_for_report_parity():
         make_pod("fresh", node="n1", checkpoint_age=300, **periodic),
         make_pod("again", node="n2", checkpoint_age=60, **periodic),
         make_pod("silent", node="n3", **periodic),
-    ]), preemption_history={"uid-again": 1, "uid-silent": 1})
+    ]), preemption_history={workload_of("again"): 1, workload_of("silent"): 1})
     cfg = preemption.PlannerConfig(record_rejections=False)
     cache = PlanCache(snap)
     assert preemption.plan(snap, [pending("hi", gpus=8)], cfg, cache).victims[0].name == "fresh"
     later = replace(snap, now=snap.now + 1, preemption_history={
-        "uid-again": 1, "uid-silent": 1, "uid-fresh": 1})
+        workload_of("again"): 1, workload_of("silent"): 1, workload_of("fresh"): 1})
     carried = PlanCache.carried(cache, later, frozenset())
     assert all("n1" not in t for k, t in carried._tables.items() if k[0] == "evictable")
     plan = preemption.plan(later, [pending("hi", gpus=8)], cfg, carried)

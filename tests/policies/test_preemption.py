@@ -27,6 +27,7 @@ from tests.policies.builders import (
     pending,
     snapshot,
     split_domains,
+    workload_of,
 )
 
 HOUR = 3600.0
@@ -530,11 +531,11 @@ def _two_victims(recent):
 
 @pytest.mark.parametrize(("recent", "penalty", "want"), [
     pytest.param({}, 1800.0, "often", id="nobody preempted lately: the cheaper one"),
-    pytest.param({"uid-often": 1}, 1800.0, "rarely",
+    pytest.param({workload_of("often"): 1}, 1800.0, "rarely",
                  id="preempted lately: 60 s + 1800 s penalty loses to 600 s"),
-    pytest.param({"uid-often": 1}, 300.0, "often", id="a small penalty only shifts the bar"),
-    pytest.param({"uid-often": 1}, 0.0, "often", id="penalty 0: the guard is off"),
-    pytest.param({"uid-often": 1, "uid-rarely": 1}, 1800.0, "often",
+    pytest.param({workload_of("often"): 1}, 300.0, "often", id="a small penalty only shifts the bar"),
+    pytest.param({workload_of("often"): 1}, 0.0, "often", id="penalty 0: the guard is off"),
+    pytest.param({workload_of("often"): 1, workload_of("rarely"): 1}, 1800.0, "often",
                  id="both preempted lately: lost work decides again"),
 ])
 def test_fairness_penalty_steers_away_from_the_recently_preempted(recent, penalty, want):
@@ -543,12 +544,12 @@ def test_fairness_penalty_steers_away_from_the_recently_preempted(recent, penalt
     (group,) = got.victim_groups
     # lost work is reported as it is; the penalty separately
     assert group.lost_gpu_seconds == pytest.approx(60.0 if want == "often" else 600.0)
-    assert group.penalty_gpu_seconds == pytest.approx(penalty * recent.get(f"uid-{want}", 0))
+    assert group.penalty_gpu_seconds == pytest.approx(penalty * recent.get(workload_of(want), 0))
 
 
 def test_fairness_never_makes_a_plan_infeasible():
     snap = replace(snapshot([gpu_node("n", 1)], [make_pod("only", node="n", priority=1)]),
-                   recent_preemptions={"uid-only": 50})
+                   recent_preemptions={workload_of("only"): 50})
     got = _plan(snap, pending("hi"))
     assert _victim_names(got) == ["only"] and "fairness" in got.victim_groups[0].reason
 
