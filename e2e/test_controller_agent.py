@@ -2,7 +2,8 @@
 agent's RBAC (its own pod only): each hook kind acknowledges a drain request written the way the
 controller writes it; removing the request cancels it (no ack is written afterwards, even by a
 hook that finishes later, and the API server itself refuses an ack that lost that race); the
-example training loop keeps running through a request and a cancel and exits 143 on SIGTERM."""
+example training loop keeps running through a request and a cancel, and on SIGTERM saves and
+exits 75 (``EXIT_CHECKPOINTED``)."""
 
 from __future__ import annotations
 
@@ -227,7 +228,7 @@ def test_example_loop_keeps_training_through_a_request_and_a_cancel(cluster, nam
         lines.wait_for("checkpoint request for plan plan-1 cancelled")
         assert loop.poll() is None and agent.poll() is None
         loop.send_signal(signal.SIGTERM)  # evicted after all (the kubelet's SIGTERM)
-        assert loop.wait(30) == 143
+        assert loop.wait(30) == sdk.EXIT_CHECKPOINTED  # saved on the SIGTERM
         assert int(lines.wait_for("evicted: saved at step").split()[-1]) > saved
     finally:
         if loop.poll() is None:

@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 
 from ckpt_preempt.policies.lifecycle import plan_record
+from ckpt_preempt_sdk import EXIT_CHECKPOINTED
 from e2e.harness import kube
 from e2e.harness.controller_run import (
     HIGH_NEVER,
@@ -55,7 +56,8 @@ def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
     """The victim runs the example training loop with the agent (RBAC: its own pod only) as a
     process. Order, by Event resourceVersion: CheckpointRequested → CheckpointCompleted →
     Evicted, and the ack came from the workload's own save. The loop keeps training after it
-    acks; the eviction's SIGTERM (sent here, as a kubelet would) makes it save and exit 143."""
+    acks; the eviction's SIGTERM (sent here, as a kubelet would) makes it save and exit 75
+    (``EXIT_CHECKPOINTED``)."""
     priority_classes(cluster)
     (node,) = gpu_nodes(1)
     kube.create_pod(cluster, namespace, "trainer", gpus=8, pool=pool, priority_class=LOW,
@@ -90,7 +92,7 @@ def test_scenario3_on_request_victim_is_evicted_only_after_its_agent_acks(
         if train.poll() is None:
             train.kill()
     assert still_training, out
-    assert train.returncode == 143, out
+    assert train.returncode == EXIT_CHECKPOINTED, out
     assert "checkpoint on request" in out and "evicted: saved at step" in out, out
     state = json.loads((run / "checkpoint.json").read_text())
     assert state["step"] > 0

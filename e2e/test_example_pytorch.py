@@ -3,9 +3,11 @@ controller: checkpoint on request -> evict -> resume, with the real torch CPU bu
 
 Two gloo processes train; the controller asks for a checkpoint on the kwok pod's behalf, the
 agent process run here for that pod signals rank 0, both ranks save a DCP checkpoint and rank 0
-acknowledges through the SDK; the controller evicts, and the SIGTERM a kubelet would send stops
-the trainer (143). Started again it loads the checkpoint: it goes on from the step it saved at,
-and recomputes the steps the evicted run did after the checkpoint with the same losses.
+acknowledges through the SDK; the controller evicts, and the SIGTERM a kubelet would send makes
+both ranks save the step they stopped at and the trainer exit 75 (``EXIT_CHECKPOINTED``). Started
+again it loads that checkpoint and goes on from the step it was evicted at: nothing is lost.
+(``tests/examples/test_pytorch_dcp_sigterm.py`` checks the resumed losses against a run never
+stopped.)
 
 torch comes from the example's own cached venv (tests/examples/pytorch_env.py: skipped when it
 cannot be installed, unless CKPT_REQUIRE_TORCH=1).
@@ -19,6 +21,7 @@ import time
 
 import pytest
 
+from ckpt_preempt_sdk import EXIT_CHECKPOINTED
 from e2e.harness import kube
 from e2e.harness.controller_run import (
     HIGH_NEVER,
@@ -38,12 +41,7 @@ _ = torch_python  # a fixture, used by name
 
 pytestmark = pytest.mark.e2e
 
-STEPS_AFTER_ACK = 5  # the loop trains on after its ack; these steps are recomputed on resume
-# The resumed run recomputes those steps from the loaded weights and Adam state, with the same
-# batches (a function of seed, step and rank), deterministic kernels, the same thread count (the
-# launcher sets OMP_NUM_THREADS=1) and a two-operand gloo sum: the losses come out bit for bit
-# the same. The tolerance only allows for float64 printing.
-SAME_LOSS = {"rel": 1e-9, "abs": 1e-12}
+STEPS_AFTER_ACK = 5  # the loop trains on after its ack; saved again on the eviction's SIGTERM
 # A fresh start would begin at the untrained loss (1.9 here); after >= 50 steps of Adam it is
 # below 0.25 (0.02-0.07 measured), so a resume that restored nothing could not pass this.
 FRESH_START_RATIO = 0.25
@@ -86,8 +84,10 @@ def test_dcp_checkpoint_on_request_then_evict_then_resume(torch_python, cluster,
                       saved + STEPS_AFTER_ACK or kube.NotYet(str(losses(run)[-1])), timeout=60)
         assert train.poll() is None  # acked, then trained on until evicted
         train.send_signal(signal.SIGTERM)  # what the kubelet sends an evicted pod
-        assert train.wait(60) == 143
+        assert train.wait(60) == EXIT_CHECKPOINTED
         evicted = int(out.wait_for(r"^evicted at step (\d+)$", 10)[1])
+        assert evicted >= saved + STEPS_AFTER_ACK
+        out.wait_for(rf"^saved on stop at step {evicted} in step-{evicted:08d}$", 10)
     finally:
         if agent is not None:
             kube.stop_process(agent)
@@ -107,13 +107,8 @@ def test_dcp_checkpoint_on_request_then_evict_then_resume(torch_python, cluster,
                                    "--agent-url", "http://127.0.0.1:1"),
                            capture_output=True, text=True, timeout=START_SECONDS)
     assert again.returncode == 0, again.stdout + again.stderr[-3000:]
-    assert f"resumed from step {saved} ({checkpoint.name})" in again.stdout, again.stdout
+    assert f"resumed from step {evicted} (step-{evicted:08d})" in again.stdout, again.stdout
     after = losses(run)[len(before):]
-    assert [s for s, _ in after] == list(range(saved + 1, steps + 1))  # no step lost or doubled
-    recomputed = dict(before[saved:])  # what the evicted run did after its checkpoint
-    assert len(recomputed) >= STEPS_AFTER_ACK
-    for step, loss in after:
-        if step in recomputed:
-            assert loss == pytest.approx(recomputed[step], **SAME_LOSS), step
+    assert [s for s, _ in after] == list(range(evicted + 1, steps + 1))  # none lost or doubled
     fresh = before[0][1]  # step 1 of a run from scratch
     assert after[0][1] < FRESH_START_RATIO * fresh, (after[0], fresh)

@@ -18,6 +18,13 @@ An elastic gang's shrink (``policies.planner.shrink``) is a drain request whose 
 the gang's members that go (this pod among them); the hooks and the SDK pass the names on, so the
 job lets exactly those go and the rest re-form without them (only those are evicted).
 
+- **Stop**: the kubelet sends SIGTERM to every container of a pod it deletes at once, the agent
+  included. A workload that saves on SIGTERM (``ckpt_preempt_sdk``'s ``install_stop_handler``;
+  its calls then carry ``X-Ckpt-Preempt-Stop: checkpoint``) reports that last checkpoint with
+  ``POST /checkpointed`` ``{"final": true}``; so the agent, on its own SIGTERM, keeps serving
+  until that final report has come and been written (``finish``), or the workload is gone, or
+  ``final_seconds`` pass. A report whose write failed is written once more then. A workload
+  that never said it saves on SIGTERM is not waited for.
 - **Progress**: a loop that knows its length reports ``POST /progress`` ``{"done", "total"}``
   through the SDK; the agent estimates the job's end from the rate and writes it as
   ``expected-end`` when it has moved enough (``controller/agent/progress.py``), so the planner
@@ -62,6 +69,11 @@ from ckpt_preempt_sdk import MAX_WAIT_SECONDS, Event, State, Status
 log = logging.getLogger("ckpt_preempt.agent")
 CANCEL_HOOK_TIMEOUT_SECONDS = 30.0
 EVENT_HISTORY = 256  # events kept for the SDK's long polls
+# How long the agent, on its own SIGTERM, waits for a workload that saves on SIGTERM to report
+# its final checkpoint. Inside a pod the kubelet's SIGKILL at the end of
+# terminationGracePeriodSeconds ends the wait sooner; this bounds it everywhere else.
+FINAL_REPORT_SECONDS = 300.0
+GONE_POLL_SECONDS = 0.2  # how often the wait looks whether the signalled process still runs
 
 
 # ------------------------------------------------------------------------------------ hooks
@@ -75,6 +87,10 @@ class Hook:
 
     def cancel(self, request: plan_record.DrainRequest) -> None:
         """The request was withdrawn: no eviction is coming for this plan."""
+
+    def workload_gone(self) -> bool:
+        """Whether the workload process has certainly exited (False: running, or unknown)."""
+        return False
 
 
 def _env(action: str, request: plan_record.DrainRequest) -> dict[str, str]:
@@ -142,6 +158,23 @@ def handles(pid: int, signum: int) -> bool:
     return False
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (an exited child not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
 @dataclass(frozen=True)
 class SignalHook(Hook):
     pid: int | None = None
@@ -160,6 +193,13 @@ class SignalHook(Hook):
     def checkpoint(self, request: plan_record.DrainRequest) -> bool:
         self._send(self.signum, request)
         return False
+
+    def workload_gone(self) -> bool:
+        try:
+            pid = self.pid if self.pid is not None else int(Path(self.pidfile).read_text())
+        except (OSError, ValueError):
+            return False  # no pidfile yet, or a half-written one: not known to be gone
+        return not running(pid)
 
     def cancel(self, request: plan_record.DrainRequest) -> None:
         if self.cancel_signum is not None:
@@ -208,6 +248,11 @@ class CheckpointAgent:
         self._ack_lock = threading.Lock()
         self._progress_lock = threading.Lock()
         self._end = progress.EndEstimate()
+        self._report_lock = threading.Lock()  # reports are written one at a time, in order
+        self._reported: float | None = None  # the last checkpoint report's time (under _cond)
+        self._written: float | None = None  # the last one written to the pod (under _cond)
+        self._final = False  # the workload reported its last checkpoint before exiting
+        self._saves_on_stop = False  # the workload said it saves on SIGTERM
 
     # ---------------------------------------------------------------- state (under self._cond)
     def _emit(self, state: State, request: plan_record.DrainRequest) -> None:
@@ -289,8 +334,70 @@ class CheckpointAgent:
                     self._emit(State.ACKED, now.request)
         return True
 
-    def checkpointed(self) -> None:
-        self.writer.checkpointed(at=self.clock())
+    def checkpointed(self, *, final: bool = False) -> None:
+        """A checkpoint report (``final``: the workload's last, before it exits). Raises when
+        the write fails; ``flush`` (run by ``finish``) tries the last report again."""
+        with self._report_lock:  # an older report never overwrites a newer one
+            at = self.clock()
+            with self._cond:
+                self._reported = at
+                self._final = self._final or final
+                self._cond.notify_all()
+            self.writer.checkpointed(at=at)
+            with self._cond:
+                self._written = at
+
+    def saves_on_stop(self) -> None:
+        """The workload said (``X-Ckpt-Preempt-Stop``) that it checkpoints on SIGTERM."""
+        with self._cond:
+            self._saves_on_stop = True
+
+    def flush(self) -> bool:
+        """Write the last checkpoint report if its write failed. True when one was written."""
+        with self._report_lock:
+            with self._cond:
+                at, written = self._reported, self._written
+            if at is None or written == at:
+                return False
+            self.writer.checkpointed(at=at)
+            with self._cond:
+                self._written = at
+        return True
+
+    def finish(self, *, final_seconds: float = FINAL_REPORT_SECONDS) -> str:
+        """On the agent's own SIGTERM: wait for a workload that saves on SIGTERM to report its
+        final checkpoint (until it has, or its process is gone, or ``final_seconds`` pass),
+        then write a report whose write had failed. Returns what ended the wait."""
+        gone = self.hook.workload_gone if self.hook is not None else lambda: False
+        end = time.monotonic() + final_seconds
+        with self._cond:
+            while True:
+                if not self._saves_on_stop:
+                    why = "the workload does not save on SIGTERM"
+                    break
+                if self._final:
+                    why = "the final checkpoint was reported"
+                    break
+                left = end - time.monotonic()
+                if left <= 0:
+                    why = f"no final checkpoint report within {final_seconds:g} s"
+                    break
+                self._cond.release()  # reading /proc needs no lock; reports may come meanwhile
+                try:
+                    is_gone = gone()
+                finally:
+                    self._cond.acquire()
+                if is_gone and not self._final:
+                    why = "the workload exited without a final checkpoint report"
+                    break
+                self._cond.wait(timeout=min(GONE_POLL_SECONDS, left))
+        try:
+            if self.flush():
+                why += "; the last report written again"
+        except Exception as e:
+            why += f"; writing the last report failed: {e}"
+        log.info("stopping: %s", why)
+        return why
 
     def progress(self, body: object) -> float | None:
         """Take one ``POST /progress`` body; returns the end written, None when nothing was.

@@ -14,11 +14,15 @@ with a recording ``PodWriter``):
 - ``serve``: the local endpoint for the SDK (loopback): ``GET /status``;
   ``GET /events?after=SEQ&wait=SECONDS`` (long poll; ``{"status", "events"}``, ``events`` null
   when the caller must start from the status); ``POST /done`` ``{"plan"}`` (200 acked, 409 not:
-  no such standing request); ``POST /checkpointed`` (refreshes last-checkpoint);
+  no such standing request); ``POST /checkpointed`` (refreshes last-checkpoint; ``{"final":
+  true}``: the workload's last report before it exits); any request with the header
+  ``X-Ckpt-Preempt-Stop: checkpoint`` says the workload saves on SIGTERM;
   ``POST /progress`` ``{"done", "total"}`` (``{"expected_end"}``: the end written, or null;
   400 with the reason on a malformed body; ``controller/agent/progress.py``). Shapes:
   ``ckpt_preempt_sdk.Status`` / ``Event``;
-- ``run``: the watch and hook threads, until stopped.
+- ``run``: the watch and hook threads, until stopped; then, before the endpoint closes,
+  ``CheckpointAgent.finish``: a workload that saves on SIGTERM gets to report its final
+  checkpoint, and it is written to the pod before the agent exits.
 """
 
 from __future__ import annotations
@@ -35,12 +39,13 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from ckpt_preempt.controller.agent.agent import CheckpointAgent
+from ckpt_preempt.controller.agent.agent import FINAL_REPORT_SECONDS, CheckpointAgent
 from ckpt_preempt.controller.agent.progress import ProgressError
 from ckpt_preempt.controller.core import backoff
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.annotations import EXPECTED_END, LAST_CHECKPOINT
 from ckpt_preempt.policies.model.times import rfc3339
+from ckpt_preempt_sdk import STOP_HEADER, STOP_SAVES
 
 log = logging.getLogger("ckpt_preempt.agent")
 MERGE = "application/merge-patch+json"
@@ -105,7 +110,12 @@ def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(body)
 
+        def _declared(self) -> None:
+            if self.headers.get(STOP_HEADER) == STOP_SAVES:
+                agent.saves_on_stop()
+
         def do_GET(self) -> None:
+            self._declared()
             url = urllib.parse.urlsplit(self.path)
             if url.path == "/status":
                 return self._reply(200, asdict(agent.status()))
@@ -122,6 +132,7 @@ def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
                               "events": None if events is None else [asdict(e) for e in events]})
 
         def do_POST(self) -> None:
+            self._declared()
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -135,7 +146,7 @@ def serve(agent: CheckpointAgent, host: str, port: int) -> ThreadingHTTPServer:
                     ok = agent.ack(plan)
                     return self._reply(200 if ok else 409, {"acked": ok})
                 if self.path == "/checkpointed":
-                    agent.checkpointed()
+                    agent.checkpointed(final=isinstance(body, dict) and body.get("final") is True)
                     return self._reply(200, {"ok": True})
                 if self.path == "/progress":
                     try:
@@ -177,9 +188,12 @@ def watch_own_pod(api: client.ApiClient, agent: CheckpointAgent, *, namespace: s
 
 
 def run(agent: CheckpointAgent, api: client.ApiClient, *, namespace: str, name: str,
-        server: ThreadingHTTPServer | None, stop: threading.Event) -> None:
-    """Watch the pod and run hooks until ``stop`` is set; returns at once then (the watch and
-    hook threads are daemons, so a SIGTERM never waits for a watch timeout)."""
+        server: ThreadingHTTPServer | None, stop: threading.Event,
+        final_seconds: float = FINAL_REPORT_SECONDS) -> None:
+    """Watch the pod and run hooks until ``stop`` is set (SIGTERM); then give a workload that
+    saves on SIGTERM up to ``final_seconds`` to report its final checkpoint, write it, and
+    return (the watch and hook threads are daemons, so a SIGTERM never waits for a watch
+    timeout)."""
     threading.Thread(target=watch_own_pod, args=(api, agent), name="agent-watch", daemon=True,
                      kwargs={"namespace": namespace, "name": name, "stop": stop}).start()
 
@@ -189,5 +203,6 @@ def run(agent: CheckpointAgent, api: client.ApiClient, *, namespace: str, name: 
 
     threading.Thread(target=hooks, name="agent-hooks", daemon=True).start()
     stop.wait()
+    agent.finish(final_seconds=final_seconds)  # the endpoint still answers meanwhile
     if server is not None:
         server.shutdown()

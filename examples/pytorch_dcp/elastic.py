@@ -10,12 +10,22 @@ DCP checkpoint together every ``--every`` steps and whenever one of them hears a
 through the SDK (``ckpt_preempt_sdk``: with ``--agent-url``; a shrink's request names the pods
 that leave in ``event.leaving``).
 
+SIGTERM (torchrun's agent passes its own on to its worker; the SDK's stop handler only sets a
+flag) is "checkpoint now": at the end of the step the ranks agree, and all of them save that
+step together. The ranks that were signalled then exit ``sdk.EXIT_CHECKPOINTED`` (75); rank 0
+reports the checkpoint (as its final one if it is leaving). The others train on.
+
 At step ``--leave-at``, right after the checkpoint of that step (the one a shrink's drain
-request would have asked for), the launcher ends the third agent with SIGTERM: the eviction of
-the member the shrink takes. The other ranks' next collective fails, their agents restart them,
-the rendezvous re-forms with the two agents left (torchrun's ``--nnodes 2:3``), and the two new
-ranks load the latest checkpoint and go on from that step, now with world size 2: nothing
-trained before the checkpoint is lost, only the re-rendezvous and the reload. Rank 0 appends
+request would have asked for), the third rank waits, and the launcher ends its agent with
+SIGTERM: the eviction of the member the shrink takes. That rank trains one more step with the
+others, they all save it, and it exits 75. The other ranks' next collective fails, their agents
+restart them, the rendezvous re-forms with the two agents left (torchrun's ``--nnodes 2:3``),
+and the two new ranks load the latest checkpoint (the leaving rank's last step) and go on from
+there, now with world size 2: nothing trained is lost, only the re-rendezvous and the reload.
+
+SIGTERM to the launcher (the whole job is stopped) goes to every agent and so to every rank:
+they save the step they stop at, and the launcher exits 75 once that checkpoint is the latest
+(143 if it is not); started again, the run resumes from it. Rank 0 appends
 ``{"step", "loss", "world"}`` lines to ``<dir>/loss.jsonl``; the launcher exits 0 once the
 survivors finish ``--steps``.
 
@@ -41,6 +51,8 @@ from train import LATEST, OneLineParser, free_port  # the DCP example beside thi
 import ckpt_preempt_sdk as sdk
 
 NODES, MIN_NODES = 3, 2
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOPPED_AT = "stopped-at"  # in checkpoints/: the checkpoint rank 0 saved on a stop
 FEATURES, HIDDEN, BATCH = 16, 64, 32
 # how long the rendezvous waits for more agents once it has the minimum, and for the first
 # ones: short, so the demo re-forms in seconds (torch's defaults: 30 s and 600 s)
@@ -122,6 +134,8 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     except OSError as e:
         print(f"elastic.py: cannot use --dir {args.dir}: {e.strerror or e}", file=sys.stderr)
         return 2
+    with contextlib.suppress(FileNotFoundError):
+        (run / "checkpoints" / STOPPED_AT).unlink()  # a stop of an earlier run
     port = free_port()
     # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: each rendezvous round's rank 0 hosts a fresh store
     # for its workers. With the agent's shared store (torch's default) the keys of the round
@@ -129,7 +143,17 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     # in gloo's connect; seen here in 1 of 3 runs on 2 loaded cores, and reported upstream as
     # pytorch/pytorch#135712 (restart counts are per agent, so they cannot scope the keys).
     env = {"OMP_NUM_THREADS": "1", **os.environ, SHARED_STORE_OFF: "1"}
-    agents = []
+    agents: list[subprocess.Popen] = []
+    stopping: list[int] = []  # the signals the launcher got
+
+    def forward(signum, _frame) -> None:  # the whole job is stopped: every rank saves
+        stopping.append(signum)
+        for a in agents:
+            with contextlib.suppress(ProcessLookupError):
+                a.send_signal(signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, forward)
     for node in range(NODES):
         agents.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", f"--nnodes={MIN_NODES}:{NODES}",
@@ -142,9 +166,11 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     leaving = agents[-1]
     marker = run / f"left-at-{args.leave_at}"
     end = time.monotonic() + LEAVE_TIMEOUT_SECONDS
-    while not marker.exists() and time.monotonic() < end and all(
+    while not marker.exists() and time.monotonic() < end and not stopping and all(
             a.poll() is None for a in agents):
         time.sleep(0.2)
+    if stopping:
+        return stopped(run, agents)
     if not marker.exists():
         for a in agents:
             a.terminate()
@@ -163,13 +189,35 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"elastic.py: the survivors did not finish within {FINISH_TIMEOUT_SECONDS} s of "
               "the shrink", file=sys.stderr)
         return 1
+    if stopping:
+        return stopped(run, agents)
     return 0 if all(c == 0 for c in codes) else 1
+
+
+def stopped(run: Path, agents: list[subprocess.Popen]) -> int:
+    """After SIGTERM to the launcher: 75 once every agent is gone and the checkpoint saved on
+    the stop is the latest, else 143."""
+    for a in agents:
+        a.wait()
+    ckpts = run / "checkpoints"
+    try:
+        saved = (ckpts / STOPPED_AT).read_text() == (ckpts / LATEST).read_text()
+    except OSError:
+        saved = False
+    print(f"launcher: stopped, {'saved' if saved else 'without a new checkpoint'}", flush=True)
+    return sdk.EXIT_CHECKPOINTED if saved else sdk.EXIT_NOT_SAVED
 
 
 # ---------------------------------------------------------------------------- the workers
 
 
 def worker(args: argparse.Namespace) -> int:
+    # First, before torch's imports: from now on SIGTERM is a flag read at the end of a step.
+    agent = sdk.Checkpointer(args.agent_url) if os.environ.get("RANK") == "0" and \
+        args.agent_url else None
+    stop = agent.install_stop_handler(STOP_SIGNALS) if agent is not None else \
+        sdk.StopRequest().install(STOP_SIGNALS)
+
     import datetime
 
     import torch
@@ -193,15 +241,16 @@ def worker(args: argparse.Namespace) -> int:
         x = torch.randn(BATCH, FEATURES, generator=g)
         return x, 2 * torch.sin(x @ teacher / 4)
 
-    def save(step: int) -> None:
+    def save(step: int) -> Path:
         model_sd, optim_sd = get_state_dict(model, optim)
         path = ckpts / f"step-{step:08d}"
         dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)},
                  checkpoint_id=path)
         dist.barrier()  # every rank's shard is written before `latest` names it
         if rank == 0:
-            (ckpts / f"{LATEST}.tmp").write_text(path.name)
-            os.replace(ckpts / f"{LATEST}.tmp", ckpts / LATEST)
+            sdk.fsync_tree(path)
+            sdk.atomic_write(ckpts / LATEST, path.name)  # a kill mid-save leaves the previous
+        return path
 
     step = 0
     if (ckpts / LATEST).exists():
@@ -214,7 +263,6 @@ def worker(args: argparse.Namespace) -> int:
         step = int(state["step"])
     if rank == 0:
         print(f"rank 0: world size {world}, training from step {step}", flush=True)
-    agent = sdk.Checkpointer(args.agent_url) if rank == 0 and args.agent_url else None
     losses = open(Path(args.dir) / "loss.jsonl", "a") if rank == 0 else None  # noqa: SIM115
     try:
         while step < args.steps:
@@ -231,20 +279,34 @@ def worker(args: argparse.Namespace) -> int:
             loss.backward()
             optim.step()
             step += 1
-            agreed = torch.tensor([loss.item(), float(bool(wanted))], dtype=torch.float64)
+            agreed = torch.tensor([loss.item(), float(bool(wanted)), float(bool(stop))],
+                                  dtype=torch.float64)
             dist.all_reduce(agreed)
             if losses is not None:
                 losses.write(json.dumps({"step": step, "loss": agreed[0].item() / world,
                                          "world": world}) + "\n")
                 losses.flush()
-            if agreed[1] > 0 or step % args.every == 0 or step == args.leave_at:
-                save(step)
+            if agreed[1] > 0 or agreed[2] > 0 or step % args.every == 0 or step == args.leave_at:
+                path = save(step)
                 for e in wanted:
                     with contextlib.suppress(sdk.AgentUnavailable):
                         agent.done(e.plan)
+                if agreed[2] > 0:  # someone got SIGTERM: this save was the stop's
+                    if rank == 0:
+                        sdk.atomic_write(ckpts / STOPPED_AT, path.name)
+                        print(f"rank 0: saved on stop at step {step} in {path.name}",
+                              flush=True)
+                    if stop:
+                        return agent.saved_on_stop() if agent is not None else \
+                            sdk.EXIT_CHECKPOINTED
+                    if agent is not None:  # a peer left; this rank trains on
+                        with contextlib.suppress(sdk.AgentUnavailable):
+                            agent.checkpointed()
             if step == args.leave_at and node == NODES - 1 and world == NODES:
                 (Path(args.dir) / f"left-at-{step}").write_text("")  # the launcher's cue
-                time.sleep(LEAVE_TIMEOUT_SECONDS)  # evicted here: SIGTERM ends it
+                wait_until = time.monotonic() + LEAVE_TIMEOUT_SECONDS
+                while not stop and time.monotonic() < wait_until:  # evicted here: SIGTERM
+                    time.sleep(0.05)
     finally:
         if losses is not None:
             losses.close()

@@ -1,5 +1,5 @@
 """Two-process PyTorch training (gloo, DDP) that saves a torch.distributed.checkpoint (DCP) when
-the checkpoint agent asks, acknowledges through the SDK, and resumes from it after eviction.
+the checkpoint agent asks and when SIGTERM stops it, reports through the SDK, and resumes.
 
     python examples/pytorch_dcp/train.py --dir /tmp/run --pidfile /tmp/run/train.pid &
     ckpt-preempt agent --pod $POD_NAME --namespace $POD_NAMESPACE \
@@ -16,9 +16,13 @@ Started by torchrun it is a worker at once.
 - A checkpoint request: every rank saves the model and optimiser state (DCP, one shard file per
   rank) into <dir>/checkpoints/step-<N>; rank 0 then points <dir>/checkpoints/latest at it
   (atomic rename), acknowledges the plan through the SDK and training goes on.
-- SIGTERM (eviction): the workers stop at the end of the step and exit 143, saving nothing: the
-  checkpoint taken on the request is what a restart loads. The launcher exits 143 too, so a
-  Job never counts a preempted run as Succeeded; 0 only after all --steps.
+- SIGTERM (an eviction, a preemption by any scheduler, a drain; the SDK's stop handler only
+  sets a flag): at the end of the step the ranks agree, all save a DCP checkpoint of that step
+  as above, rank 0 acknowledges any request still open and reports it as its final checkpoint
+  (``saved_on_stop``), and every worker exits ``sdk.EXIT_CHECKPOINTED`` (75); the launcher
+  then exits 75 too, or 143 (``sdk.EXIT_NOT_SAVED``) if any worker stopped without that save.
+  More SIGTERMs during the save are counted, not obeyed. A Job never counts a preempted run as
+  Succeeded: 0 only after all --steps.
 - Started again with the same --dir it loads `latest` and goes on from that step. The batch of
   each step is a function of (seed, step, rank), so a resumed run computes the same losses as
   one that never stopped. Rank 0 appends {"step", "loss"} lines to <dir>/loss.jsonl.
@@ -43,7 +47,7 @@ with contextlib.suppress(IndexError):  # run from a source checkout: the SDK is 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk"))
 import ckpt_preempt_sdk as sdk
 
-EXIT_EVICTED = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # save, then exit EXIT_CHECKPOINTED
 FEATURES, HIDDEN, BATCH = 16, 64, 32
 LATEST = "latest"  # file in <dir>/checkpoints naming the newest complete checkpoint
 KEEP_CHECKPOINTS = 2
@@ -93,7 +97,8 @@ def free_port() -> int:
 
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
-    """Start the workers as torchrun would; forward SIGTERM; exit 143 when evicted."""
+    """Start the workers as torchrun would; forward SIGTERM; exit 75 when they all saved on it,
+    143 when stopped without that checkpoint."""
     try:
         (Path(args.dir) / "checkpoints").mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -120,21 +125,31 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     while running:
         for w in [w for w in running if w.poll() is not None]:
             running.remove(w)
-            if w.returncode != 0 and first_failure is None:
+            if w.returncode not in (0, sdk.EXIT_CHECKPOINTED) and first_failure is None:
                 first_failure = w.returncode
                 for other in running:  # one gone: the others cannot go on alone
                     with contextlib.suppress(ProcessLookupError):
                         other.terminate()
         time.sleep(0.05)
-    if evicted.is_set() or first_failure in (EXIT_EVICTED, -signal.SIGTERM):
-        return EXIT_EVICTED  # SIGTERM to the launcher, or to the workers themselves
-    return 0 if first_failure is None else abs(first_failure) or 1
+    codes = {w.returncode for w in workers}
+    if codes == {sdk.EXIT_CHECKPOINTED}:
+        return sdk.EXIT_CHECKPOINTED  # every rank saved the stop's step
+    if codes == {0}:
+        return 0
+    if evicted.is_set() or first_failure in (sdk.EXIT_NOT_SAVED, -signal.SIGTERM):
+        return sdk.EXIT_NOT_SAVED  # SIGTERM to the launcher, or to the workers themselves
+    return abs(first_failure or 1) or 1
 
 
 # ---------------------------------------------------------------------------- the workers
 
 
 def worker(args: argparse.Namespace) -> int:
+    # First, before torch's imports: from now on SIGTERM is a flag read at the end of a step.
+    agent = sdk.Checkpointer(args.agent_url) if os.environ["RANK"] == "0" else None
+    stop = agent.install_stop_handler(STOP_SIGNALS) if agent is not None else \
+        sdk.StopRequest().install(STOP_SIGNALS)
+
     import datetime
 
     import torch
@@ -143,9 +158,6 @@ def worker(args: argparse.Namespace) -> int:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.nn.parallel import DistributedDataParallel
 
-    evicted = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: evicted.set())
-    signal.signal(signal.SIGINT, lambda *_: evicted.set())
     dist.init_process_group("gloo", timeout=datetime.timedelta(
         seconds=COLLECTIVE_TIMEOUT_SECONDS))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -171,9 +183,8 @@ def worker(args: argparse.Namespace) -> int:
                  checkpoint_id=path)
         dist.barrier()  # every rank's shard is written before `latest` names it
         if rank == 0:
-            tmp = ckpts / f"{LATEST}.tmp"
-            tmp.write_text(path.name)
-            os.replace(tmp, ckpts / LATEST)  # a crash mid-save leaves the previous one
+            sdk.fsync_tree(path)  # the shards and their names are durable, then:
+            sdk.atomic_write(ckpts / LATEST, path.name)  # a kill mid-save leaves the previous
             for old in sorted(ckpts.glob("step-*"))[:-KEEP_CHECKPOINTS]:
                 shutil.rmtree(old, ignore_errors=True)
         return path
@@ -192,9 +203,7 @@ def worker(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"resumed from step {step} ({path.name})", flush=True)
 
-    agent = None
-    if rank == 0:
-        agent = sdk.Checkpointer(args.agent_url)
+    if agent is not None:
         agent.install_signal_handlers()
         if args.pidfile:  # only now: the agent may signal this process once it knows the pid
             Path(args.pidfile).write_text(str(os.getpid()))
@@ -222,16 +231,14 @@ def worker(args: argparse.Namespace) -> int:
             loss.backward()  # DDP averages the gradients over the ranks (gloo all-reduce)
             optim.step()
             step += 1
-            agreed = torch.tensor([loss.item(), float(bool(plans)), float(evicted.is_set())],
+            agreed = torch.tensor([loss.item(), float(bool(plans)), float(bool(stop))],
                                   dtype=torch.float64)
             dist.all_reduce(agreed)  # every rank stops or saves at the same step
             if losses is not None:
                 losses.write(json.dumps({"step": step, "loss": agreed[0].item() / world}) + "\n")
                 losses.flush()
-            if agreed[2] > 0:
-                if rank == 0:
-                    print(f"evicted at step {step}", flush=True)
-                return EXIT_EVICTED
+            if agreed[2] > 0:  # a rank got SIGTERM: all save this step, then all exit
+                return stop_saved(save, step, agent, plans)
             periodic = args.every > 0 and step % args.every == 0
             if agreed[1] > 0 or periodic:
                 path = save(step)
@@ -249,6 +256,26 @@ def worker(args: argparse.Namespace) -> int:
     if rank == 0:
         print(f"finished at step {step}", flush=True)
     return 0
+
+
+def stop_saved(save, step: int, agent: sdk.Checkpointer | None, plans: list[str]) -> int:
+    """Every rank saves the step it stopped at; rank 0 acknowledges the requests that save
+    answers too and reports it as the final checkpoint. The exit code: 75, or 143 when the save
+    failed."""
+    if agent is not None:
+        print(f"evicted at step {step}", flush=True)
+    try:
+        path = save(step)
+    except Exception as e:  # a full disk, a peer gone: nothing new, the previous one stands
+        print(f"evicted at step {step}: could not save: {e}", flush=True)
+        return sdk.EXIT_NOT_SAVED
+    if agent is None:
+        return sdk.EXIT_CHECKPOINTED
+    for plan in plans:
+        with contextlib.suppress(sdk.AgentUnavailable):
+            agent.done(plan)
+    print(f"saved on stop at step {step} in {path.name}", flush=True)
+    return agent.saved_on_stop()
 
 
 def answer_agent(agent: sdk.Checkpointer, plans: list[str], step: int, path: Path,

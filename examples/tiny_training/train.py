@@ -1,4 +1,4 @@
-"""A tiny training loop that checkpoints on request, keeps training, and resumes after eviction.
+"""A tiny training loop that checkpoints on request, keeps training, and saves on SIGTERM.
 
 CPU only, standard library only: it fits y = 3x + 1 with SGD on a two-parameter model, in the
 shape of a PyTorch loop (model state dict, optimiser step, torch.save-style atomic checkpoint).
@@ -12,8 +12,13 @@ shape of a PyTorch loop (model state dict, optimiser step, torch.save-style atom
   saves at once, acknowledges through the SDK and **keeps training**. The request only means
   "this pod may be evicted soon"; the plan may still be cancelled (SIGUSR2 / a ``cancelled``
   event), and then nothing happens at all.
-- Eviction (SIGTERM): it saves if it can and exits 143, so a Job never counts a preempted run as
-  Succeeded. Started again with the same --dir, it resumes from the saved step.
+- Stop (SIGTERM: an eviction, a preemption by any scheduler, a drain): the SDK's stop handler
+  only sets a flag; at the end of the step the loop saves (atomically, ``sdk.atomic_write``),
+  reports it to the agent as its final checkpoint and exits ``sdk.EXIT_CHECKPOINTED`` (75); if
+  the save fails it exits 143. Either way a Job never counts a preempted run as Succeeded.
+  More SIGTERMs during the save are counted, not obeyed. Started again with the same --dir, it
+  resumes from the saved step. ``--save-seconds`` stretches the save (written in pieces) to
+  try a grace period that runs out mid-save: the old checkpoint or the new one survives.
 - Every --every steps it saves on its own and reports it (periodic checkpoint). It exits 0 only
   when all --steps are done.
 - It reports its progress (step of --steps); the agent declares the run's end on the pod from
@@ -28,22 +33,28 @@ import contextlib
 import json
 import os
 import random
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a source checkout
 import ckpt_preempt_sdk as sdk
 
-EXIT_EVICTED = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
+SAVE_PIECES = 10  # --save-seconds: the checkpoint is written in this many pieces
 
 
-def save(path: Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, path)  # atomic: a crash never leaves half a checkpoint
+def save(path: Path, state: dict, seconds: float = 0.0) -> None:
+    """Replace ``path`` atomically: a SIGKILL at any moment leaves the old or the new one."""
+    text = json.dumps(state)
+    with sdk.atomic_writer(path, "w") as f:
+        if seconds <= 0:
+            f.write(text)
+            return
+        piece = -(-len(text) // SAVE_PIECES)
+        for i in range(0, len(text), piece):  # a slow save, as a large model's would be
+            f.write(text[i:i + piece])
+            f.flush()
+            time.sleep(seconds / SAVE_PIECES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--every", type=int, default=500, help="periodic checkpoint interval")
     ap.add_argument("--step-seconds", type=float, default=0.01)
+    ap.add_argument("--save-seconds", type=float, default=0.0,
+                    help="stretch the save on SIGTERM over this long (to try a grace period)")
     ap.add_argument("--pidfile")
     ap.add_argument("--agent-url")
     args = ap.parse_args(argv)
@@ -59,9 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.json"
-    evicted = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: evicted.set())
     agent = sdk.Checkpointer(args.agent_url)
+    stop = agent.install_stop_handler()  # SIGTERM: a flag read at the end of each step
     agent.install_signal_handlers()
     if args.pidfile:  # only now: the agent may signal this process once it knows the pid
         Path(args.pidfile).write_text(str(os.getpid()))
@@ -73,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"training from step {state['step']}", flush=True)
     rng = random.Random(state["step"])
     while state["step"] < args.steps:
-        if evicted.is_set():
+        if stop:
+            print(f"stopping at step {state['step']}: saving", flush=True)
             try:
-                save(ckpt, state)
-                print(f"evicted: saved at step {state['step']}", flush=True)
+                save(ckpt, state, args.save_seconds)
             except OSError as e:
                 print(f"evicted: could not save at step {state['step']}: {e}", flush=True)
-            return EXIT_EVICTED
+                return sdk.EXIT_NOT_SAVED
+            print(f"evicted: saved at step {state['step']}", flush=True)
+            return agent.saved_on_stop()  # reported as the final checkpoint; exit 75
         x = rng.uniform(-1, 1)
         err = state["w"] * x + state["b"] - (3 * x + 1)
         state["w"] -= state["lr"] * err * x

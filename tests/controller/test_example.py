@@ -1,7 +1,7 @@
 """The example training loop: it resumes, keeps training after a checkpoint request and a
-cancel, and exits 143 (never 0) when evicted. The agent here is the real one (its endpoint and
-signal hook) with a recording fake of its API writes; e2e/test_controller_agent.py runs the
-same loop against a real API server."""
+cancel, and on SIGTERM saves and exits ``sdk.EXIT_CHECKPOINTED`` (75, never 0). The agent here
+is the real one (its endpoint and signal hook) with a recording fake of its API writes;
+e2e/test_controller_agent.py runs the same loop against a real API server."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller.agent import agent, agent_process
 from tests.controller.test_agent import DONE, Pod
 
@@ -69,11 +70,11 @@ def start_loop(tmp_path: Path, agent_url: str) -> tuple[subprocess.Popen, Lines]
     return proc, lines
 
 
-def test_evicted_loop_saves_and_exits_143(tmp_path):
+def test_evicted_loop_saves_and_exits_75(tmp_path):
     proc, lines = start_loop(tmp_path, "http://127.0.0.1:1")
     try:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(WAIT_SECONDS) == 143
+        assert proc.wait(WAIT_SECONDS) == sdk.EXIT_CHECKPOINTED
         saved = lines.wait_for("evicted: saved at step")
     finally:
         proc.kill()
@@ -106,12 +107,14 @@ def test_request_is_acked_and_training_goes_on_through_a_cancel(tmp_path):
         assert "acked=True" in lines.wait_for("checkpoint on request for plan p2")
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(WAIT_SECONDS) == 143
+        assert proc.wait(WAIT_SECONDS) == sdk.EXIT_CHECKPOINTED
         last = int(lines.wait_for("evicted: saved at step").split()[-1])
         assert last > saved  # it trained between the request and the eviction
     finally:
         proc.kill()
         stop.set()
         server.shutdown()
-    assert pod.writer.acks() == [("ack", "p1"), ("ack", "p2")]
+    acks, final = pod.writer.acks()[:-1], pod.writer.acks()[-1]
+    assert acks == [("ack", "p1"), ("ack", "p2")]
+    assert final[0] == "last-checkpoint"  # the checkpoint saved on SIGTERM, reported
 

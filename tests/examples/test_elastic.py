@@ -1,5 +1,6 @@
 """The elastic example (examples/pytorch_dcp/elastic.py): torchrun's elastic agents shrink the
-job from 3 ranks to 2 and it keeps training from the checkpoint taken before the shrink."""
+job from 3 ranks to 2 and it keeps training from the checkpoint the leaving rank's SIGTERM made
+all ranks save; SIGTERM to the whole job saves, exits 75, and a restart resumes there."""
 
 from __future__ import annotations
 
@@ -23,13 +24,15 @@ def test_the_run_shrinks_from_three_ranks_to_two_and_loses_no_checkpointed_step(
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "world size 3, training from step 0" in r.stdout
-    assert "world size 2, training from step 12" in r.stdout  # the shrink's checkpoint
+    # the leaving rank's SIGTERM: one more step together, all save it, then it leaves
+    assert "rank 0: saved on stop at step 13 in step-00000013" in r.stdout
+    assert "world size 2, training from step 13" in r.stdout
     rows = [json.loads(line) for line in (run / "loss.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == list(range(1, 31))  # no step trained twice or lost
-    assert {x["world"] for x in rows if x["step"] <= 12} == {3}
-    assert {x["world"] for x in rows if x["step"] > 12} == {2}
+    assert {x["world"] for x in rows if x["step"] <= 13} == {3}
+    assert {x["world"] for x in rows if x["step"] > 13} == {2}
     # it kept learning across the shrink: the loss stays far below the untrained one
-    assert max(x["loss"] for x in rows if x["step"] > 12) < rows[0]["loss"] / 2
+    assert max(x["loss"] for x in rows if x["step"] > 13) < rows[0]["loss"] / 2
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -1,7 +1,9 @@
 """The PyTorch DCP example with the real agent (its endpoint and signal hook) and a recording fake
 of its API writes, no cluster: a request is saved by both ranks and acked, a cancel changes
-nothing, a second request is saved at a later step, and SIGTERM ends the run with 143.
-e2e/test_example_pytorch.py runs it against the real API server and controller, and resumes."""
+nothing, a second request is saved at a later step, and SIGTERM makes both ranks save the step
+they stop at, report it, and exit ``sdk.EXIT_CHECKPOINTED`` (75); started again, the run resumes
+from that step with the losses of a run that never stopped. e2e/test_example_pytorch.py runs it
+against the real API server and controller."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import threading
 
 import pytest
 
+import ckpt_preempt_sdk as sdk
 from ckpt_preempt.controller.agent import agent, agent_process
 from tests.controller.test_agent import DONE, Pod
 from tests.examples.pytorch_env import EXAMPLE, START_SECONDS, Output, torch_python, trainer
@@ -55,14 +58,19 @@ def test_request_cancel_request_then_sigterm(torch_python, tmp_path):
         assert (run / "checkpoints/latest").read_text() == second[2]
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(ANSWER_SECONDS) == 143
-        assert int(out.wait_for(r"^evicted at step (\d+)$", 10)[1]) >= int(second[1])
+        assert proc.wait(ANSWER_SECONDS) == sdk.EXIT_CHECKPOINTED
+        evicted = int(out.wait_for(r"^evicted at step (\d+)$", 10)[1])
+        assert evicted >= int(second[1])
+        stopped = out.wait_for(r"^saved on stop at step (\d+) in (step-\d+)$", 10)
+        assert int(stopped[1]) == evicted and (run / "checkpoints/latest").read_text() == \
+            stopped[2] == f"step-{evicted:08d}"
     finally:
         if proc.poll() is None:
             proc.kill()
         stop.set()
         server.shutdown()
-    assert pod.writer.acks() == [("ack", "p1"), ("ack", "p2")]
+    assert [w[0] for w in pod.writer.acks()] == ["ack", "ack", "last-checkpoint"]  # the stop's
+    assert pod.agent._final
 
 
 @pytest.mark.parametrize(("args", "says"), [
