@@ -47,15 +47,19 @@ from e2e.harness.trust import extra_namespace, store_plan, tenant
 pytestmark = pytest.mark.e2e
 
 
-def _owner(c: kube.Cluster, namespace: str, name: str) -> str:
+OWNER = "job"  # the name of every owner object here (one per test namespace)
+
+
+def _owner(c: kube.Cluster, namespace: str, name: str = OWNER) -> str:
     """An object of `namespace` that pods name as their controlling owner (a stand-in for a
-    Job): its uid."""
+    Job; the garbage collector finds it by name and uid, so its pods stay): its uid."""
     return c.core.create_namespaced_config_map(namespace, {"metadata": {"name": name}}
                                                ).metadata.uid
 
 
-def _owned_by(body: dict, uid: str, *, kind: str = "ConfigMap", api: str = "v1") -> dict:
-    body["metadata"]["ownerReferences"] = [{"apiVersion": api, "kind": kind, "name": "owner",
+def _owned_by(body: dict, uid: str, *, name: str = OWNER, kind: str = "ConfigMap",
+              api: str = "v1") -> dict:
+    body["metadata"]["ownerReferences"] = [{"apiVersion": api, "kind": kind, "name": name,
                                             "uid": uid, "controller": True}]
     return body
 
@@ -108,7 +112,7 @@ def _waits_at_bound(c: kube.Cluster, ns: str) -> None:
 
 def test_an_attachment_cannot_strip_a_neighbours_protection(cluster, pool, world):
     ours, theirs, as_tenant, (n0, n1) = world
-    job = _owner(cluster, ours, "job-a")
+    job = _owner(cluster, ours)
     cluster.core.create_namespaced_pod(ours, _owned_by(kube.pod_body(
         "neighbour", gpus=8, pool=pool, priority_class=LOW, node_name=n0), job))
     _preempted_once(cluster, ours, "earlier", namespace=ours, owner=job, node=n0, gpus=8.0)
@@ -132,7 +136,7 @@ def test_an_attachment_cannot_strip_a_neighbours_protection(cluster, pool, world
 
 def test_an_attachment_cannot_shield_the_tenants_pod(cluster, pool, world):
     ours, theirs, as_tenant, (n0, n1) = world
-    job = _owner(cluster, ours, "job-a")
+    job = _owner(cluster, ours)
     cluster.core.create_namespaced_pod(ours, _owned_by(kube.pod_body(
         "neighbour", gpus=8, pool=pool, priority_class=LOW, node_name=n0), job))
     # preempted once at 16 GPUs, it holds 8 now: the bound protects it
@@ -151,7 +155,7 @@ def test_an_attachment_cannot_shield_the_tenants_pod(cluster, pool, world):
 
 def test_an_attachment_cannot_make_the_tenants_pod_dearer(cluster, pool, world):
     ours, theirs, as_tenant, (n0, n1) = world
-    job = _owner(cluster, ours, "job-a")
+    job = _owner(cluster, ours)
     # the neighbour never checkpoints: evicting it loses all its work
     kube.create_pod(cluster, ours, "neighbour", gpus=8, pool=pool, priority_class=LOW,
                     node_name=n0)
@@ -173,12 +177,12 @@ def test_an_attachment_cannot_make_the_tenants_pod_dearer(cluster, pool, world):
 
 def test_an_attachment_cannot_buy_report_paritys_hold(cluster, pool, world):
     ours, theirs, as_tenant, (n0, n1) = world
-    silent_job, often = _owner(cluster, ours, "job-silent"), _owner(cluster, ours, "job-often")
+    silent_job, often = _owner(cluster, ours, "silent-job"), _owner(cluster, ours, "often-job")
     # the neighbour declares periodic checkpoints and reports none (silent), preempted once:
     # report parity's floor is 1, so a reporter is held only if its workload was preempted once
     cluster.core.create_namespaced_pod(ours, _owned_by(kube.pod_body(
         "silent", gpus=8, pool=pool, priority_class=LOW, node_name=n0, checkpoint="periodic"),
-        silent_job))
+        silent_job, name="silent-job"))
     _preempted_once(cluster, ours, "silent-before", namespace=ours, owner=silent_job, node=n0,
                     gpus=8.0)
     _preempted_once(cluster, ours, "often-before", namespace=ours, owner=often, node=n0,
