@@ -50,7 +50,8 @@ def test_at_bound_and_off():
 def test_hold_marks_only_running_pods_of_bounded_workloads():
     pods = (make_pod("a", node="n"), make_pod("b", node="n"), make_pod("p"),
             make_pod("t", node="n", terminating=True))
-    out = {p.name: p.held for p in bound.hold(pods, frozenset({workload_of("a"), workload_of("p"), workload_of("t")}))}
+    bounded = frozenset({workload_of("a"), workload_of("p"), workload_of("t")})
+    out = {p.name: p.held for p in bound.hold(pods, bounded)}
     assert out == {"a": PodHold.AT_PREEMPTION_BOUND, "b": None, "p": None, "t": None}
 
 
@@ -66,7 +67,8 @@ def test_every_policy_skips_a_workload_at_the_bound(policy):
     plan = POLICIES[policy](snap, [pre])
     assert {v.name for v in plan.victims} == {"young"}
     bounded = _held(Snapshot(now=NOW, nodes=snap.nodes, pods=snap.pods,
-                             preemption_history={workload_of("young"): 2}), bound.Bound(max_preemptions=2))
+                             preemption_history={workload_of("young"): 2}),
+                   bound.Bound(max_preemptions=2))
     plan = POLICIES[policy](bounded, [pre])
     assert plan.feasible and {v.name for v in plan.victims} == {"old"}
 
@@ -101,7 +103,8 @@ def test_penalty_doubles_with_the_history(recent, history, factor):
     assert bound.penalty_factor(recent, history) == factor
     pod = make_pod("a", node="n", gpus=2)
     snap = Snapshot(now=NOW, nodes=(gpu_node("n"),), pods=(pod,),
-                    recent_preemptions={workload_of("a"): recent}, preemption_history={workload_of("a"): history})
+                    recent_preemptions={workload_of("a"): recent},
+                    preemption_history={workload_of("a"): history})
     b = units.UnitBuilder(snap, 10, drain=False, max_checkpoint_seconds=600,
                           penalty_seconds=900)
     assert b.penalty(pod) == 2 * 900 * factor
