@@ -100,11 +100,14 @@ def test_namespaces_narrow_the_controllers_writes_to_them():
     assert {b["subjects"][0]["namespace"] for b in bindings} == {NAMESPACE}
 
 
-@pytest.mark.parametrize("values", [{}, CI_VALUES], ids=["defaults", "ci-values"])
-def test_every_pod_asks_for_what_pod_security_restricted_requires(values):
+@pytest.mark.parametrize(("values", "kinds"), [
+    ({}, ["DaemonSet", "Deployment"]),
+    (CI_VALUES, ["DaemonSet", "Deployment", "Deployment"]),  # and the grace webhook's
+], ids=["defaults", "ci-values"])
+def test_every_pod_asks_for_what_pod_security_restricted_requires(values, kinds):
     docs = chart.render("r", "ops", values)
     workloads = [d for d in docs if d["kind"] in {"Deployment", "DaemonSet"}]
-    assert sorted(d["kind"] for d in workloads) == ["DaemonSet", "Deployment"]
+    assert sorted(d["kind"] for d in workloads) == kinds
     for w in workloads:
         spec = w["spec"]["template"]["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True

@@ -28,11 +28,14 @@ def _commands() -> list[ModuleType]:
         cmd_explain,
         cmd_extender,
         cmd_gate,
+        cmd_grace,
+        cmd_kueue_boost,
         cmd_run,
         cmd_simulate,
     )
 
-    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent, cmd_extender, cmd_cleanup, cmd_gate]
+    return [cmd_simulate, cmd_explain, cmd_run, cmd_agent, cmd_extender, cmd_cleanup, cmd_gate,
+            cmd_grace, cmd_kueue_boost]
 
 
 def version() -> str:

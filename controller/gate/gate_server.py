@@ -13,8 +13,10 @@ import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
-from ckpt_preempt.controller.gate.gate import Gate
+if TYPE_CHECKING:  # any object with review(body) -> dict (the grace webhook's too)
+    from ckpt_preempt.controller.gate.gate import Gate
 
 log = logging.getLogger("ckpt_preempt.gate")
 PATH = "/validate"
@@ -38,9 +40,11 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return ctx
 
 
-def serve(gate: Gate, host: str, port: int, ctx: ssl.SSLContext) -> ThreadingHTTPServer:
-    """Start serving in a daemon thread; ``shutdown()`` the returned server to stop. Sets this
-    process' interpreter switch interval to ``SWITCH_INTERVAL_SECONDS``."""
+def serve(gate: Gate, host: str, port: int, ctx: ssl.SSLContext, *,
+          path: str = PATH) -> ThreadingHTTPServer:
+    """Start serving in a daemon thread, reviews at ``path``; ``shutdown()`` the returned
+    server to stop. Sets this process' interpreter switch interval to
+    ``SWITCH_INTERVAL_SECONDS``."""
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
 
     class Handler(BaseHTTPRequestHandler):
@@ -71,7 +75,7 @@ def serve(gate: Gate, host: str, port: int, ctx: ssl.SSLContext) -> ThreadingHTT
                 self._send(404, b"not found\n", "text/plain")
 
         def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != PATH:
+            if self.path.split("?", 1)[0] != path:
                 self._send(404, b"not found\n", "text/plain")
                 return
             try:

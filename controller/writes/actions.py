@@ -21,7 +21,9 @@ The operations, each safe to repeat:
   ``tolerate`` (the reservation toleration);
 - nodes: ``reserve`` / ``unreserve`` (the ``ckpt-preempt.io/reserved=<plan>:NoSchedule`` taint);
 - ``emit``: an events.k8s.io/v1 Event about a pod;
-- ``delete_lease``: the Lease of a controller that is gone (``ckpt-preempt cleanup`` only).
+- ``delete_lease``: the Lease of a controller that is gone (``ckpt-preempt cleanup`` only);
+- ``set_priority_boost``: Kueue's ``kueue.x-k8s.io/priority-boost`` annotation on a Workload
+  (``ckpt-preempt kueue-boost`` only), guarded by resourceVersion.
 
 ``Actions`` is safe to call from several threads at once (``controller/writes/write_lanes.py`` runs
 the writes of different plans side by side): it keeps no state between calls, and the API client's
@@ -58,6 +60,7 @@ from ckpt_preempt.controller.core.events import Reason
 from ckpt_preempt.controller.kube.records import ADMISSION_GATE, PodInfo
 from ckpt_preempt.controller.writes import write_bodies as bodies
 from ckpt_preempt.controller.writes.write_bodies import COMPONENT, plan_object_name
+from ckpt_preempt.policies.kueue import boost
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.times import rfc3339_micro
 
@@ -460,3 +463,26 @@ class Actions:
                 if e.status != 404:
                     raise
         self._write("delete-lease", f"{namespace}/{name}", call)
+
+    # -------------------------------------------------------------- Kueue Workloads' boost
+    def set_priority_boost(self, namespace: str, name: str, value: str | None, *,
+                           version: str, rv: str) -> bool:
+        """Set (``value`` None: remove) the Workload's priority-boost annotation, only at
+        resourceVersion ``rv`` (``Conflict`` otherwise: decide again from fresh state). True
+        when written; False when the Workload is gone, or in dry-run."""
+        body = bodies.priority_boost_patch(value, rv)
+
+        def call() -> bool:
+            try:
+                client.CustomObjectsApi(self.core.api_client).patch_namespaced_custom_object(
+                    boost.GROUP, version, namespace, boost.WORKLOADS, name, body,
+                    _content_type=MERGE, _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                if e.status == 409:
+                    raise Conflict(f"workload {namespace}/{name} changed: {e.reason}") from e
+                raise
+            return True
+        return bool(self._write(f"priority-boost {value or 0}",
+                                f"workloads.{boost.GROUP}/{namespace}/{name}", call))

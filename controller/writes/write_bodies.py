@@ -15,6 +15,7 @@ A function that returns ``None`` means the object already says it: nothing is to
 from __future__ import annotations
 
 from ckpt_preempt.controller.kube.records import ADMISSION_GATE, MANAGED_BY, PodInfo
+from ckpt_preempt.policies.kueue import boost
 from ckpt_preempt.policies.lifecycle import plan_record
 from ckpt_preempt.policies.model.annotations import RESERVED_TAINT
 
@@ -159,3 +160,10 @@ def event_body(pod: PodInfo, reason: str, message: str, *, warning: bool, instan
         "regarding": {"apiVersion": "v1", "kind": "Pod", "name": pod.name,
                       "namespace": pod.namespace, "uid": pod.uid},
     }
+
+
+# ------------------------------------------------------------------- Kueue Workloads' boost
+def priority_boost_patch(value: str | None, rv: str) -> dict:
+    """A merge patch that sets Kueue's priority-boost annotation to ``value`` (None: removes
+    it) and nothing else, only at resourceVersion ``rv``."""
+    return {"metadata": {"resourceVersion": rv, "annotations": {boost.ANNOTATION: value}}}

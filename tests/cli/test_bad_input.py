@@ -207,6 +207,14 @@ ROWS = [
       says="cannot load the TLS certificate and key", id="gate missing certificate"),
     c("gate", "--listen", "8443", "--tls-cert", "c", "--tls-key", "k", says="expected HOST:PORT",
       id="gate listen no port"),
+    # grace-webhook
+    c("grace-webhook", "--margin-seconds", "-1", "--tls-cert", "c", "--tls-key", "k",
+      says="argument --margin-seconds: must be an integer >= 0", id="grace-webhook margin"),
+    # kueue-boost
+    c("kueue-boost", "--interval", "0", says="argument --interval: must be a number > 0",
+      id="kueue-boost interval"),
+    c("kueue-boost", "--kueue-priority-boost", "maybe", says="argument --kueue-priority-boost",
+      id="kueue-boost gate value"),
     # agent
     c("agent", "--pod", "p", "--namespace", "n", "--log-level", "chatty",
       says="unknown log level 'chatty'", id="agent log level"),

@@ -51,7 +51,8 @@ def test_every_flag_and_subcommand_has_help(prog):
 
 def test_both_command_lines_have_their_subcommands():
     assert subcommands(controller_parser()) == ["simulate", "explain", "run", "agent",
-                                                "extender", "cleanup", "gate"]
+                                                "extender", "cleanup", "gate", "grace-webhook",
+                                                "kueue-boost"]
     assert subcommands(hwprobe_parser()) == ["show", "report", "verify", "gpu-use", "publish",
                                              "serve", "bench"]
 

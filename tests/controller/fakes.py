@@ -477,6 +477,13 @@ class RecordingActions:
         """(``ckpt-preempt cleanup`` only; the reconciler never deletes its Lease.)"""
         self._write(Call(verb="delete_lease", target=f"{namespace}/{name}", args={"rv": rv}))
 
+    def set_priority_boost(self, namespace: str, name: str, value: str | None, *,
+                           version: str, rv: str) -> bool:
+        """(``ckpt-preempt kueue-boost`` only; the reconciler never writes Workloads.)"""
+        return bool(self._write(Call(verb="set_priority_boost", target=f"{namespace}/{name}",
+                                     args={"value": value, "version": version, "rv": rv}),
+                                lambda: True))
+
 
 # ------------------------------------------------------------------------------- a test rig
 
