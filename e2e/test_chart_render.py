@@ -102,7 +102,8 @@ def test_namespaces_narrow_the_controllers_writes_to_them():
 
 @pytest.mark.parametrize(("values", "kinds"), [
     ({}, ["DaemonSet", "Deployment"]),
-    (CI_VALUES, ["DaemonSet", "Deployment", "Deployment"]),  # and the grace webhook's
+    # and the grace webhook's and kueue-boost's
+    (CI_VALUES, ["DaemonSet", "Deployment", "Deployment", "Deployment"]),
 ], ids=["defaults", "ci-values"])
 def test_every_pod_asks_for_what_pod_security_restricted_requires(values, kinds):
     docs = chart.render("r", "ops", values)
