@@ -42,6 +42,19 @@ run_kubectl() {
   fi
 }
 
+run_kueue() {
+  # Kueue's manager, CRDs and webhook manifests for e2e/test_kueue_*.py: its own module and cache,
+  # like helm. Its failure fails this script only under CKPT_REQUIRE_TESTBIN=1; otherwise those
+  # tests skip, saying how to build it.
+  if [[ -x "$here/kueue/build.sh" ]]; then
+    log "kueue: running kueue/build.sh"
+    "$here/kueue/build.sh" || {
+      [[ "${CKPT_REQUIRE_TESTBIN:-}" != 1 ]] || return 1
+      log "kueue: build failed: the Kueue e2e tests will be skipped"
+    }
+  fi
+}
+
 command -v go >/dev/null || { echo "go not found: install Go >= 1.26" >&2; exit 1; }
 gover=$(go env GOVERSION)
 case "$gover" in
@@ -59,6 +72,7 @@ if [[ -f "$dest/.complete" ]]; then
   run_prometheus
   run_helm
   run_kubectl
+  run_kueue
   exit 0
 fi
 
@@ -129,3 +143,4 @@ run_mocknvml
 run_prometheus
 run_helm
 run_kubectl
+run_kueue
