@@ -83,3 +83,38 @@ def load_config(args: argparse.Namespace, prog: str):
     except cfgmod.ConfigError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return None
+
+
+def webhook_tls(args: argparse.Namespace, prog: str):
+    """The TLS context from --tls-cert/--tls-key for an admission webhook, or None after one
+    line on stderr (the caller exits 2)."""
+    import ssl
+
+    from ckpt_preempt.cli.output import one_line
+    from ckpt_preempt.controller.gate import gate_server
+
+    try:
+        return gate_server.tls_context(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as e:
+        print(f"{prog}: cannot load the TLS certificate and key: {one_line(e)}", file=sys.stderr)
+        return None
+
+
+def serve_webhook(args: argparse.Namespace, prog: str, handler, ctx, *, path: str,
+                  note: str = ""):
+    """Serve ``handler``'s AdmissionReviews at ``path`` on --listen over ``ctx`` (the gate's
+    HTTPS server), saying where on stderr; the server, or None after one line on stderr (the
+    caller exits 2)."""
+    from ckpt_preempt.cli.output import one_line
+    from ckpt_preempt.controller.gate import gate_server
+
+    host, port = args.listen
+    host = host or DEFAULT_LISTEN_HOST
+    try:
+        server = gate_server.serve(handler, host, port, ctx, path=path)
+    except OSError as e:
+        print(f"{prog}: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
+        return None
+    bound = server.server_address
+    print(f"{prog}: listening on {bound[0]}:{bound[1]}{note}", file=sys.stderr, flush=True)
+    return server

@@ -15,10 +15,11 @@ import threading
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
 from ckpt_preempt.controller.app.cmd_common import (
-    DEFAULT_LISTEN_HOST,
     add_cluster_flags,
     connect,
     load_config,
+    serve_webhook,
+    webhook_tls,
 )
 
 NAME = "gate"
@@ -67,9 +68,6 @@ def settings(cfg, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import ssl
-
-    from ckpt_preempt.cli.output import one_line
     from ckpt_preempt.controller.gate import gate_server
     from ckpt_preempt.controller.gate.gate import Gate
     from ckpt_preempt.controller.gate.gate_cache import PodCache
@@ -78,24 +76,17 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args, PROG)
     if cfg is None:
         return 2
-    try:
-        ctx = gate_server.tls_context(args.tls_cert, args.tls_key)
-    except (OSError, ssl.SSLError) as e:
-        print(f"{PROG}: cannot load the TLS certificate and key: {one_line(e)}", file=sys.stderr)
+    ctx = webhook_tls(args, PROG)
+    if ctx is None:
         return 2
     api = connect(args, PROG)
     if api is None:
         return 2
-    host, port = args.listen
-    host = host or DEFAULT_LISTEN_HOST
     cache = None if args.no_watch_cache else PodCache(api)
-    try:
-        server = gate_server.serve(Gate(api, settings(cfg, args), cache=cache), host, port, ctx)
-    except OSError as e:
-        print(f"{PROG}: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
+    server = serve_webhook(args, PROG, Gate(api, settings(cfg, args), cache=cache), ctx,
+                           path=gate_server.PATH)
+    if server is None:
         return 2
-    bound = server.server_address
-    print(f"{PROG}: listening on {bound[0]}:{bound[1]}", file=sys.stderr, flush=True)
     if cache is not None:
         cache.start()
     stop = threading.Event()

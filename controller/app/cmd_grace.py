@@ -15,7 +15,7 @@ import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
-from ckpt_preempt.controller.app.cmd_common import DEFAULT_LISTEN_HOST, load_config
+from ckpt_preempt.controller.app.cmd_common import load_config, serve_webhook, webhook_tls
 from ckpt_preempt.policies.disruption.grace_period import (
     ALWAYS_EXCLUDED,
     DEFAULT_MARGIN_SECONDS,
@@ -55,32 +55,20 @@ def limits(cfg, args: argparse.Namespace) -> GraceLimits:
 
 
 def run(args: argparse.Namespace) -> int:
-    import ssl
-
-    from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller.gate import gate_server
     from ckpt_preempt.controller.grace.grace import PATH, GraceWebhook
 
     logs.setup(args.log_level)
     cfg = load_config(args, PROG)
     if cfg is None:
         return 2
-    try:
-        ctx = gate_server.tls_context(args.tls_cert, args.tls_key)
-    except (OSError, ssl.SSLError) as e:
-        print(f"{PROG}: cannot load the TLS certificate and key: {one_line(e)}", file=sys.stderr)
+    ctx = webhook_tls(args, PROG)
+    if ctx is None:
         return 2
-    host, port = args.listen
-    host = host or DEFAULT_LISTEN_HOST
     webhook = GraceWebhook(limits(cfg, args))
-    try:
-        server = gate_server.serve(webhook, host, port, ctx, path=PATH)
-    except OSError as e:
-        print(f"{PROG}: cannot listen on {host}:{port}: {one_line(e)}", file=sys.stderr)
+    server = serve_webhook(args, PROG, webhook, ctx, path=PATH,
+                           note=f" (cap {webhook.limits.cap_seconds} s)")
+    if server is None:
         return 2
-    bound = server.server_address
-    print(f"{PROG}: listening on {bound[0]}:{bound[1]} (cap {webhook.limits.cap_seconds} s)",
-          file=sys.stderr, flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

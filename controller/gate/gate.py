@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller.core.admission import review_request, review_response
 from ckpt_preempt.controller.core.events import Reason
 from ckpt_preempt.controller.gate.gate_cache import PodCache
 from ckpt_preempt.controller.kube.records import pod_info
@@ -52,7 +53,6 @@ from ckpt_preempt.controller.writes.actions import (
 from ckpt_preempt.policies.disruption import eviction_gate as eg
 
 log = logging.getLogger("ckpt_preempt.gate")
-REVIEW_VERSION = "admission.k8s.io/v1"
 TOO_MANY_REQUESTS = 429
 RETRY_AFTER_SECONDS = 5  # what kubectl drain waits between retries anyway
 # per API call: the webhook's own timeout (timeoutSeconds, chart default 5 s) must outlast a read
@@ -99,15 +99,6 @@ class FirstRefusals:
                 self._at = {u: t for u, t in self._at.items() if now - t <= self.keep}
 
 
-def _review_request(review: object) -> Mapping:
-    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
-        raise ValueError("not an AdmissionReview with a request")
-    req = review["request"]
-    if not isinstance(req.get("uid"), str):
-        raise ValueError("request.uid missing")
-    return req
-
-
 def _dry_run_delete(eviction: object) -> bool:
     """An Eviction whose deleteOptions ask for a dry run (what ``kubectl drain --dry-run=server``
     sends: the request itself is no dry run, the deletion it asks for is)."""
@@ -127,7 +118,7 @@ def response(uid: str, *, allowed: bool, message: str = "", retry_after: int = 0
         out["status"] = {"status": "Failure", "code": TOO_MANY_REQUESTS,
                          "reason": "TooManyRequests", "message": message,
                          "details": {"retryAfterSeconds": retry_after}}
-    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": out}
+    return review_response(out)
 
 
 def gated_pod(d: Mapping) -> eg.GatedPod:
@@ -175,7 +166,7 @@ class Gate:
         """The AdmissionReview answer to ``body`` (already parsed JSON); ValueError when it is
         not an AdmissionReview (the server answers 400)."""
         started = time.perf_counter()
-        req = _review_request(body)
+        req = review_request(body)
         uid = req["uid"]
         try:
             out, what = self._answer(req)

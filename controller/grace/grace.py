@@ -20,11 +20,11 @@ import logging
 import threading
 from collections.abc import Mapping
 
+from ckpt_preempt.controller.core.admission import review_request, review_response
 from ckpt_preempt.policies.disruption import grace_period as gp
 from ckpt_preempt.policies.model.annotations import PREFIX
 
 log = logging.getLogger("ckpt_preempt.grace")
-REVIEW_VERSION = "admission.k8s.io/v1"
 PATH = "/mutate"
 # The opt-in, as a label (webhook selectors match labels, not annotations) on a namespace or a
 # pod; the chart's MutatingWebhookConfiguration selects it, this process never reads it.
@@ -32,16 +32,6 @@ OPT_IN_LABEL = PREFIX + "grace"
 OPT_IN_VALUE = "enabled"
 GRACE_FIELD = "/spec/terminationGracePeriodSeconds"
 WARNING_PREFIX = "ckpt-preempt grace webhook: "
-
-
-def _review_request(review: object) -> Mapping:
-    """ValueError when ``review`` is not an AdmissionReview with a request (the server: 400)."""
-    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
-        raise ValueError("not an AdmissionReview with a request")
-    req = review["request"]
-    if not isinstance(req.get("uid"), str):
-        raise ValueError("request.uid missing")
-    return req
 
 
 def response(uid: str, *, grace_seconds: int | None = None, warning: str = "") -> dict:
@@ -53,7 +43,7 @@ def response(uid: str, *, grace_seconds: int | None = None, warning: str = "") -
         out["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
     if warning:
         out["warnings"] = [warning]
-    return {"apiVersion": REVIEW_VERSION, "kind": "AdmissionReview", "response": out}
+    return review_response(out)
 
 
 def _is_pod_create(req: Mapping) -> bool:
@@ -94,7 +84,7 @@ class GraceWebhook:
     def review(self, body: object) -> dict:
         """The AdmissionReview answer to ``body`` (parsed JSON); ValueError when it is not an
         AdmissionReview (the server answers 400)."""
-        req = _review_request(body)
+        req = review_request(body)
         uid = req["uid"]
         if not _is_pod_create(req):
             self._count("ignored")
