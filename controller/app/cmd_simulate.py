@@ -93,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--utilisation", type=argtypes.positive_float, default=1.0,
                    help="target GPU utilisation of the steady protocol (default %(default)s)")
     p.add_argument("--policies", type=argtypes.names,
-                   help=f"comma-separated, from {', '.join(planners.KNOWN)}; with --protocol "
+                   help=f"comma-separated, from {', '.join(planners.SELECTABLE)}; with --protocol "
                         f"{FGD_PROTOCOL}: from {', '.join(benchmark.POLICIES)} (default: all)")
     p.add_argument("--seed", type=int,
                    help=f"first seed (default {d.seed}; {FGD_FIRST_SEED} with --protocol "
@@ -340,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(json.dumps(doc, indent=2))
     else:
-        ours = [p for p in policies if p not in planners.TIMING_BASELINES]
+        ours = [p for p in policies if p in planners.OURS]
         emit("\n".join([
             report.format_cell(result),
             *(["", *floor.lines(ours), ""] if floor else []),

@@ -39,6 +39,13 @@ holds the preemptor's reservation until they are seen or its deadline (``policie
 its victims that ended meanwhile are not evicted, the rest are charged at that moment, and the
 whole wait over the grace period is delay.
 
+Save on SIGTERM (``SimConfig.sigterm_save``, ``policies/sim/sigterm.py``; off by default, and
+then nothing below changes): a victim stopped without a checkpoint request whose job saves on
+SIGTERM within its grace period loses its checkpoint time instead of its unsaved work and stops
+when the save ends (or, if the save fails, at its grace's end with its work since its last
+checkpoint lost); the preemptor starts once the last such victim is gone, and its wait beyond the
+grace period is delay. A row of ``planners.WORLD_ROWS`` sets it for the policy it replays.
+
 Jobs that ran before the replay began (``Job.done_before``) start at ``-done_before``, so their
 periodic checkpoints fall where they would have. Losses, evictions and waits of plans made (or
 jobs arriving) before ``Workload.warmup`` are not counted; they still happen.
@@ -60,7 +67,7 @@ from ckpt_preempt.policies.model.model import CheckpointMode, Node, Plan, Pod, R
 from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import bound, preemption
 from ckpt_preempt.policies.planner.shrink import RENDEZVOUS_SECONDS
-from ckpt_preempt.policies.sim import waits
+from ckpt_preempt.policies.sim import sigterm, waits
 from ckpt_preempt.policies.sim.costs import (
     Ledger,
     drain_outcome,
@@ -77,7 +84,7 @@ from ckpt_preempt.policies.sim.devices import (
 )
 from ckpt_preempt.policies.sim.elastic import ElasticJobs
 from ckpt_preempt.policies.sim.planner_view import PlannerView
-from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for
+from ckpt_preempt.policies.sim.planners import GANG_UNAWARE, planner_for, row
 from ckpt_preempt.policies.sim.trace import TraceNode
 from ckpt_preempt.policies.sim.workload import Job, Workload
 
@@ -148,6 +155,10 @@ class SimConfig:
     # guess under the openb generator's mean interval (71 min); bench/harsh_world.py sweeps it
     lie_share: float = 0.0
     lie_minutes: float = 60.0
+    # save on SIGTERM (policies.sim.sigterm): "" off (every row that existed before it),
+    # "default" (every pod's grace is grace_seconds) or "sized" (the grace webhook's: checkpoint
+    # time, at most max_checkpoint_seconds, plus sigterm.MARGIN_SECONDS)
+    sigterm_save: str = sigterm.OFF
 
     @property
     def planner_restart(self) -> tuple[float, float]:
@@ -248,6 +259,12 @@ class Simulation(PlannerView, ElasticJobs):
         progress: Callable[[float], None] | None = None,
     ) -> None:
         self.w = workload
+        world = row(policy)[1]  # a row that saves on SIGTERM (planners.WORLD_ROWS)
+        if world is not None and world != config.sigterm_save:
+            config = replace(config, sigterm_save=world)
+        if config.sigterm_save not in sigterm.WORLDS:
+            raise ValueError(f"unknown sigterm_save {config.sigterm_save!r}; choose from "
+                             f"{', '.join(map(repr, sigterm.WORLDS))}")
         self.cfg = config
         self.policy = policy
         self.plan_fn = planner_for(policy, config.max_checkpoint_seconds,
@@ -284,7 +301,8 @@ class Simulation(PlannerView, ElasticJobs):
         self.completions: list[float] = []  # finish - arrival of measured low-priority jobs
         self.counts = dict(preemptions=0, victims=0, gangs_broken=0, plans=0, failed=0,
                            invalid=0, waiting=0, unreported=0, drains_failed=0,
-                           drains_overrun=0, shrinks=0, grown_back=0)
+                           drains_overrun=0, shrinks=0, grown_back=0, sigterm_saved=0,
+                           sigterm_failed=0)
         self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
         self.wakes: set[float] = set()  # times a scheduling pass is due without an event
         self.measured_preemptions: Counter[int] = Counter()  # the same, after the warm-up
@@ -354,8 +372,12 @@ class Simulation(PlannerView, ElasticJobs):
             (v.checkpoint_seconds or 0.0 for v in plan.victims if v.drain), default=0.0))
         hit = sorted({int(v.uid.split("-")[0]) for v in plan.victims})
         leaving = {v.uid for g in plan.victim_groups if g.shrink for v in g.victims}
-        release = t + max(cfg.grace_seconds, deadline, waits.timed_wait(
-            plan, [self.running[j] for j in hit], t, cfg, self.seed))
+        timed = waits.timed_wait(plan, [self.running[j] for j in hit], t, cfg, self.seed)
+        release = t + max(cfg.grace_seconds, deadline, timed)
+        # save on SIGTERM (policies.sim.sigterm): the victims are stopped when the controller
+        # evicts; the preemptor starts once the last saving one is gone
+        evict_after = max(deadline, timed)
+        start, sigterm_wait = release, 0.0
         ended = {job_id for job_id in hit if plan.timing is not None and plan.timing.waits
                  and waits.job_end(self.running[job_id]) <= release}
         self.counts["preemptions"] += measured
@@ -377,7 +399,20 @@ class Simulation(PlannerView, ElasticJobs):
                 if plan.policy not in GANG_UNAWARE:
                     self.counts["invalid"] += 1  # a gang-aware plan must take the whole gang
                 self.counts["gangs_broken"] += measured
-            self._charge(vs, t, release, bool(drained & evicted), nth, deadline, measured)
+            save = None
+            if cfg.sigterm_save and not (drained & evicted
+                                         and vs.job.checkpoint is CheckpointMode.ON_REQUEST):
+                save = sigterm.attempt(
+                    vs.job, world=cfg.sigterm_save, whole=named == evicted, seed=self.seed,
+                    nth=nth, default_grace=cfg.grace_seconds, cap=cfg.max_checkpoint_seconds,
+                    failure_share=cfg.drain_failure_share,
+                    overrun_share=cfg.drain_overrun_share,
+                    overrun_factor=cfg.drain_overrun_factor)
+            if save is not None:
+                sigterm_wait = max(sigterm_wait, evict_after + save.seconds)
+                start = max(start, t + evict_after + save.seconds)
+            self._charge(vs, t, release, bool(drained & evicted), nth, deadline, measured,
+                         save, t + evict_after)
             self.counts["victims"] += measured * len(evicted)
         placed = [0] * len(js.job.members)
         by_uid = {p.pod_uid: p.node for p in plan.placements}
@@ -390,26 +425,39 @@ class Simulation(PlannerView, ElasticJobs):
             self.cap.take(i, r, f"{js.job.id}-{k}")
             placed[k] = i
         self.high.remove(js)
-        self._waited(js, release)
+        self._waited(js, start)
         # a plain kill would have freed the node after the grace period; from the durations,
         # not from release - t, which need not round back to them exactly
         waited = max(deadline, release - t if plan.timing is not None else 0.0)
+        if sigterm_wait > waited:
+            waited = sigterm_wait
         self.ledger.delayed(t, js.job.gpu_share * max(0.0, waited - cfg.grace_seconds))
-        self._start(js, placed, release)
+        self._start(js, placed, start)
 
     def _waited(self, js: JobState, started: float) -> None:
         if js.job.arrival >= self.w.warmup:
             self.waits.append(started - js.job.arrival)
 
     def _charge(self, vs: JobState, t: float, release: float, drained: bool, nth: int,
-                deadline: float, measured: bool) -> None:
+                deadline: float, measured: bool, save: sigterm.Save | None = None,
+                evicted_at: float = 0.0) -> None:
         """Stop victim job ``vs`` at ``release`` (its plan made at ``t``), charge what it
-        loses and requeue it; ``nth``: how often it was preempted before."""
+        loses and requeue it; ``nth``: how often it was preempted before. ``save``: how its
+        save on SIGTERM went, the job evicted at ``evicted_at`` (``policies.sim.sigterm``);
+        it then stops when that save ends instead."""
         job, cfg = vs.job, self.cfg
         # the GPUs it holds, at their share: fewer than the job's while it is shrunken
         share = sum(job.members[int(p.uid.split("-")[1])].gpu_share for p, _ in vs.pods)
         saved_by_drain = False
-        if drained and job.checkpoint is CheckpointMode.ON_REQUEST:
+        if save is not None:  # saves on SIGTERM, or hangs in a failed save until SIGKILL
+            release = evicted_at + save.seconds
+            self.counts["sigterm_saved"] += measured and save.saved
+            self.counts["sigterm_failed"] += measured and not save.saved
+            if save.saved:
+                saved_by_drain = True
+                saved = max(0.0, evicted_at - vs.origin)
+                lost, prior = share * save.seconds, 0.0
+        elif drained and job.checkpoint is CheckpointMode.ON_REQUEST:
             out = drain_outcome(
                 seed=self.seed, job_id=job.id, nth=nth, estimate=job.checkpoint_seconds or 0.0,
                 deadline=deadline, failure_share=cfg.drain_failure_share,

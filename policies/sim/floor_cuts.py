@@ -122,6 +122,8 @@ def vs_floor(cuts: Sequence[CutFloor], policy: str, *, seed: int = 1) -> stats.E
     """``policy``'s loss ÷ the floor: the median over the cuts whose floor is above zero, with
     its bootstrap 95 % interval over those cuts (None: no such cut)."""
     positive = [c.result for c in cuts if c.positive]
+    if any(policy not in r.policy_gpu_hours for r in positive):
+        return None  # not in the registry the cuts replay (planners.KNOWN): a Kueue row
     return stats.bootstrap_ratio([r.policy_gpu_hours[policy] for r in positive],
                                  [r.floor_gpu_hours for r in positive], seed=seed)
 
