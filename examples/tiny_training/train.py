@@ -67,13 +67,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="stretch the save on SIGTERM over this long (to try a grace period)")
     ap.add_argument("--pidfile")
     ap.add_argument("--agent-url")
+    ap.add_argument("--no-save-on-stop", action="store_true",
+                    help="the behaviour before save-on-SIGTERM: no stop handler, so SIGTERM "
+                         "kills the loop (143) and a restart resumes from the last periodic "
+                         "checkpoint")
     args = ap.parse_args(argv)
 
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.json"
     agent = sdk.Checkpointer(args.agent_url)
-    stop = agent.install_stop_handler()  # SIGTERM: a flag read at the end of each step
+    # SIGTERM: a flag read at the end of each step (--no-save-on-stop: its default action)
+    stop = None if args.no_save_on_stop else agent.install_stop_handler()
     agent.install_signal_handlers()
     if args.pidfile:  # only now: the agent may signal this process once it knows the pid
         Path(args.pidfile).write_text(str(os.getpid()))
