@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client.rest import ApiException
 
-from e2e.harness import kube, kueue
+from e2e.harness import kube, kueue, kueue_pods
 from e2e.harness.grace_run import SECONDS, opt_in, running_grace_webhook
 from e2e.harness.localcluster import free_port
 from e2e.harness.paths import REPO
@@ -155,7 +155,7 @@ def test_lost_work_when_kueue_preempts_a_training_job(kq, cluster, ns, pool, gpu
         victim = _running_pod(kq, ns, "low")
         assert victim.spec.termination_grace_period_seconds == grace
         first_log = tmp_path / "first.log"
-        with kueue.ContainerProcess(cluster, ns, victim.metadata.name, _loop(run_dir, *flags),
+        with kueue_pods.ContainerProcess(cluster, ns, victim.metadata.name, _loop(run_dir, *flags),
                                     first_log) as first:
             # the preemptor comes halfway between two periodic checkpoints
             def halfway():
@@ -190,7 +190,7 @@ def test_lost_work_when_kueue_preempts_a_training_job(kq, cluster, ns, pool, gpu
         kq.wait_admitted(ns, "low")
         again = _running_pod(kq, ns, "low")
         second_log = tmp_path / "second.log"
-        with kueue.ContainerProcess(cluster, ns, again.metadata.name, _loop(run_dir, *flags),
+        with kueue_pods.ContainerProcess(cluster, ns, again.metadata.name, _loop(run_dir, *flags),
                                     second_log):
             kube.wait_for("the restarted loop to start", lambda: _last(
                 r"training from step (\d+)", second_log.read_text()) is not None, timeout=60)
@@ -242,7 +242,7 @@ def test_with_the_grace_webhook_killed_kueue_still_admits_and_preempts(kq, clust
         kq.wait_admitted(ns, "low")
         victim = _running_pod(kq, ns, "low")
         log = tmp_path / "container.log"
-        with kueue.ContainerProcess(cluster, ns, victim.metadata.name, _loop(tmp_path / "run"),
+        with kueue_pods.ContainerProcess(cluster, ns, victim.metadata.name, _loop(tmp_path / "run"),
                                     log) as container:
             kube.wait_for("the loop to train", lambda: "step-done" in log.read_text(),
                           timeout=60)

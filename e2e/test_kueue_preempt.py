@@ -14,7 +14,7 @@ from datetime import datetime
 import pytest
 from kubernetes.client.rest import ApiException
 
-from e2e.harness import kube, kueue
+from e2e.harness import kube, kueue, kueue_pods
 
 pytestmark = pytest.mark.e2e
 LOW, HIGH = "e2e-low", "e2e-high"  # WorkloadPriorityClasses
@@ -79,7 +79,7 @@ def test_high_job_preempts_low_job_whose_pod_keeps_its_grace_period(kq, cluster,
     assert kueue.condition(evicted, "Preempted")["reason"] == "InClusterQueue"
     # Then Kueue's Job reconciler stops the Job by suspending it (jobframework stopJob).
     kq.wait("Job low to be suspended", lambda: kq.job(tenant, "low").spec.suspend, timeout=60)
-    term = kueue.watch_termination(cluster, tenant, victim.metadata.name, timeout=GRACE + 90)
+    term = kueue_pods.watch_termination(cluster, tenant, victim.metadata.name, timeout=GRACE + 90)
     # The Job controller deletes with empty DeleteOptions: the pod's own grace period applies,
     # and the pod stays Terminating (holding its GPUs) until it ends.
     assert term.grace_seconds == GRACE
@@ -154,13 +154,13 @@ def test_victim_container_that_exits_on_sigterm_ends_its_grace_early(kq, cluster
     kq.wait_admitted(tenant, "low")
     victim = _running_pod(kq, tenant, "low").metadata.name
     log = tmp_path / "container.log"
-    with kueue.ContainerProcess(cluster, tenant, victim, [sys.executable, "-c", CONTAINER],
+    with kueue_pods.ContainerProcess(cluster, tenant, victim, [sys.executable, "-c", CONTAINER],
                                 log) as container:
         kube.wait_for("the container to be ready", lambda: "ready" in log.read_text(),
                       timeout=60)
         kq.make_job(tenant, "high", queue=q, gpus=8, priority_class=HIGH, grace_seconds=1)
         kq.wait_evicted(tenant, "low")
-        term = kueue.watch_termination(cluster, tenant, victim, timeout=grace + 60)
+        term = kueue_pods.watch_termination(cluster, tenant, victim, timeout=grace + 60)
         _running_pod(kq, tenant, "high")
     # What the container saw when it got SIGTERM: the Job controller's delete, with the pod's
     # own grace period (the harness's early delete later sets 0).
