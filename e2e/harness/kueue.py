@@ -74,6 +74,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.policies.kueue import boost
 from e2e.harness import kube
 from e2e.harness.eviction_gate_run import make_certs
 from e2e.harness.localcluster import (
@@ -97,11 +98,9 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"  # the storage version in v0.17.0's
 # Label and annotation keys: sigs.k8s.io/kueue@v0.17.0 pkg/controller/constants/constants.go
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-# Read only with the PriorityBoost gate on (pkg/util/priority/priority.go PriorityBoost): the
-# effective priority is spec.priority + this signed int32, used both to order preemption
-# candidates (pkg/scheduler/preemption/common/ordering.go) and for withinClusterQueue:
-# LowerPriority (common/preemption_policy.go). The Workload webhook rejects a non-integer or "".
-BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
+# The Workload annotation Kueue reads with its PriorityBoost gate on (policies/kueue/boost.py says
+# what it means and where Kueue reads it).
+BOOST_ANNOTATION = boost.ANNOTATION
 # pkg/features/kube_features.go: PriorityBoost is alpha (off by default) since 0.17.
 # VisibilityOnDemand (beta, on) would start a second API server on a fixed port (8082): off.
 FEATURE_GATES = {"PriorityBoost": True, "VisibilityOnDemand": False}
