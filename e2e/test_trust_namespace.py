@@ -187,12 +187,14 @@ def test_an_attachment_cannot_buy_report_paritys_hold(cluster, pool, world):
                     gpus=8.0)
     _preempted_once(cluster, ours, "often-before", namespace=ours, owner=often, node=n0,
                     gpus=16.0)
+    # the silent pod is charged from its start: let it run a while, so that the reporter, which
+    # reports a checkpoint taken after that, is the cheaper victim whenever kwok starts it
+    wait_run_past(kube.wait_pod_running(cluster, ours, "silent"), 3.0)
     # the tenant's reporter, never preempted, attaches to the neighbour's preempted workload
     as_tenant.create_namespaced_pod(theirs, _attached(kube.pod_body(
         "reporter", gpus=8, pool=pool, priority_class=LOW, node_name=n1, checkpoint="periodic",
         last_checkpoint=rfc3339(0)), often))
-    for ns, name in ((ours, "silent"), (theirs, "reporter")):
-        kube.wait_pod_running(cluster, ns, name)
+    kube.wait_pod_running(cluster, theirs, "reporter")
     cfg = config_for(ours, namespaces=(ours, theirs), fairness_penalty_seconds=0.0,
                      max_preemptions_per_window=10)
     with running_controller(cluster, cfg):
