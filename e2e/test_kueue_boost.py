@@ -15,46 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from ckpt_preempt.controller.kueue.workloads import WORKLOAD_ANNOTATION
 from ckpt_preempt.policies.kueue import boost as rule
 from e2e.harness import kube, kueue
 from e2e.harness.kueue_boost_run import running_kueue_boost
+from e2e.harness.kueue_fixtures import HIGH, LOW, cluster, kq, namespace  # noqa: F401
 from e2e.harness.trust import tenant
 
 pytestmark = pytest.mark.e2e
-LOW, HIGH = "e2e-low", "e2e-high"  # WorkloadPriorityClasses
+ns = namespace("boost")
 GPUS = 8
 HOUR = 3600.0
 CHECKPOINT, LAST = "ckpt-preempt.io/checkpoint", "ckpt-preempt.io/last-checkpoint"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """This module's own control plane (kwok stages for Job pods and grace periods)."""
-    yield from kueue.kueue_cluster(tmp_path_factory.mktemp("kueue-bench"))
-
-
-@pytest.fixture(scope="module")
-def kq(cluster, tmp_path_factory):
-    with kueue.running_kueue(cluster, tmp_path_factory.mktemp("kueue")) as k:
-        k.make_priority_class(LOW, 100)
-        k.make_priority_class(HIGH, 1000)
-        yield k
-
-
-@pytest.fixture
-def ns(kq):
-    name = kq.tenant_namespace(f"boost-{uuid.uuid4().hex[:6]}")
-    yield name
-    with contextlib.suppress(ApiException):
-        kq.c.core.delete_namespace(name, grace_period_seconds=0)
 
 
 def _rfc3339(t: float) -> str:

@@ -22,7 +22,6 @@ import contextlib
 import json
 import re
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -30,11 +29,12 @@ from kubernetes.client.rest import ApiException
 
 from e2e.harness import kube, kueue, kueue_pods
 from e2e.harness.grace_run import SECONDS, opt_in, running_grace_webhook
+from e2e.harness.kueue_fixtures import HIGH, LOW, cluster, kq, namespace  # noqa: F401
 from e2e.harness.localcluster import free_port
 from e2e.harness.paths import REPO
 
 pytestmark = pytest.mark.e2e
-LOW, HIGH = "e2e-low", "e2e-high"  # WorkloadPriorityClasses
+ns = namespace("ckpt")
 TRAIN = REPO / "examples" / "tiny_training" / "train.py"
 GPUS = 8  # the Job's one pod; the ClusterQueue and the node have exactly these
 STEP_SECONDS = 0.04
@@ -61,28 +61,6 @@ time.sleep = sleep
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """This module's own control plane (kwok stages for Job pods and grace periods)."""
-    yield from kueue.kueue_cluster(tmp_path_factory.mktemp("kueue-bench"))
-
-
-@pytest.fixture(scope="module")
-def kq(cluster, tmp_path_factory):
-    with kueue.running_kueue(cluster, tmp_path_factory.mktemp("kueue")) as k:
-        k.make_priority_class(LOW, 100)
-        k.make_priority_class(HIGH, 1000)
-        yield k
-
-
-@pytest.fixture
-def ns(kq):
-    name = kq.tenant_namespace(f"ckpt-{uuid.uuid4().hex[:6]}")
-    yield name
-    with contextlib.suppress(ApiException):
-        kq.c.core.delete_namespace(name, grace_period_seconds=0)
 
 
 def _running_pod(kq: kueue.RunningKueue, ns: str, job: str):

@@ -8,42 +8,16 @@ from __future__ import annotations
 
 import sys
 import time
-import uuid
 from datetime import datetime
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from e2e.harness import kube, kueue, kueue_pods
+from e2e.harness.kueue_fixtures import HIGH, LOW, cluster, kq, namespace  # noqa: F401
 
 pytestmark = pytest.mark.e2e
-LOW, HIGH = "e2e-low", "e2e-high"  # WorkloadPriorityClasses
+tenant = namespace("tenant", name="tenant")
 GRACE = 8  # the victims' terminationGracePeriodSeconds where it is measured
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """This module's own control plane (kwok stages for Job pods and grace periods)."""
-    yield from kueue.kueue_cluster(tmp_path_factory.mktemp("kueue-bench"))
-
-
-@pytest.fixture(scope="module")
-def kq(cluster, tmp_path_factory):
-    with kueue.running_kueue(cluster, tmp_path_factory.mktemp("kueue")) as k:
-        k.make_priority_class(LOW, 100)
-        k.make_priority_class(HIGH, 1000)
-        yield k
-
-
-@pytest.fixture
-def tenant(kq):
-    ns = kq.tenant_namespace(f"tenant-{uuid.uuid4().hex[:6]}")
-    yield ns
-    try:
-        kq.c.core.delete_namespace(ns, grace_period_seconds=0)
-    except ApiException as e:
-        if e.status != 404:
-            raise
 
 
 def _running_pod(kq: kueue.RunningKueue, ns: str, job: str):
