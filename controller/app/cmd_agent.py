@@ -19,12 +19,11 @@ import os
 import shlex
 import signal
 import sys
-import threading
 import urllib.parse
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
-from ckpt_preempt.controller.app.cmd_common import add_cluster_flags, api_client
+from ckpt_preempt.controller.app.cmd_common import add_cluster_flags, api_client, stop_on_signals
 from ckpt_preempt_sdk import AGENT_HOST, AGENT_PORT
 
 NAME = "agent"
@@ -134,9 +133,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckpt-preempt agent: cannot listen on {host}:{port}: {one_line(e)}",
               file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     agent_process.run(checkpointer, api, namespace=args.namespace, name=args.pod, server=server,
                       stop=stop)
     return 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 DEFAULT_LISTEN_HOST = "0.0.0.0"
 
@@ -118,3 +120,18 @@ def serve_webhook(args: argparse.Namespace, prog: str, handler, ctx, *, path: st
     bound = server.server_address
     print(f"{prog}: listening on {bound[0]}:{bound[1]}{note}", file=sys.stderr, flush=True)
     return server
+
+
+def stop_on_signals(*wake: threading.Event) -> threading.Event:
+    """An Event set on SIGTERM or SIGINT (the kubelet's stop, Ctrl-C), which also sets each of
+    ``wake`` (loops that wait on an Event of their own)."""
+    stop = threading.Event()
+
+    def handle(*_: object) -> None:
+        stop.set()
+        for event in wake:
+            event.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+    return stop

@@ -11,9 +11,7 @@ request. See docs/extender.md.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
@@ -22,6 +20,7 @@ from ckpt_preempt.controller.app.cmd_common import (
     add_cluster_flags,
     connect,
     load_config,
+    stop_on_signals,
 )
 
 NAME = "extender"
@@ -78,9 +77,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"ckpt-preempt extender: listening on {bound[0]}:{bound[1]}", file=sys.stderr,
           flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     cache.start()
     view.start(stop)
     try:

@@ -8,9 +8,7 @@ passes. Its own process, apart from ``run``: see controller/README.md, "The evic
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
@@ -19,6 +17,7 @@ from ckpt_preempt.controller.app.cmd_common import (
     connect,
     load_config,
     serve_webhook,
+    stop_on_signals,
     webhook_tls,
 )
 
@@ -89,9 +88,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if cache is not None:
         cache.start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         stop.wait()
     finally:

@@ -9,13 +9,16 @@ controller/README.md, "The grace webhook".
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
-from ckpt_preempt.controller.app.cmd_common import load_config, serve_webhook, webhook_tls
+from ckpt_preempt.controller.app.cmd_common import (
+    load_config,
+    serve_webhook,
+    stop_on_signals,
+    webhook_tls,
+)
 from ckpt_preempt.policies.disruption.grace_period import (
     ALWAYS_EXCLUDED,
     DEFAULT_MARGIN_SECONDS,
@@ -69,9 +72,7 @@ def run(args: argparse.Namespace) -> int:
                            note=f" (cap {webhook.limits.cap_seconds} s)")
     if server is None:
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         stop.wait()
     finally:

@@ -13,13 +13,17 @@ Without Kueue's Workload CRD it logs one line and does nothing.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
-from ckpt_preempt.controller.app.cmd_common import add_cluster_flags, connect, load_config
+from ckpt_preempt.controller.app.cmd_common import (
+    add_cluster_flags,
+    connect,
+    load_config,
+    stop_on_signals,
+)
 
 NAME = "kueue-boost"
 HELP = "keep Kueue Workloads' priority-boost from their pods' unsaved work"
@@ -83,9 +87,7 @@ def run(args: argparse.Namespace) -> int:
                       booster.safe_pod_info(lambda d: records.pod_info(d, gpus)),
                       workloads.object_key, changed),
         changed=changed)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: (stop.set(), changed.set()))
+    stop = stop_on_signals(changed)
     loop.run(stop)
     return 0
 

@@ -7,10 +7,8 @@ Exactly one replica acts at a time (a coordination/v1 Lease). Logs are JSON line
 from __future__ import annotations
 
 import argparse
-import signal
 import socket
 import sys
-import threading
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.controller.app import logs
@@ -19,6 +17,7 @@ from ckpt_preempt.controller.app.cmd_common import (
     add_cluster_flags,
     connect,
     load_config,
+    stop_on_signals,
 )
 
 NAME = "run"
@@ -65,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
     api = connect(args, "ckpt-preempt run")
     if api is None:
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     Controller(api, cfg, identity=args.identity, listen=(host, port)).run(stop)
     return 0
 
