@@ -37,8 +37,8 @@ def test_the_cutoff_is_the_smallest_size_five_percent_of_shared_pods_fit_in():
 
 
 def test_the_default_trace_cutoff_is_the_readmes_220_milli(default_trace):
-    # README "Where Ours loses": 106 of the 3,078 shared pods ask for 50-160 milli (3.4 %);
-    # with the 62 pods of 220 milli, 168 (5.5 %) fit.
+    # policies/placement/README.md, "Where Ours loses": 106 of the 3,078 shared pods ask for
+    # 50-160 milli (3.4 %); with the 62 pods of 220 milli, 168 (5.5 %) fit.
     assert ours.Ours(default_trace, ours.OursConfig(rare_fit_weight=4)).rare_fit_milli == 220
 
 
