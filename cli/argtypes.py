@@ -37,11 +37,18 @@ class Parser(argparse.ArgumentParser):
         if unknown:
             self.error(f"unrecognized arguments: {' '.join(unknown)}")
         if getattr(args, "command", None) is None:
-            names = [name for action in self._actions
-                     if isinstance(action, argparse._SubParsersAction)
-                     for name in action.choices]
-            self.error(f"a COMMAND is required: one of {', '.join(names)}")
+            self.error(f"a COMMAND is required: one of {', '.join(self._commands())}")
         return args
+
+    def command_error(self, command: str, message: str) -> NoReturn:
+        """``error`` as subcommand ``command`` reports it (``PROG COMMAND: error: ...``), for a
+        rule between flags that argparse cannot state (``publish`` needs ``--node``)."""
+        self._commands()[command].error(message)
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        return {name: parser for action in self._actions
+                if isinstance(action, argparse._SubParsersAction)
+                for name, parser in action.choices.items()}
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:

@@ -1,9 +1,10 @@
 """Command-line entry point ``hwprobe``.
 
 Exit codes: 0 success (verify: matches), 1 verify found differences, 2 NVML unavailable or a
-usage/spec/publish error. Errors are one line on stderr, never a traceback; bad flag values are
-refused by their argparse types (``cli.argtypes``) before anything is probed. Results go
-to stdout through ``emit``, so ``hwprobe verify | head -1`` keeps verify's exit code.
+usage/spec/publish error. Errors are one line on stderr, never a traceback; the whole command
+line is checked before NVML is touched: bad flag values by their argparse types
+(``cli.argtypes``; ``--expect``'s spec is loaded as its value), ``--node`` by ``check``.
+Results go to stdout through ``emit``, so ``hwprobe verify | head -1`` keeps verify's exit code.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from importlib import metadata
 
 from ckpt_preempt.cli import argtypes
 from ckpt_preempt.cli.output import emit
-from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable
+from ckpt_preempt.hwprobe.errors import HwprobeError, NvmlUnavailable, SpecError
 from ckpt_preempt.hwprobe.verify import reference_names
 from ckpt_preempt.policies.model import topology
 from ckpt_preempt.policies.model.gpu_use import ANNOTATION as GPU_USE_ANNOTATION
@@ -37,9 +38,20 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+def spec_argument(text: str):
+    """argparse ``type=`` of ``--expect``: the loaded ``Spec``, so an unknown or broken one is a
+    usage error before anything is probed."""
+    from ckpt_preempt.hwprobe.verify import load_spec
+
+    try:
+        return load_spec(text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _add_verify(sub) -> None:
     verify = sub.add_parser("verify", help="compare with a reference topology; exit 0/1")
-    verify.add_argument("--expect", metavar="SPEC", required=True,
+    verify.add_argument("--expect", metavar="SPEC", required=True, type=spec_argument,
                         help=f"one of {', '.join(reference_names())}, or a YAML file")
     verify.add_argument("--samples", type=argtypes.positive_int, default=1,
                         help="probe this many times to catch rising error counters "
@@ -74,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("show", help="topo -m style matrix and a summary")
     report = sub.add_parser("report", help="the full hwprobe/v1 report")
     report.add_argument("--json", action="store_true", help="JSON (the only format; default)")
-    report.add_argument("--expect", metavar="SPEC", help="verify and record the result")
+    report.add_argument("--expect", metavar="SPEC", type=spec_argument,
+                        help="verify and record the result")
     report.add_argument("--compact", action="store_true", help="the Node annotation value")
     _add_verify(sub)
     use = sub.add_parser("gpu-use", help="the GPUs in use from the kubelet's PodResources API: "
@@ -83,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     publish = sub.add_parser("publish", help="write the annotation and labels onto a Node")
     publish.add_argument("--node", default=os.environ.get("NODE_NAME"),
                          help="the Node to write (default: $NODE_NAME)")
-    publish.add_argument("--expect", metavar="SPEC", help="verify first; labels say the result")
+    publish.add_argument("--expect", metavar="SPEC", type=spec_argument,
+                         help="verify first; labels say the result")
     publish.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                          help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else "
                               "~/.kube/config)")
@@ -91,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="re-probe, publish on change, Prometheus metrics")
     serve.add_argument("--node", default=os.environ.get("NODE_NAME"),
                        help="the Node to write (default: $NODE_NAME)")
-    serve.add_argument("--expect", metavar="SPEC", help="verify each probe against SPEC")
+    serve.add_argument("--expect", metavar="SPEC", type=spec_argument,
+                       help="verify each probe against SPEC")
     serve.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                        help="kubeconfig file (default: $KUBECONFIG, else in-cluster, else "
                             "~/.kube/config)")
@@ -121,22 +136,31 @@ def _probe():
     return probe()
 
 
-def _verdict(topo, spec_name, samples=1, interval=0.0):
+def _verdict(topo, expected, samples=1, interval=0.0):
     import time
 
-    from ckpt_preempt.hwprobe.verify import load_spec, verify
+    from ckpt_preempt.hwprobe.verify import verify
 
-    spec = load_spec(spec_name)
     earlier = None
     for _ in range(samples - 1):
         earlier = topo
         time.sleep(interval)
         topo = _probe()
-    return topo, verify(topo, spec, earlier=earlier)
+    return topo, verify(topo, expected, earlier=earlier)
+
+
+def check(parser: argtypes.Parser, args: argparse.Namespace) -> None:
+    """The rules between flags argparse cannot state, as usage errors (exit 2), before NVML."""
+    if args.command == "publish" and not args.node:
+        parser.command_error("publish", "publish needs --node NAME (or NODE_NAME)")
+    if args.command == "serve" and not args.node and not args.no_publish:
+        parser.command_error("serve", "serve needs --node NAME (or NODE_NAME), or --no-publish")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_command(argv)
+    parser = build_parser()
+    args = parser.parse_command(argv)
+    check(parser, args)
     logging.basicConfig(level=logging.INFO, format="hwprobe: %(message)s")
     try:
         return _dispatch(args)
@@ -201,8 +225,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ckpt_preempt.hwprobe import gpu_use
         from ckpt_preempt.hwprobe.publish import api_client, publish
 
-        if not args.node:
-            raise HwprobeError("publish needs --node NAME (or NODE_NAME)")
         api = api_client(args.kubeconfig)  # no configuration: that one line, nothing before it
         seen = _observe(args)(topo)
         logging.getLogger(PROG).log(logging.WARNING if seen.problem else logging.INFO, "%s",
@@ -226,20 +248,17 @@ def _serve(args: argparse.Namespace) -> int:
     from prometheus_client import REGISTRY
 
     from ckpt_preempt.hwprobe import serve
-    from ckpt_preempt.hwprobe.verify import load_spec
 
-    spec = load_spec(args.expect) if args.expect else None
+    expected = args.expect  # a Spec (--expect's type), or None
     publisher = None
     if not args.no_publish:
         from ckpt_preempt.hwprobe.publish import api_client, publish
 
-        if not args.node:
-            raise HwprobeError("serve needs --node NAME (or NODE_NAME), or --no-publish")
         api = api_client(args.kubeconfig)
 
         def publisher(topo, verified, gpu_use):
-            publish(api, args.node, topo, verified=verified, spec=spec.name if spec else None,
-                    gpu_use=gpu_use)
+            publish(api, args.node, topo, verified=verified,
+                    spec=expected.name if expected else None, gpu_use=gpu_use)
 
     _probe()  # fail fast (exit 2) when there is no NVML at all
     health = serve.Health(publishing=publisher is not None)
@@ -248,7 +267,7 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as err:  # the port is taken, the address is not this host's
         raise HwprobeError(f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: "
                            f"{err.strerror or err}") from err
-    serve.run(probe=_probe, publish=publisher, spec=spec,
+    serve.run(probe=_probe, publish=publisher, spec=expected,
               metrics=serve.Metrics.create(REGISTRY), interval=args.interval, health=health,
               observe_use=_observe(args), refresh=args.gpu_use_refresh)
     return EXIT_OK

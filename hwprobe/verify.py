@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from ckpt_preempt.cli.files import file_problem, parse_problem
 from ckpt_preempt.hwprobe.errors import SpecError
 from ckpt_preempt.hwprobe.model import Topology
 
@@ -205,7 +206,7 @@ def load_spec(name_or_path: str) -> Spec:
         try:
             text = path.read_text()
         except OSError as err:
-            raise SpecError(f"cannot read spec {name_or_path}: {err.strerror}") from err
+            raise SpecError(f"cannot read spec {file_problem(name_or_path, err)}") from err
         default_name = path.stem
     else:
         ref = resources.files("ckpt_preempt.hwprobe").joinpath(f"specs/{name_or_path}.yaml")
@@ -215,8 +216,8 @@ def load_spec(name_or_path: str) -> Spec:
         text, default_name = ref.read_text(), name_or_path
     try:
         rules = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise SpecError(f"spec {name_or_path} is not valid YAML: {err}") from err
+    except yaml.YAMLError as err:  # one line: where and why, not the parser's excerpt
+        raise SpecError(f"spec {name_or_path}: {parse_problem(err, 'YAML')}") from err
     if not isinstance(rules, dict):
         raise SpecError(f"spec {name_or_path} must be a mapping")
     return Spec.from_mapping(default_name, rules)

@@ -3,8 +3,9 @@
 Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int`` (the exit code). Errors the user can fix exit with code 2 and one line on
 stderr (argparse's errors too: ``argtypes.Parser`` prints ``PROG: error: ...`` alone), never a
-traceback. Results go to stdout through ``emit``, so ``ckpt-preempt ... | head`` keeps the exit
-code.
+traceback; a flag naming a file to read is checked while parsing (``cli.files.readable_file``),
+and a file error no command caught is said in words here, with its path. Results go to stdout
+through ``emit``, so ``ckpt-preempt ... | head`` keeps the exit code.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from importlib import metadata
 from types import ModuleType
 
-from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli import argtypes, files
 
 PROG = "ckpt-preempt"
 DISTRIBUTION = "ckpt-preempt"  # pyproject.toml [project] name
@@ -71,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as e:  # a file the command uses, not caught nearer: its path, in words
+        if e.filename is None:
+            raise
+        print(f"{PROG}: {files.file_problem(e.filename, e)}", file=sys.stderr)
+        return argtypes.EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -19,13 +19,12 @@ of the reservation taint stay (a pod's tolerations cannot be removed); they are 
 the taint is gone.
 
 Exit codes: 0 nothing left (or, with --dry-run, listed), 1 some write refused or failed, 2 a
-usage error or a controller still running.
+usage error, a controller still running, or an API server it cannot reach.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
@@ -39,6 +38,8 @@ HELP = "remove the plans, reservation taints, drain requests and Lease a stopped
 REFUSED_RETRY_SECONDS = 15.0  # how long 403s are retried: admission policies being unloaded
 #                               (an assumption, not a measurement)
 LEASE_POLL_SECONDS = 1.0
+REFUSED_HINT = (" (the chart's admission policies let only the controller write these: run after "
+                "`helm uninstall`; docs/operations.md, Uninstall)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -205,15 +206,30 @@ class Cleanup:
             self._say(f"lease {self.namespace}/{self.lease_name}")
 
 
-def run(args: argparse.Namespace) -> int:
+def failure(e: Exception, server: str) -> tuple[str, int]:
+    """The one line and the exit code for what stopped a cleanup: 2 when the API server at
+    ``server`` cannot be reached (nothing was decided), 1 when it refused or failed a request."""
     from kubernetes.client.rest import ApiException
 
     from ckpt_preempt.cli.output import one_line
-    from ckpt_preempt.controller.writes.actions import Conflict, WriteFailed, api_error
+    from ckpt_preempt.controller.core import api_connection
+    from ckpt_preempt.controller.writes.actions import WriteFailed, api_error
+
+    cause = e.__cause__ if isinstance(e, WriteFailed) and e.__cause__ is not None else e
+    if unreachable := api_connection.cannot_reach(cause, server):
+        return unreachable, 2
+    if isinstance(cause, ApiException):
+        return api_error(cause) + (REFUSED_HINT if cause.status == 403 else ""), 1
+    return one_line(e), 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from kubernetes.client.rest import ApiException
+
+    from ckpt_preempt.controller.writes.actions import Conflict, WriteFailed
 
     prog = "ckpt-preempt cleanup"
     logs.setup(args.log_level)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries: the one line says it
     api = connect(args, prog)
     if api is None:
         return 2
@@ -230,21 +246,15 @@ def run(args: argparse.Namespace) -> int:
         except StillRunning as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return 2
-        except (ApiException, WriteFailed, Conflict) as e:  # its reads, its writes
-            refused = getattr(e, "status", None) == 403
+        except Exception as e:  # its reads and writes, an unreachable API server: one line
+            refused = isinstance(e, ApiException | WriteFailed) and e.status == 403
             if (refused or isinstance(e, Conflict)) and deadline is not None \
                     and time.monotonic() < deadline:
                 time.sleep(1.0)  # policies still unloading, or an object changed: again
                 continue
-            api = e if isinstance(e, ApiException) else e.__cause__
-            why = api_error(api) if isinstance(api, ApiException) else one_line(e)
-            hint = (" (the chart's admission policies let only the controller write these: "
-                    "run after `helm uninstall`; docs/operations.md, Uninstall)") if refused else ""
-            print(f"{prog}: {why}{hint}", file=sys.stderr)
-            return 1
-        except Exception as e:  # unreachable API server, timeouts: one line, never a traceback
-            print(f"{prog}: {one_line(e)}", file=sys.stderr)
-            return 1
+            line, code = failure(e, api.configuration.host)
+            print(f"{prog}: {line}", file=sys.stderr)
+            return code
     for line in dict.fromkeys(job.done):  # a pass tried again repeats what it left alone
         print(line)
     if not any(line.startswith(("removed", "would")) for line in job.done):

@@ -1,16 +1,23 @@
 """What the ``ckpt-preempt`` commands that talk to a cluster share: the ``--kubeconfig`` /
 ``--in-cluster`` flags, the API client they name (with one clear line when the credentials are
-missing or broken), the controller config file, and the default listen host."""
+missing or broken, and urllib3's per-request noise quieted), the controller config file, the
+webhooks' TLS files, and the default listen host."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import signal
 import sys
 import threading
 
+from ckpt_preempt.cli.files import file_problem, readable_file
+
 DEFAULT_LISTEN_HOST = "0.0.0.0"
+PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----")  # PKCS#8, RSA, EC
+log = logging.getLogger("ckpt_preempt.client")
 
 
 def add_cluster_flags(p: argparse.ArgumentParser, *, in_cluster: bool = True) -> None:
@@ -26,15 +33,12 @@ def kubeconfig_problem(path: str) -> str | None:
     """Why the file at ``path`` is not a kubeconfig, or None. The client's loader reports a file
     that is YAML but not a mapping (``/etc/passwd``, say) as "'str' object does not support item
     assignment"; this names the file and what it lacks instead."""
-    import yaml
+    from ckpt_preempt.controller.core import documents
 
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except OSError as e:
-        return f"kubeconfig {path}: {e.strerror or e}"
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        return f"kubeconfig {path}: not YAML ({type(e).__name__})"
+        doc = documents.load(path)
+    except documents.DocumentError as e:
+        return f"kubeconfig {e}"
     if not isinstance(doc, dict) or not any(k in doc for k in ("clusters", "contexts", "users")):
         return f"kubeconfig {path}: not a kubeconfig (no clusters, contexts or users)"
     return None
@@ -53,15 +57,36 @@ def _kubeconfig_files(kubeconfig: str | None) -> list[str]:
 
 
 def api_client(kubeconfig: str | None, in_cluster: bool):
+    """The API client of every command that talks to a cluster: the one place it is made."""
     from kubernetes import client, config
 
     if in_cluster:
         config.load_incluster_config()
-        return client.ApiClient()
-    for path in _kubeconfig_files(kubeconfig):
-        if problem := kubeconfig_problem(path):
-            raise ValueError(problem)
-    return config.new_client_from_config(config_file=kubeconfig)
+        api = client.ApiClient()
+    else:
+        for path in _kubeconfig_files(kubeconfig):
+            if problem := kubeconfig_problem(path):
+                raise ValueError(problem)
+        api = config.new_client_from_config(config_file=kubeconfig)
+    _quiet_transport(api.configuration)
+    return api
+
+
+def _quiet_transport(configuration) -> None:
+    """urllib3's noise, said once instead: its connection-pool retry WARNINGs (every caller
+    retries with its own backoff and one line per step, or stops with one line), and, where the
+    kubeconfig turned TLS verification off, the InsecureRequestWarning of every request (the
+    user chose it: one warning now)."""
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    if not configuration.verify_ssl and configuration.host.startswith("https:"):
+        warnings.simplefilter("ignore", InsecureRequestWarning)
+        log.warning("TLS certificate verification is off for the API server %s "
+                    "(insecure-skip-tls-verify): its identity is not checked",
+                    configuration.host)
 
 
 def connect(args: argparse.Namespace, prog: str):
@@ -87,18 +112,50 @@ def load_config(args: argparse.Namespace, prog: str):
         return None
 
 
-def webhook_tls(args: argparse.Namespace, prog: str):
-    """The TLS context from --tls-cert/--tls-key for an admission webhook, or None after one
-    line on stderr (the caller exits 2)."""
+def add_tls_flags(p: argparse.ArgumentParser) -> None:
+    """An admission webhook's ``--tls-cert`` and ``--tls-key`` (read by ``webhook_tls``)."""
+    p.add_argument("--tls-cert", required=True, type=readable_file, metavar="FILE",
+                   help="serving certificate (PEM), chain first")
+    p.add_argument("--tls-key", required=True, type=readable_file, metavar="FILE",
+                   help="its private key (PEM)")
+
+
+def tls_problem(cert: str | os.PathLike, key: str | os.PathLike, error: Exception) -> str:
+    """Which of --tls-cert and --tls-key is wrong, and how, when loading them raised ``error``
+    (OpenSSL says only "PEM lib", naming neither)."""
     import ssl
 
-    from ckpt_preempt.cli.output import one_line
+    try:
+        ssl.create_default_context(cafile=cert)  # parses every certificate in the file
+    except ssl.SSLError:  # no certificate in it, or a broken one
+        return f"--tls-cert {os.fspath(cert)}: not a PEM certificate"
+    except OSError as e:
+        return f"--tls-cert {file_problem(cert, e)}"
+    try:
+        with open(key, encoding="ascii", errors="replace") as f:
+            key_text = f.read()
+    except OSError as e:
+        return f"--tls-key {file_problem(key, e)}"
+    if not PEM_PRIVATE_KEY.search(key_text):
+        return f"--tls-key {os.fspath(key)}: not a PEM private key"
+    if getattr(error, "reason", None) == "KEY_VALUES_MISMATCH":
+        return (f"--tls-key {os.fspath(key)} does not match the certificate in --tls-cert "
+                f"{os.fspath(cert)}")
+    return f"--tls-key {os.fspath(key)}: not a usable PEM private key"
+
+
+def webhook_tls(args: argparse.Namespace, prog: str):
+    """The TLS context from --tls-cert/--tls-key for an admission webhook, or None after one
+    line on stderr naming the file and what is wrong with it (the caller exits 2)."""
+    import ssl
+
     from ckpt_preempt.controller.gate import gate_server
 
     try:
         return gate_server.tls_context(args.tls_cert, args.tls_key)
     except (OSError, ssl.SSLError) as e:
-        print(f"{prog}: cannot load the TLS certificate and key: {one_line(e)}", file=sys.stderr)
+        print(f"{prog}: cannot load the TLS certificate and key: "
+              f"{tls_problem(args.tls_cert, args.tls_key, e)}", file=sys.stderr)
         return None
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import yaml
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.cli.output import emit, one_line
+from ckpt_preempt.controller.core import documents
 from ckpt_preempt.controller.explain import explain_format as fmt
 from ckpt_preempt.policies.baselines import kube_default
 from ckpt_preempt.policies.model import snapshot_io
@@ -35,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pod", nargs="?", metavar="POD",
                    help="NAMESPACE/NAME of a pod on a live cluster (instead of --snapshot)")
     p.add_argument("--kubeconfig", help="with POD: kubeconfig file (default: $KUBECONFIG)")
-    p.add_argument("--snapshot", type=Path, help="snapshot file (JSON or YAML)")
+    p.add_argument("--snapshot", type=readable_file, help="snapshot file (JSON or YAML)")
     p.add_argument("--no-drain", action="store_true", help="plan without draining victims")
     p.add_argument("--max-checkpoint-seconds", type=argtypes.non_negative_float, default=None,
                    help="cap on a victim's checkpoint time (default: the config's, 600)")
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --snapshot: the starvation bound; a workload whose "
                         "preemption_history reached N is no victim (default %(default)s, the "
                         "controller's; 0: off)")
-    p.add_argument("--config", type=Path,
+    p.add_argument("--config", type=readable_file,
                    help="with POD: the controller's config file (scope, limits, planNamespace), "
                         "so the answer is the one the controller would give")
     p.add_argument("--compare", action="store_true",
@@ -64,9 +65,11 @@ def run(args: argparse.Namespace) -> int:
     if args.pod is not None:
         return _run_live(args)
     try:
-        doc = yaml.safe_load(args.snapshot.read_text())
-        snap, preemptor, problems = snapshot_io.from_dict(doc)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, snapshot_io.SnapshotError) as e:
+        snap, preemptor, problems = snapshot_io.from_dict(documents.load(args.snapshot))
+    except documents.DocumentError as e:  # names the file (and the line and column)
+        print(f"ckpt-preempt explain: {e}", file=sys.stderr)
+        return 2
+    except snapshot_io.SnapshotError as e:
         print(f"ckpt-preempt explain: {args.snapshot}: {e}", file=sys.stderr)
         return 2
     for p in problems:

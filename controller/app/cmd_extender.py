@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.controller.app import logs
 from ckpt_preempt.controller.app.cmd_common import (
     DEFAULT_LISTEN_HOST,
@@ -31,8 +32,9 @@ DEFAULT_BUDGET_MS = 5.0
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_flags(p)
-    p.add_argument("--config", help="controller config file (YAML or JSON): its checkpoint "
-                                    "limits and restart cost price the preempt verb's victims")
+    p.add_argument("--config", type=readable_file,
+                   help="controller config file (YAML or JSON): its checkpoint "
+                        "limits and restart cost price the preempt verb's victims")
     p.add_argument("--listen", type=argtypes.host_port_or_any, metavar="HOST:PORT",
                    default=DEFAULT_LISTEN,
                    help="where to serve the verbs, /metrics, /healthz and /readyz; port 0: any "

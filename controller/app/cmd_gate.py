@@ -11,9 +11,11 @@ import argparse
 import sys
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.controller.app import logs
 from ckpt_preempt.controller.app.cmd_common import (
     add_cluster_flags,
+    add_tls_flags,
     connect,
     load_config,
     serve_webhook,
@@ -29,8 +31,9 @@ PROG = "ckpt-preempt gate"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_flags(p)
-    p.add_argument("--config", help="controller config file (YAML or JSON): its "
-                                    "maxCheckpointSeconds caps every hold")
+    p.add_argument("--config", type=readable_file,
+                   help="controller config file (YAML or JSON): its "
+                        "maxCheckpointSeconds caps every hold")
     p.add_argument("--exempt-user", action="append", default=[], metavar="USERNAME",
                    help="Evictions by this user pass straight through (the controller's "
                         "ServiceAccount, system:serviceaccount:NS:NAME, after its own drain); "
@@ -39,9 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="never delay evictions here ('*': anywhere); repeatable")
     p.add_argument("--exclude-priority-class", action="append", default=[], metavar="NAME",
                    help="never delay evictions of pods of this priority class; repeatable")
-    p.add_argument("--tls-cert", required=True, metavar="FILE",
-                   help="serving certificate (PEM), chain first")
-    p.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (PEM)")
+    add_tls_flags(p)
     p.add_argument("--listen", type=argtypes.host_port_or_any, metavar="HOST:PORT",
                    default=DEFAULT_LISTEN,
                    help="where to serve POST /validate and GET /healthz; port 0: any free one, "

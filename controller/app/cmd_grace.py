@@ -12,8 +12,10 @@ import argparse
 import sys
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.controller.app import logs
 from ckpt_preempt.controller.app.cmd_common import (
+    add_tls_flags,
     load_config,
     serve_webhook,
     stop_on_signals,
@@ -33,17 +35,16 @@ PROG = "ckpt-preempt grace-webhook"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="controller config file (YAML or JSON): its "
-                                    "maxCheckpointSeconds caps the declared checkpoint time")
+    p.add_argument("--config", type=readable_file,
+                   help="controller config file (YAML or JSON): its "
+                        "maxCheckpointSeconds caps the declared checkpoint time")
     p.add_argument("--margin-seconds", type=argtypes.non_negative_int, metavar="SECONDS",
                    default=DEFAULT_MARGIN_SECONDS,
                    help="added to the declared checkpoint time (default %(default)s)")
     p.add_argument("--exclude-namespace", action="append", default=[], metavar="NAMESPACE",
                    help=f"never change pods here ({', '.join(sorted(ALWAYS_EXCLUDED))} always); "
                         "repeatable")
-    p.add_argument("--tls-cert", required=True, metavar="FILE",
-                   help="serving certificate (PEM), chain first")
-    p.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (PEM)")
+    add_tls_flags(p)
     p.add_argument("--listen", type=argtypes.host_port_or_any, metavar="HOST:PORT",
                    default=DEFAULT_LISTEN,
                    help="where to serve POST /mutate and GET /healthz; port 0: any free one, "

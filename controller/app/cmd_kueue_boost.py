@@ -17,6 +17,7 @@ import sys
 import threading
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.controller.app import logs
 from ckpt_preempt.controller.app.cmd_common import (
     add_cluster_flags,
@@ -32,9 +33,10 @@ GATE = ("off", "on")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_flags(p)
-    p.add_argument("--config", help="controller config file (YAML or JSON): its namespaces "
-                                    "(the Workloads it may write), unknownCheckpoint, checkpoint "
-                                    "limits, GPU resources and dryRun")
+    p.add_argument("--config", type=readable_file,
+                   help="controller config file (YAML or JSON): its namespaces "
+                        "(the Workloads it may write), unknownCheckpoint, checkpoint "
+                        "limits, GPU resources and dryRun")
     p.add_argument("--kueue-priority-boost", choices=GATE, default="off",
                    help="whether Kueue runs with its PriorityBoost feature gate; off: only log "
                         "the boosts (default %(default)s)")

@@ -11,6 +11,7 @@ import socket
 import sys
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.controller.app import logs
 from ckpt_preempt.controller.app.cmd_common import (
     DEFAULT_LISTEN_HOST,
@@ -26,7 +27,7 @@ HELP = "run the preemption controller against a cluster"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_flags(p)
-    p.add_argument("--config", help="controller config file (YAML or JSON)")
+    p.add_argument("--config", type=readable_file, help="controller config file (YAML or JSON)")
     p.add_argument("--dry-run", action="store_true", help="plan and emit Events; evict nothing")
     p.add_argument("--listen", type=argtypes.host_port_or_any, metavar="HOST:PORT",
                    default=f"{DEFAULT_LISTEN_HOST}:8080",

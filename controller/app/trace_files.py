@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from ckpt_preempt.cli.files import file_problem
 from ckpt_preempt.policies.sim.protocols import WORKLOADS
 from ckpt_preempt.policies.sim.trace import TraceError, TraceNode, TracePod, parse_nodes, parse_pods
 
@@ -37,7 +38,7 @@ def _file(path: Path) -> list[str]:
     except UnicodeDecodeError:
         raise TraceError(f"{path}: not a text (CSV) file") from None
     except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise TraceError(file_problem(path, e)) from None
 
 
 def _named(path: Path | None, lines: list[str], parse):

@@ -34,6 +34,8 @@ from tenacity import (
 )
 from tenacity.wait import wait_base
 
+from ckpt_preempt.controller.core import api_connection
+
 RECONNECT_MULTIPLIER_SECONDS = 0.5  # the first retry waits up to this long
 RECONNECT_CAP_SECONDS = 30.0  # no wait is longer than this
 
@@ -46,7 +48,7 @@ def _describe(e: BaseException | None) -> str:
     status = getattr(e, "status", None)  # kubernetes ApiException: the status line, no headers
     if status is not None:
         return f"HTTP {status} {getattr(e, 'reason', '')}".rstrip()
-    return f"{type(e).__name__}: {e}"
+    return api_connection.cannot_reach(e) or f"{type(e).__name__}: {e}"
 
 
 def retrying(stop: threading.Event, *, what: str, logger: logging.Logger,

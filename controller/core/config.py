@@ -65,13 +65,11 @@
 from __future__ import annotations
 
 import enum
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import yaml
-
+from ckpt_preempt.controller.core import documents
 from ckpt_preempt.controller.core import gpu_resources as gpu_names
 from ckpt_preempt.policies.disruption import disruption_signals
 from ckpt_preempt.policies.model import annotations as ann
@@ -304,8 +302,7 @@ def load(path: str | Path | None) -> Config:
     if path is None:
         return Config()
     try:
-        text = Path(path).read_text()
-        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"config {path}: {e}") from e
+        data = documents.load(path)
+    except documents.DocumentError as e:  # one line naming the file (and line:column)
+        raise ConfigError(f"config {e}") from e
     return parse(data)

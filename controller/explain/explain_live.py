@@ -17,10 +17,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-import urllib3
 from kubernetes import client
 
-from ckpt_preempt.controller.core import gpu_resources
+from ckpt_preempt.controller.core import api_connection, gpu_resources
 from ckpt_preempt.controller.core.config import Config
 from ckpt_preempt.controller.explain import explain_format as fmt
 from ckpt_preempt.controller.health.health import explain_health
@@ -62,8 +61,8 @@ def _list(fn, timeout: float = 30.0) -> list[dict]:
             "items") or []
     except client.ApiException as e:
         raise ClusterUnreachable(f"the API server answered {e.status} {e.reason}") from e
-    except (urllib3.exceptions.HTTPError, OSError) as e:
-        raise ClusterUnreachable(f"cannot reach the API server: {type(e).__name__}") from e
+    except api_connection.CONNECTION_FAILURES as e:
+        raise ClusterUnreachable(api_connection.cannot_reach(e)) from e
 
 
 def explain(api: client.ApiClient, namespace: str, name: str, cfg: Config | None = None,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ckpt_preempt.controller.core import api_connection
 from ckpt_preempt.controller.kube.informer import Informer
 from ckpt_preempt.policies.model import gangs
 
@@ -102,6 +103,7 @@ class GroupObjects:
         self._lock = threading.Lock()
         self._watched: dict[GroupKind, Informer] = {}
         self._discovered = threading.Event()
+        self._unanswered = ""  # why the last round went unanswered, as logged
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._discover_loop, name="discover-podgroups",
                                         daemon=True)
@@ -138,20 +140,18 @@ class GroupObjects:
         return out
 
     # ------------------------------------------------------------------------------ discovery
-    def _served(self, kind: GroupKind) -> bool | None:
-        """True: served and listable; False: not served, or not ours to list; None: unknown
-        (the API server did not answer; asked again next round)."""
+    def _served(self, kind: GroupKind) -> bool | str:
+        """True: served and listable; False: not served, or not ours to list; a text: unknown,
+        why the API server did not answer (asked again next round)."""
         try:
             found = self._custom.get_api_resources(kind.group, kind.version,
                                                    _request_timeout=10)
         except ApiException as e:
             if e.status == 404:
                 return False
-            log.info("discovery of %s: HTTP %s; will ask again", kind.resource, e.status)
-            return None
+            return f"HTTP {e.status}"
         except Exception as e:  # connection refused, timeouts: the API server is away
-            log.info("discovery of %s: %s; will ask again", kind.resource, e)
-            return None
+            return api_connection.cannot_reach(e) or str(e)
         if kind.plural not in {r.name for r in found.resources or ()}:
             return False
         try:
@@ -163,19 +163,30 @@ class GroupObjects:
                             "gang minimums are not read; grant list and watch on it",
                             kind.resource, e.status)
                 return False
-            return None
+            return f"HTTP {e.status}"
         return True
+
+    def _log_unanswered(self, unanswered: dict[str, str]) -> None:
+        """A line when a round goes unanswered for a new reason, not one per kind every round
+        (while the API server is away the loop asks again each second)."""
+        by_reason: dict[str, list[str]] = {}
+        for resource, why in unanswered.items():
+            by_reason.setdefault(why, []).append(resource)
+        text = "; ".join(f"{', '.join(kinds)}: {why}" for why, kinds in by_reason.items())
+        if text and text != self._unanswered:
+            log.info("discovery of %s; will ask again", text)
+        self._unanswered = text
 
     def _discover_once(self) -> bool:
         """One round over the kinds not yet watched; True when every one got an answer."""
-        answered = True
+        unanswered: dict[str, str] = {}
         for kind in self._kinds:
             with self._lock:
                 if kind in self._watched:
                     continue
             served = self._served(kind)
-            if served is None:
-                answered = False
+            if isinstance(served, str):
+                unanswered[kind.resource] = served
             elif served:
                 informer = Informer(kind.resource, functools.partial(
                     self._custom.list_cluster_custom_object, kind.group, kind.version,
@@ -184,7 +195,8 @@ class GroupObjects:
                     self._watched[kind] = informer
                 informer.start()
                 log.info("watching %s for gang minimums", kind.resource)
-        return answered
+        self._log_unanswered(unanswered)
+        return not unanswered
 
     def _discover_loop(self) -> None:
         while not self._stop.is_set():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 
@@ -28,7 +29,7 @@ def test_retrying_retries_failures_and_returns_the_result(caplog):
     def flaky():
         calls.append(1)
         if len(calls) < 3:
-            raise ConnectionError("refused")
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
         return "ok"
 
     stop = threading.Event()
@@ -36,8 +37,8 @@ def test_retrying_retries_failures_and_returns_the_result(caplog):
         got = backoff.retrying(stop, what="reading", logger=log, cap_seconds=0.01)(flaky)
     assert got == "ok" and len(calls) == 3
     assert [r.getMessage().split(";")[0] for r in caplog.records] == [
-        "reading failed (attempt 1): ConnectionError: refused",
-        "reading failed (attempt 2): ConnectionError: refused"]
+        "reading failed (attempt 1): cannot reach the API server: connection refused",
+        "reading failed (attempt 2): cannot reach the API server: connection refused"]
 
 
 def test_keep_running_resets_after_a_return_and_ends_when_stopped(caplog):

@@ -51,12 +51,14 @@ def test_missing_or_bad_certificate_is_one_line(tmp_path, certs):
     cert, key = certs
     _one_line(_run("--tls-key", str(key), tmp_path=tmp_path), "--tls-cert")
     _one_line(_run("--tls-cert", "/nonexistent", "--tls-key", str(key), tmp_path=tmp_path),
-              "ckpt-preempt gate: cannot load the TLS certificate and key")
+              "ckpt-preempt gate: error: argument --tls-cert: /nonexistent: no such file")
     (tmp_path / "junk.pem").write_text("not a certificate\n")
     _one_line(_run("--tls-cert", str(tmp_path / "junk.pem"), "--tls-key", str(key),
-                   tmp_path=tmp_path), "ckpt-preempt gate: cannot load the TLS certificate")
+                   tmp_path=tmp_path), "ckpt-preempt gate: cannot load the TLS certificate and "
+                                       f"key: --tls-cert {tmp_path / 'junk.pem'}: not a PEM")
     _one_line(_run("--tls-cert", str(key), "--tls-key", str(cert), tmp_path=tmp_path),
-              "ckpt-preempt gate: cannot load the TLS certificate")
+              f"ckpt-preempt gate: cannot load the TLS certificate and key: --tls-cert {key}: "
+              "not a PEM certificate")
 
 
 def test_bad_config_and_port_in_use_are_one_line(tmp_path, certs):

@@ -45,12 +45,14 @@ def test_bad_flags_and_files_are_one_line(tmp_path, certs):
     cert, key = certs
     _one_line(_run("--tls-key", str(key)), "--tls-cert")
     _one_line(_run("--tls-cert", "/nonexistent", "--tls-key", str(key)),
-              f"{PROG}: cannot load the TLS certificate and key")
+              f"{PROG}: error: argument --tls-cert: /nonexistent: no such file")
     (tmp_path / "junk.pem").write_text("not a certificate\n")
     _one_line(_run("--tls-cert", str(tmp_path / "junk.pem"), "--tls-key", str(key)),
-              f"{PROG}: cannot load the TLS certificate")
+              f"{PROG}: cannot load the TLS certificate and key: --tls-cert "
+              f"{tmp_path / 'junk.pem'}: not a PEM certificate")
     _one_line(_run("--tls-cert", str(key), "--tls-key", str(cert)),
-              f"{PROG}: cannot load the TLS certificate")
+              f"{PROG}: cannot load the TLS certificate and key: --tls-cert {key}: not a PEM "
+              "certificate")
     (tmp_path / "bad.yaml").write_text("maxCheckpointSeconds: -1\n")
     _one_line(_run("--tls-cert", str(cert), "--tls-key", str(key), "--config",
                    str(tmp_path / "bad.yaml")), f"{PROG}: config")

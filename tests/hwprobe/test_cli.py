@@ -51,12 +51,14 @@ def test_unloadable_library_path_is_exit_2(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_unknown_spec_is_exit_2(monkeypatch, capsys):
+def test_unknown_spec_is_a_usage_error(monkeypatch, capsys):
     from tests.hwprobe import layouts
 
     monkeypatch.setattr(cli, "_probe", layouts.hgx_h100)
-    assert cli.main(["verify", "--expect", "no-such-machine"]) == 2
-    assert "unknown spec 'no-such-machine'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        cli.main(["verify", "--expect", "no-such-machine"])
+    assert done.value.code == 2
+    assert "argument --expect: unknown spec 'no-such-machine'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("spec", "code"), [("hgx-h100-8", 0), ("dgx-a100-8", 1)])
@@ -86,5 +88,7 @@ def test_publish_needs_a_node(monkeypatch, capsys):
 
     monkeypatch.delenv("NODE_NAME", raising=False)
     monkeypatch.setattr(cli, "_probe", layouts.hgx_h100)
-    assert cli.main(["publish"]) == 2
-    assert "publish needs --node" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        cli.main(["publish"])
+    assert done.value.code == 2
+    assert "hwprobe publish: error: publish needs --node" in capsys.readouterr().err

@@ -23,6 +23,10 @@ SUITE=bookworm  # Debian 12: Python 3.11, the version the official base in deplo
 # python3: the interpreter and its standard library; python3-venv: ensurepip, for the build stage.
 PACKAGES="python3,python3-venv"
 IMAGE="${CKPT_IMAGE:-localhost/ckpt-preempt:dev}"
+# The Dockerfile's `build` stage (the dependencies pip installed, 175 MB, and the wheels) under a
+# name: its layers are the next build's cache, and untagged it would be left dangling (listed as
+# 330 MB) by every build. Earlier builds' images that lost their tag are removed after a build.
+BUILD_STAGE_IMAGE="localhost/ckpt-preempt-build-stage:cache"
 # crun (podman's default here) refuses cgroup v1 "hybrid" hosts, and a container engine nested in
 # a sandbox may not own a systemd: runc and plain cgroupfs work on both. Some sandboxes refuse
 # raising rlimits to podman's defaults, so the run flags lower them.
@@ -92,9 +96,15 @@ ca=()
 for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
   if [ -f "$f" ]; then ca=(--volume "$f:/run/build-ca.crt:ro" --build-arg CA_BUNDLE=/run/build-ca.crt); break; fi
 done
-"${PODMAN[@]}" build --quiet --network=host "${RUN_FLAGS[@]}" "${ca[@]}" \
-  --ignorefile "$repo/.dockerignore" --build-arg BASE="$base" --label "ckpt-preempt.sources=$(sources)" \
-  -t "$IMAGE" -f "$repo/deploy/Dockerfile" "$repo" >/dev/null
+build=("${PODMAN[@]}" build --quiet --network=host "${RUN_FLAGS[@]}" "${ca[@]}"
+  --ignorefile "$repo/.dockerignore" --build-arg BASE="$base" --label "ckpt-preempt.sources=$(sources)"
+  -f "$repo/deploy/Dockerfile")
+"${build[@]}" --target build -t "$BUILD_STAGE_IMAGE" "$repo" >/dev/null
+"${build[@]}" -t "$IMAGE" "$repo" >/dev/null  # its build stage: all from the cache just made
+# Dangling images of earlier builds (an image and a build stage that lost their tag to these),
+# with their untagged parents: no cache for these sources. Intermediate images the tagged two
+# still stand on are not dangling, so the layer cache stays.
+"${PODMAN[@]}" image prune --force --filter label=ckpt-preempt.sources >/dev/null
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 echo "images: $IMAGE built in $(( $(date +%s) - start )) s, $((size / 1000000)) MB"
 echo "$IMAGE"
