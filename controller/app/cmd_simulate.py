@@ -30,10 +30,11 @@ from importlib import resources
 from pathlib import Path
 
 from ckpt_preempt.cli import argtypes
+from ckpt_preempt.cli.files import file_problem, readable_file
 from ckpt_preempt.cli.output import emit
-from ckpt_preempt.controller.app import trace_files
+from ckpt_preempt.controller.app import sim_runner, trace_files
 from ckpt_preempt.policies.placement import benchmark
-from ckpt_preempt.policies.sim import engine, experiment, floor_cuts, planners, report, workload
+from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 NAME = "simulate"
@@ -83,8 +84,10 @@ def _csv(values: tuple[float, ...]) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = workload.WorkloadParams()
     c = engine.SimConfig()
-    p.add_argument("--pods", type=Path, help="pod trace in openb CSV format (default: bundled)")
-    p.add_argument("--nodes", type=Path, help="node list in openb CSV format (default: bundled)")
+    p.add_argument("--pods", type=readable_file,
+                   help="pod trace in openb CSV format (default: bundled)")
+    p.add_argument("--nodes", type=readable_file,
+                   help="node list in openb CSV format (default: bundled)")
     p.add_argument("--workload", default=WORKLOADS[0],
                    help=f"one of {', '.join(WORKLOADS)} (default %(default)s)")
     p.add_argument("--protocol", default="stress",
@@ -154,8 +157,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="lost work over time per policy (the first seed); needs matplotlib")
+    p.add_argument("--jobs", type=argtypes.positive_int, default=os.cpu_count() or 1,
+                   help="replays run side by side, one per process (default: one per CPU, "
+                        "%(default)s here); results are the same whatever the number")
     p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars (they are shown only on a terminal anyway)")
+                   help="no progress on stderr (a bar on a terminal, else one start line and "
+                        "one line per replay)")
 
 
 def _params(args: argparse.Namespace) -> workload.WorkloadParams:
@@ -207,8 +214,8 @@ def plot_problem(path: Path, importer: Callable[[str], object] = importlib.impor
     try:  # os.access says yes to root everywhere, /proc included: create a file to be sure
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".ckpt-preempt-plot-", suffix=".png"):
             pass
-    except OSError as e:
-        return f"--plot: cannot create a file in {parent}: {e.strerror or e}"
+    except OSError:  # /proc answers "no such file", a full disk "no space left"
+        return f"--plot: directory {parent} is not writable"
     try:
         importer("matplotlib")
     except ImportError:
@@ -235,7 +242,7 @@ def validate(args: argparse.Namespace) -> tuple[list[str], experiment.Cell, list
 
 
 def fgd_setup(args: argparse.Namespace) -> tuple[benchmark.Setup, list[str]]:
-    """The FGD benchmark's cluster, arrivals and policies; ValueError/OSError with one line."""
+    """The FGD benchmark's cluster, arrivals and policies; ValueError with one line."""
     if args.plot:
         raise ValueError(f"--plot is for the preemption protocols; for --protocol {FGD_PROTOCOL} "
                          "run python -m bench.placement --out DIR (placement.png)")
@@ -253,6 +260,8 @@ def fgd_setup(args: argparse.Namespace) -> tuple[benchmark.Setup, list[str]]:
             return path.name, path.read_text()
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not a text (CSV) file") from None
+        except OSError as e:  # checked while parsing (readable_file), but it can still go
+            raise ValueError(file_problem(path, e)) from None
 
     pod_name, pods = text(args.pods, trace_files.BUNDLED_PODS.get(args.workload, ""))
     _, nodes = text(args.nodes, benchmark.NODE_LIST)
@@ -267,7 +276,7 @@ def fgd_setup(args: argparse.Namespace) -> tuple[benchmark.Setup, list[str]]:
 def run_fgd(args: argparse.Namespace) -> int:
     try:
         setup, names = fgd_setup(args)
-    except (OSError, ValueError) as e:
+    except ValueError as e:  # the readers name a file they cannot use (OSError: cli.main)
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2
     bars: dict = {}
@@ -296,34 +305,22 @@ def run_fgd(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.protocol == FGD_PROTOCOL:
         return run_fgd(args)
+    trace = sim_runner.Trace(workload=args.workload, pods=args.pods, nodes=args.nodes)
     try:
         policies, cell, seeds = validate(args)
-        pods, nodes = trace_files.load(args.workload, args.pods, args.nodes)
-    except (OSError, ValueError) as e:
+        sim_runner.load_trace(trace)  # a bad trace is refused before the run, in one line
+    except ValueError as e:  # the readers name a file they cannot use (OSError: cli.main)
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2
-    bars: dict = {}
-    show = not args.no_progress and sys.stderr.isatty()
-
-    def progress(seed: int, policy: str, fraction: float) -> None:
-        from tqdm import tqdm
-
-        key = (seed, policy)
-        bar = bars.get(key)
-        if bar is None:
-            bar = bars[key] = tqdm(total=100, desc=f"seed {seed} {policy:<24}", unit="%")
-        bar.update(round(fraction * 100) - bar.n)
-        if fraction >= 1:
-            bar.close()
-
     started = time.monotonic()
     try:
-        result = experiment.run_cell(cell, seeds, policies, pods, nodes, clock=time.perf_counter,
-                                     progress=progress if show else None)
+        result = sim_runner.run_cell(cell, seeds, policies, trace, processes=args.jobs,
+                                     show=not args.no_progress)
     except ValueError as e:
         print(f"ckpt-preempt simulate: {e}", file=sys.stderr)
         return 2
-    floor = floor_summary(cell, seeds, policies, args.floor_cuts, pods, nodes)
+    floor = sim_runner.floor_summary(cell, seeds, policies, args.floor_cuts, trace,
+                                     processes=args.jobs)
     doc = result.as_dict()
     if floor:
         doc["floor"] = floor.as_dict()
@@ -335,8 +332,7 @@ def run(args: argparse.Namespace) -> int:
             _plot(result, args.plot)
             doc["plot"] = str(args.plot)
         except OSError as e:
-            plot_error = (f"ckpt-preempt simulate: --plot: cannot write {args.plot}: "
-                          f"{e.strerror or e}")
+            plot_error = f"ckpt-preempt simulate: --plot: cannot write {file_problem(args.plot, e)}"
     if args.json:
         emit(json.dumps(doc, indent=2))
     else:
@@ -352,20 +348,6 @@ def run(args: argparse.Namespace) -> int:
         print(plot_error, file=sys.stderr)
         return 1
     return 0
-
-
-def floor_summary(cell: experiment.Cell, seeds: list[int], policies: list[str], cuts: int,
-                  pods: list | None, nodes: list) -> floor_cuts.FloorSummary | None:
-    """Each policy's loss ÷ the hindsight floor on ``cuts`` seeded small cuts of the cell (cut k
-    of the run's seeds in turn), computed now; None when ``cuts`` is 0."""
-    if cuts == 0:
-        return None
-    used_seeds = seeds[:cuts]
-    built = {seed: experiment.build(cell, seed, pods, nodes) for seed in used_seeds}
-    done = [floor_cuts.floor_of(*built[seed], cell.config,
-                                floor_cuts.cut_key(cell.label, seed, k))
-            for k in range(1, cuts + 1) for seed in [used_seeds[(k - 1) % len(used_seeds)]]]
-    return floor_cuts.summarise(cell.label, used_seeds, done, policies)
 
 
 def _plot(result: experiment.CellResult, path: Path) -> None:

@@ -29,6 +29,14 @@ checkpoint-aware-drain were of that kind on a small openb stress run (scale 0.05
 (the share goes on the least-used device, over-committing it) and counted in
 ``plans_invalid``.
 
+Asks that cannot fit are not worked out again while nothing they depend on changed
+(``Capacity.place``, ``_Failure``): the engine asks for every pending job at every event, and
+most asks fail as they did at the previous one. The answer is the same as working it out: a
+failed ask is retried in full once any capacity was taken or given since, except where its first
+member (the largest, placed first on the state as it is) fitted nowhere; that stays so until
+capacity is given back, and then only the nodes given to need checking, since every other node
+has only lost room since.
+
 Against a cluster that shares GPUs dynamically (a device serves whole or shared pods as they
 come, as the trace's own cluster did), the static split wastes capacity: an idle shared device
 cannot take a whole-GPU pod, nor an idle whole one a share. It is the price of a planner's view
@@ -38,8 +46,10 @@ frees a whole GPU.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ckpt_preempt.policies.model.model import MILLI_PER_GPU, Node, RejectReason, Resources
 from ckpt_preempt.policies.sim.workload import Job, Member
@@ -117,28 +127,59 @@ class Capacity:
             self.buckets[n.allocatable.gpus].add(i)
         self.shared: list[list[int]] = [[0] * s for s in split]
         self.sharing = [i for i, s in enumerate(split) if s]  # nodes with shared devices
+        # every shared device as (room left, node, device), kept sorted: the tightest device
+        # that holds a share is the first entry from that share's room up
+        self.rooms = sorted((MILLI_PER_GPU, i, d) for i in self.sharing
+                            for d in range(len(self.shared[i])))
         self.device_of: dict[str, tuple[int, int]] = {}  # pod key -> (node, shared device)
         self._allowed: dict[str, frozenset[int] | None] = {}
         self._closed: dict[frozenset[int], tuple[Node, ...]] = {}
+        # for the failure memo: ``version`` counts committed takes and gives; ``given`` lists
+        # the node of each committed give, in order
+        self.version = 0
+        self.given: list[int] = []
+        self._failed: dict[int, tuple[Sequence[Member], _Failure]] = {}
 
     # -- free capacity -------------------------------------------------------------------
     def take(self, i: int, r: Resources, key: str = "") -> None:
         """Take ``r`` on node ``i``; a share goes on the tightest of its shared devices that
         holds it (the least-used one when none does: an over-committed plan)."""
+        self.version += 1
+        self._take(i, r, key)
+
+    def give(self, i: int, r: Resources, key: str = "") -> None:
+        self.version += 1
+        self.given.append(i)
+        self._give(i, r, key)
+
+    def set_free(self, i: int, free: Resources) -> None:
+        """Set node ``i``'s free room outright (a cordon holds it back, its end returns it)."""
+        self.version += 1
+        self.given.append(i)  # it may have grown: asks that failed check this node again
+        self._move(i, free)
+
+    def _take(self, i: int, r: Resources, key: str) -> None:
         if r.gpu_milli and self.shared[i]:
             devices = self.shared[i]
             room = [(MILLI_PER_GPU - used, d) for d, used in enumerate(devices)
                     if MILLI_PER_GPU - used >= r.gpu_milli]
             dev = min(room)[1] if room else min(range(len(devices)), key=devices.__getitem__)
-            devices[dev] += r.gpu_milli
+            self._use_device(i, dev, r.gpu_milli)
             self.device_of[key] = (i, dev)
         self._move(i, self.free[i] - r)
 
-    def give(self, i: int, r: Resources, key: str = "") -> None:
+    def _give(self, i: int, r: Resources, key: str) -> None:
         if r.gpu_milli and key in self.device_of:
             node, dev = self.device_of.pop(key)
-            self.shared[node][dev] -= r.gpu_milli
+            self._use_device(node, dev, -r.gpu_milli)
         self._move(i, self.free[i] + r)
+
+    def _use_device(self, i: int, dev: int, milli: int) -> None:
+        """Add ``milli`` (negative: give it back) to shared device ``dev`` of node ``i``."""
+        used = self.shared[i][dev]
+        del self.rooms[bisect.bisect_left(self.rooms, (MILLI_PER_GPU - used, i, dev))]
+        self.shared[i][dev] = used + milli
+        bisect.insort(self.rooms, (MILLI_PER_GPU - used - milli, i, dev))
 
     def _move(self, i: int, free: Resources) -> None:
         self.buckets[self.free[i].gpus].discard(i)
@@ -203,33 +244,118 @@ class Capacity:
         return None
 
     def _best_share(self, r: Resources, allowed: frozenset[int] | None) -> int | None:
-        """The node of the tightest shared device that holds the share."""
-        best: tuple[int, int] | None = None
-        for i in self.sharing:
-            if (allowed is not None and i not in allowed) or not r.fits_in(self.free[i]):
-                continue
-            room = self._device_room(i, r.gpu_milli)
-            if room is not None and (best is None or (room, i) < best):
-                best = (room, i)
-        return None if best is None else best[1]
+        """The node of the tightest shared device that holds the share (the lowest node among
+        equally tight ones)."""
+        for _, i, _ in itertools.islice(self.rooms, bisect.bisect_left(
+                self.rooms, (r.gpu_milli, -1, -1)), None):
+            if (allowed is None or i in allowed) and r.fits_in(self.free[i]):
+                return i
+        return None
 
     def place(self, members: Sequence[Member], keys: Sequence[str] | None = None
               ) -> list[int] | None:
         """Take room for every member (largest first) and return each one's node, in member
         order; None, taking nothing, when some member does not fit. ``keys`` name the pods
         (for the shared device each share goes on)."""
+        # keyed by the members' identity (a job's own tuple), held so the id stays theirs
+        known = self._failed.get(id(members))
+        if known is not None and known[0] is members and self._still_fails(known[1]):
+            return None
         names = list(keys) if keys is not None else [m.name for m in members]
         order = sorted(range(len(members)), key=lambda k: -members[k].gpu_share)
         out = [0] * len(members)
         taken: list[tuple[int, Resources, str]] = []
         for k in order:
             r = requests(members[k])
-            i = self.best_fit(r, self.allowed(members[k].gpu_spec))
+            allowed = self.allowed(members[k].gpu_spec)
+            i = self.best_fit(r, allowed)
             if i is None:
-                for j, rr, key in taken:
-                    self.give(j, rr, key)
+                for j, rr, key in taken:  # undone exactly: no change to remember
+                    self._give(j, rr, key)
+                self._failed[id(members)] = (members, self._failure(members, r, allowed, taken))
                 return None
-            self.take(i, r, names[k])
+            self._take(i, r, names[k])
             taken.append((i, r, names[k]))
             out[k] = i
+        self.version += 1
+        self._failed.pop(id(members), None)
         return out
+
+    def _failure(self, members: Sequence[Member], r: Resources,
+                 allowed: frozenset[int] | None, taken: list) -> _Failure:
+        """What to remember of an ask that just failed (``r``, ``allowed``: the member that
+        found no node; ``taken``: the members placed before it)."""
+        failure = _Failure(self.version, len(self.given))
+        spec = members[0].gpu_spec
+        if not r.gpu_milli and all(requests(m) == r and m.gpu_spec == spec for m in members):
+            # n equal whole-GPU members: best fit puts each where it fits, taking one of that
+            # node's slots, so the ask fits exactly when the nodes have n slots in all
+            failure.slots = {i: n for i in self._allowed_nodes(allowed)
+                             if (n := _slots(r, self.free[i]))}
+            failure.total = sum(failure.slots.values())
+            failure.need = len(members)
+            failure.request, failure.allowed = r, allowed
+        elif not taken:  # the first member fitted nowhere
+            failure.request, failure.allowed = r, allowed
+        return failure
+
+    def _allowed_nodes(self, allowed: frozenset[int] | None) -> Iterable[int]:
+        return range(len(self.nodes)) if allowed is None else allowed
+
+    def _still_fails(self, failure: _Failure) -> bool:
+        """Whether an ask that failed as ``failure`` records fails now too, without working
+        it out; False when it must be worked out again. Updates the record when it holds."""
+        if failure.version == self.version:
+            return True
+        r, allowed = failure.request, failure.allowed
+        if r is None:  # a later member failed: anything may have changed that
+            return False
+        given = {i for i in self.given[failure.given:] if allowed is None or i in allowed}
+        if failure.slots is not None:
+            # every other node has only lost slots since: the count is at most this
+            total = failure.total
+            for i in given:
+                now = _slots(r, self.free[i])
+                total += now - failure.slots.get(i, 0)
+                failure.slots[i] = now
+            failure.total = total
+            if total >= failure.need:
+                return False
+        elif any(self._fits_as_placed(i, r) for i in given):
+            return False
+        failure.version, failure.given = self.version, len(self.given)
+        return True
+
+    def _fits_as_placed(self, i: int, r: Resources) -> bool:
+        """Whether ``best_fit`` could choose node ``i`` for ``r``: a share only on a node with
+        shared devices, one of which holds it; whole GPUs where the free room holds them."""
+        if r.gpu_milli:
+            return bool(self.shared[i]) and self.fits(i, r)
+        return r.fits_in(self.free[i])
+
+
+def _slots(r: Resources, free: Resources) -> int:
+    """How many pods asking ``r`` (whole GPUs, no share) fit in ``free`` together."""
+    counts = [have // want for want, have in ((r.gpus, free.gpus), (r.cpu_milli, free.cpu_milli),
+                                              (r.memory_mib, free.memory_mib)) if want > 0]
+    return max(0, min(counts)) if counts else _UNBOUNDED
+
+
+_UNBOUNDED = 1 << 30  # a pod asking for nothing fits any number of times
+
+
+@dataclass(slots=True)
+class _Failure:
+    """An ask that did not fit, as last known to fail: ``Capacity.version`` and the length of
+    ``Capacity.given`` then. ``request``/``allowed``: the member that fitted nowhere (None when
+    a later member failed: only an unchanged version says it fails again); ``slots``: for an ask
+    of equal whole-GPU members, each allowed node's slots for one member then (at most what it
+    has now, unless given to since), ``total`` their sum and ``need`` the members."""
+
+    version: int
+    given: int
+    request: Resources | None = None
+    allowed: frozenset[int] | None = None
+    slots: dict[int, int] | None = None
+    total: int = 0
+    need: int = 0

@@ -124,7 +124,7 @@ class DisruptedSimulation(Simulation):
             free = self.cap.free[i]
             if free != ZERO:
                 self.blocked[i] = held + free
-                self.cap._move(i, ZERO)
+                self.cap.set_free(i, ZERO)
 
     def _stop(self, js: JobState, at: float) -> None:
         super()._stop(js, at)
@@ -275,7 +275,7 @@ class DisruptedSimulation(Simulation):
     def _back(self, i: int) -> None:
         held = self.blocked.pop(i, None)
         if held is not None:
-            self.cap._move(i, self.cap.free[i] + held)
+            self.cap.set_free(i, self.cap.free[i] + held)
 
     # -- the autoscaler ------------------------------------------------------------------
     def _autoscale(self) -> None:

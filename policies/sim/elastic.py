@@ -77,9 +77,8 @@ class ElasticJobs:
         high-priority job waits."""
         if self.high:
             return
-        for js in sorted(self.running.values(), key=lambda s: s.job.id):
-            if js.speed >= 1.0:
-                continue
+        shrunken = [js for js in self.running.values() if js.speed < 1.0]
+        for js in sorted(shrunken, key=lambda s: s.job.id):
             have = {int(p.uid.rsplit("-", 1)[1]) for p, _ in js.pods}
             missing = [k for k in range(len(js.job.members)) if k not in have]
             placed = self.cap.place(tuple(js.job.members[k] for k in missing))

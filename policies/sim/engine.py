@@ -218,11 +218,12 @@ class PolicyResult:
 
 
 class JobState:
-    __slots__ = ("job", "models", "origin", "pods", "queued_at", "remaining", "report",
+    __slots__ = ("job", "keys", "models", "origin", "pods", "queued_at", "remaining", "report",
                  "restore", "retry_at", "speed", "start", "started", "token")
 
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.keys = tuple(f"{job.id}-{k}" for k in range(len(job.members)))  # its pods' names
         # seconds of work from ``origin`` to the finish (a pre-filled job's origin is in the past)
         self.remaining = job.duration + job.done_before
         self.queued_at = job.arrival
@@ -338,8 +339,7 @@ class Simulation(PlannerView, ElasticJobs):
         self._push(js.origin + js.remaining, "finish", (js, js.token))
 
     def _try_place(self, js: JobState) -> list[int] | None:
-        keys = [f"{js.job.id}-{k}" for k in range(len(js.job.members))]
-        return self.cap.place(js.job.members, keys)
+        return self.cap.place(js.job.members, js.keys)
 
     def _stop(self, js: JobState, at: float) -> None:
         """Account busy GPU time (after the warm-up, within the window); release capacity."""
@@ -418,11 +418,11 @@ class Simulation(PlannerView, ElasticJobs):
         by_uid = {p.pod_uid: p.node for p in plan.placements}
         allowed = self.cap.allowed_for(js.job.members)
         for k, m in enumerate(js.job.members):
-            i = self.index[by_uid[f"{js.job.id}-{k}"]]
+            i = self.index[by_uid[js.keys[k]]]
             r = requests(m)
             if not self.cap.fits(i, r) or (allowed is not None and i not in allowed):
                 self.counts["invalid"] += 1
-            self.cap.take(i, r, f"{js.job.id}-{k}")
+            self.cap.take(i, r, js.keys[k])
             placed[k] = i
         self.high.remove(js)
         self._waited(js, start)
