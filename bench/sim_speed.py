@@ -1,19 +1,21 @@
 """Benchmark: the simulator against an older commit of itself, side by side in one run, and
 whether the results are the same.
 
-Usage: python -m bench.sim_speed [--baseline REV] [--cells default,training/stress,...]
+Usage: python -m bench.sim_speed [--baseline REV] [--new REV] [--cells default,...]
        [--jobs N] [--out FILE]
 Target (issue 42): ``make run`` (the default cell) at most 60 s on 2 cores, 5x faster than the
 engine before the speed-up, with every policy's results identical: the ``simulate --json``
 document equal apart from wall time and the measured plan latencies.
 
-What: the baseline's source is exported with ``git archive REV`` into a temporary folder and
-imported from there (``PYTHONPATH`` over the installed package), so both engines run from this
-one venv on the same machine, alternating old and new per cell. Each side runs the cell with
+What: the baseline's source (and ``--new``'s, else this working tree) is exported with
+``git archive REV`` into a temporary folder and imported from there (``PYTHONPATH`` over the
+installed package), so both engines run from this one venv on the same machine, alternating old
+and new per cell. Each side runs the cell with
 ``ckpt-preempt simulate --json --no-progress`` as that commit ships it (its own flags, its own
 default of processes; ``--jobs`` is passed to the new side only, default 1 for a like-for-like
-engine comparison). The JSON is compared with wall time and plan latency removed. Prints one
-JSON line; ``--out`` also writes it (indented).
+engine comparison). The JSON is compared with wall time and plan latency removed, and of
+the simulator's settings (``sim``) only those both sides have (a later commit may add knobs,
+off by default). Prints one JSON line; ``--out`` also writes it (indented).
 
 Cells: ``default`` (the default run, scale 0.25 of openb/stress with its 40 floor cuts), or
 ``WORKLOAD/PROTOCOL[@SCALE]`` (seed 1, floor cuts off).
@@ -41,7 +43,7 @@ TIMED_KEYS = ("wall_seconds",)  # what differs between two runs of the same engi
 def _export(rev: str, into: Path) -> Path:
     """The package tree of ``rev``, importable as ``ckpt_preempt`` from the returned folder."""
     src = into / "src"
-    src.mkdir()
+    src.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
@@ -87,30 +89,41 @@ def comparable(doc: object) -> object:
     return doc
 
 
+def same_results(old: dict, new: dict) -> bool:
+    """Equal apart from timing, reading only the simulator settings both report."""
+    a, b = comparable(old), comparable(new)
+    sim_a, sim_b = a.pop("sim", {}), b.pop("sim", {})
+    shared = sim_a.keys() & sim_b.keys()
+    return a == b and all(sim_a[k] == sim_b[k] for k in shared)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", default=BASELINE, help="the older commit (default %(default)s)")
+    p.add_argument("--new", help="the newer commit (default: this working tree)")
     p.add_argument("--cells", default=",".join(DEFAULT_CELLS))
     p.add_argument("--jobs", type=int, default=1, help="processes for the new side")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
-        old_root = _export(args.baseline, Path(tmp))
+        old_root = _export(args.baseline, Path(tmp) / "old")
+        new_root = _export(args.new, Path(tmp) / "new") if args.new else None
         for cell in args.cells.split(","):
             base = _args(cell)
             print(f"sim_speed: {cell}: old engine ...", file=sys.stderr, flush=True)
             old, old_s = _run(base, old_root)
             print(f"sim_speed: {cell}: old {old_s:.1f} s; new engine ...", file=sys.stderr,
                   flush=True)
-            new, new_s = _run([*base, "--jobs", str(args.jobs)], None)
-            same = comparable(old) == comparable(new)
+            new, new_s = _run([*base, "--jobs", str(args.jobs)], new_root)
+            same = same_results(old, new)
             rows.append({"cell": cell, "old_seconds": round(old_s, 1),
                          "new_seconds": round(new_s, 1), "speedup": round(old_s / new_s, 2),
                          "identical": same})
             print(f"sim_speed: {cell}: new {new_s:.1f} s, {old_s / new_s:.2f}x, "
                   f"{'identical' if same else 'DIFFERENT'}", file=sys.stderr, flush=True)
-    doc = {"benchmark": "sim_speed", "baseline": args.baseline, "jobs_new": args.jobs,
+    doc = {"benchmark": "sim_speed", "baseline": args.baseline, "new": args.new or "worktree",
+           "jobs_new": args.jobs,
            "cpus": os.cpu_count(), "cells": rows,
            "all_identical": all(r["identical"] for r in rows)}
     print(json.dumps(doc))

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from ckpt_preempt.cli.files import file_problem, readable_file
 from ckpt_preempt.cli.output import emit
 from ckpt_preempt.controller.app import sim_runner, trace_files
 from ckpt_preempt.policies.placement import benchmark
-from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload
+from ckpt_preempt.policies.sim import engine, experiment, planners, report, workload, worlds
 from ckpt_preempt.policies.sim.protocols import PROTOCOLS, WORKLOADS
 
 NAME = "simulate"
@@ -120,8 +121,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--share-periodic", type=argtypes.fraction, default=d.share_periodic,
                    help="share of low-priority jobs checkpointing only periodically "
                         "(default %(default)s)")
-    p.add_argument("--share-silent", type=argtypes.fraction, default=d.share_silent,
-                   help="share of checkpointing jobs that never report it (default %(default)s)")
+    p.add_argument("--share-silent", type=argtypes.fraction,
+                   help="share of checkpointing jobs that never report it (default "
+                        f"{worlds.params(worlds.REALISTIC).share_silent} in the realistic world, "
+                        f"{worlds.params(worlds.OPTIMISTIC).share_silent} in the optimistic)")
     p.add_argument("--gang-share", type=argtypes.fraction, default=d.gang_share,
                    help="chance a low-priority job leads a gang of its successors "
                         "(default %(default)s)")
@@ -140,13 +143,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the controller's drain cap (default %(default)s)")
     p.add_argument("--grace-seconds", type=argtypes.non_negative_float, default=c.grace_seconds,
                    help="termination grace period (default %(default)s)")
+    p.add_argument("--world", choices=worlds.NAMES, default=worlds.DEFAULT,
+                   help="what jobs really do and what the planner is told (policies/sim/"
+                        "worlds.py): realistic (estimated ends, silent jobs, checkpoints that "
+                        "take time, drift and fail, per-job restore times, saves on SIGTERM) or "
+                        "optimistic (the engine's exact world, an ablation); the flags below "
+                        "override it (default %(default)s)")
     for flag, name, kind, text in COST_FLAGS:
-        p.add_argument(flag, type=kind, default=getattr(c, name),
-                       help=f"{text} (default %(default)s)")
-    p.add_argument("--declared-end-from-progress", action="store_true",
+        p.add_argument(flag, type=kind, help=f"{text} (default {_world_default(name)})")
+    p.add_argument("--declared-end-from-progress", action=argparse.BooleanOptionalAction,
                    help="declared ends are estimated from progress, as the checkpoint agent "
                         "declares them: --declared-end-error is then a share of the time left, "
-                        "not of the run")
+                        "not of the run (default "
+                        f"{_world_default('declared_end_from_progress')})")
     p.add_argument("--planner-restart-seconds", type=argtypes.non_negative_float,
                    help="what our search charges per evicted GPU for a restart, the "
                         "controller's restartCostSeconds (default: --restore-seconds)")
@@ -165,6 +174,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "one line per replay)")
 
 
+def _world_default(name: str) -> str:
+    """A SimConfig field's default in each world, for a flag's help."""
+    real = getattr(worlds.config(worlds.REALISTIC), name)
+    ideal = getattr(worlds.config(worlds.OPTIMISTIC), name)
+    if real == ideal:
+        return str(real)
+    return f"{real} in the realistic world, {ideal} in the optimistic"
+
+
 def _params(args: argparse.Namespace) -> workload.WorkloadParams:
     if len(args.checkpoint_seconds) != 2 or args.checkpoint_seconds[0] > args.checkpoint_seconds[1]:
         raise ValueError("--checkpoint-seconds needs MIN,MAX with MIN <= MAX")
@@ -172,11 +190,13 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
         raise ValueError("--share-on-request + --share-periodic must be between 0 and 1")
     if args.scale == 0:
         raise ValueError("--scale must be in (0, 1], got 0")
+    silent = worlds.params(args.world).share_silent if args.share_silent is None \
+        else args.share_silent
     return workload.WorkloadParams(
         seed=args.seed, scale=args.scale, load=args.load, window_hours=args.window_hours,
         replay_windows=args.replay_windows,
         share_on_request=args.share_on_request, share_periodic=args.share_periodic,
-        share_silent=args.share_silent, gang_share=args.gang_share,
+        share_silent=silent, gang_share=args.gang_share,
         gang_sizes=tuple(args.gang_sizes),
         checkpoint_intervals_min=tuple(args.checkpoint_intervals_min),
         checkpoint_seconds=(args.checkpoint_seconds[0], args.checkpoint_seconds[1]),
@@ -185,11 +205,13 @@ def _params(args: argparse.Namespace) -> workload.WorkloadParams:
 
 def _config(args: argparse.Namespace) -> engine.SimConfig:
     # each value was checked by its argparse type (COST_FLAGS)
-    costs = {name: getattr(args, name) for _, name, _, _ in COST_FLAGS}
-    return engine.SimConfig(grace_seconds=args.grace_seconds,
-                            max_checkpoint_seconds=args.max_checkpoint_seconds,
-                            planner_restart_seconds=args.planner_restart_seconds,
-                            declared_end_from_progress=args.declared_end_from_progress, **costs)
+    given = {name: getattr(args, name) for _, name, _, _ in COST_FLAGS
+             if getattr(args, name) is not None}
+    if args.declared_end_from_progress is not None:
+        given["declared_end_from_progress"] = args.declared_end_from_progress
+    return replace(worlds.config(args.world), grace_seconds=args.grace_seconds,
+                   max_checkpoint_seconds=args.max_checkpoint_seconds,
+                   planner_restart_seconds=args.planner_restart_seconds, **given)
 
 
 def _policies(args: argparse.Namespace) -> list[str]:

@@ -34,6 +34,7 @@ did before they existed).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -75,6 +76,15 @@ def report_error(*, seed: int, job_id: int, checkpoint: float, jitter: float) ->
     if jitter <= 0:
         return 0.0
     return random.Random(f"report-jitter-{seed}-{job_id}-{checkpoint!r}").uniform(-jitter, jitter)
+
+
+def restore_factor(*, seed: int, job_id: int, spread: float) -> float:
+    """Job ``job_id``'s restore time as a multiple of the configured one: log-uniform in
+    [1/``spread``, ``spread``], drawn once per job (1 when ``spread`` is 1)."""
+    if spread <= 1.0:
+        return 1.0
+    return math.exp(random.Random(f"restore-{seed}-{job_id}").uniform(
+        -math.log(spread), math.log(spread)))
 
 
 def restart_gpu_seconds(*, gpu_share: float, per_gpu_seconds: float,

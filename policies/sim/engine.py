@@ -68,10 +68,12 @@ from ckpt_preempt.policies.model.snapshot import Snapshot
 from ckpt_preempt.policies.planner import bound, preemption
 from ckpt_preempt.policies.planner.shrink import RENDEZVOUS_SECONDS
 from ckpt_preempt.policies.sim import sigterm, waits
+from ckpt_preempt.policies.sim.checkpoint_schedule import Schedule, schedule_for
 from ckpt_preempt.policies.sim.costs import (
     Ledger,
     drain_outcome,
     restart_gpu_seconds,
+    restore_factor,
     split_at,
 )
 from ckpt_preempt.policies.sim.devices import (
@@ -159,6 +161,14 @@ class SimConfig:
     # "default" (every pod's grace is grace_seconds) or "sized" (the grace webhook's: checkpoint
     # time, at most max_checkpoint_seconds, plus sigterm.MARGIN_SECONDS)
     sigterm_save: str = sigterm.OFF
+    # periodic checkpoints as they really happen (policies/sim/checkpoint_schedule.py); the
+    # planner is shown the declared interval. Off by default (exact, instant, never failing)
+    checkpoint_drift: float = 0.0  # each job's real interval: declared x (1 +- up to this)
+    periodic_save_seconds: bool = False  # a checkpoint is durable its checkpoint time later
+    checkpoint_failure_share: float = 0.0  # of periodic checkpoints: fail, the previous kept
+    # each job's restore time is restore_seconds x a seeded factor in [1/spread, spread]
+    # (log-uniform); our planner still charges restore_seconds (1: every job the same)
+    restore_spread: float = 1.0
 
     @property
     def planner_restart(self) -> tuple[float, float]:
@@ -219,7 +229,7 @@ class PolicyResult:
 
 class JobState:
     __slots__ = ("job", "keys", "models", "origin", "pods", "queued_at", "remaining", "report",
-                 "restore", "retry_at", "speed", "start", "started", "token")
+                 "restore", "retry_at", "schedule", "speed", "start", "started", "token")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -237,13 +247,19 @@ class JobState:
         self.models: tuple[Pod, ...] = ()  # the same pods, last checkpoint kept current
         self.report: tuple[float, float] | None = None  # (true checkpoint, published time)
         self.speed = 1.0  # share of its members running (policies.sim.elastic)
+        # its real periodic checkpoints (policies/sim/checkpoint_schedule.py): by default the
+        # declared interval, exact; the engine puts in the world's
+        self.schedule = None if job.interval is None else Schedule(interval=job.interval)
 
     def last_checkpoint(self, t: float) -> float:
-        """The last periodic checkpoint by ``t`` (its training origin before the first one)."""
-        j, o = self.job, self.origin
-        if j.interval is None or t <= o:
+        """The step time of the last periodic checkpoint durable by ``t`` (its training
+        origin before the first one)."""
+        s, o = self.schedule, self.origin
+        if s is None or t <= o:
             return o
-        return o + ((t - o) // j.interval) * j.interval
+        if s.exact:
+            return o + ((t - o) // s.interval) * s.interval
+        return s.last(o, t)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -474,6 +490,8 @@ class Simulation(PlannerView, ElasticJobs):
             inside, before = split_at(max(last, vs.origin), release, self.w.warmup)
             lost, prior = share * inside, share * before
         restore = job.restore_seconds if job.restore_seconds is not None else cfg.restore_seconds
+        if cfg.restore_spread > 1.0:  # each job's own restore time, the planner unaware
+            restore *= restore_factor(seed=self.seed, job_id=job.id, spread=cfg.restore_spread)
         self._stop(vs, release)
         vs.remaining = max(1.0, vs.remaining - saved * vs.speed)
         vs.restore = restore
@@ -514,8 +532,15 @@ class Simulation(PlannerView, ElasticJobs):
 
     def run(self) -> PolicyResult:
         jobs = self.w.jobs
+        cfg = self.cfg
         for j in jobs:
-            self._push(j.arrival, "arrive", JobState(j))
+            js = JobState(j)
+            if cfg.checkpoint_drift or cfg.periodic_save_seconds or cfg.checkpoint_failure_share:
+                js.schedule = schedule_for(
+                    j.interval, j.checkpoint_seconds, seed=self.seed, job_id=j.id,
+                    drift=cfg.checkpoint_drift, save=cfg.periodic_save_seconds,
+                    failure_share=cfg.checkpoint_failure_share)
+            self._push(j.arrival, "arrive", js)
         arrived = 0
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)

@@ -224,8 +224,8 @@ class _Scripted(Simulation):
         times = {None}
         for vs in states:
             nxt = waits.next_checkpoint(vs, t)
-            if nxt is not None and nxt + AFTER_CHECKPOINT_SECONDS <= t + cap:
-                times.add(nxt + AFTER_CHECKPOINT_SECONDS)
+            if nxt is not None and nxt[1] + AFTER_CHECKPOINT_SECONDS <= t + cap:
+                times.add(nxt[1] + AFTER_CHECKPOINT_SECONDS)
             if waits.job_end(vs) <= t + cap:
                 times.add(max(t, waits.job_end(vs)))
         out = []

@@ -23,14 +23,18 @@ def job_end(vs: JobState) -> float:
     return vs.origin + vs.remaining
 
 
-def next_checkpoint(vs: JobState, t: float) -> float | None:
-    """The job's first periodic checkpoint after ``t``, if it checkpoints periodically."""
-    interval = vs.job.interval
-    if interval is None:
+def next_checkpoint(vs: JobState, t: float) -> tuple[float, float] | None:
+    """The job's first periodic checkpoint durable after ``t`` (its step time, and when it is
+    durable), if it checkpoints periodically."""
+    s = vs.schedule
+    if s is None:
         return None
-    if t < vs.origin:
-        return vs.origin + interval
-    return vs.origin + ((t - vs.origin) // interval + 1) * interval
+    if not s.exact:
+        return s.next_durable(vs.origin, t)
+    interval = s.interval
+    step = vs.origin + interval if t < vs.origin \
+        else vs.origin + ((t - vs.origin) // interval + 1) * interval
+    return step, step
 
 
 def timed_wait(plan: Plan, victims: Sequence[JobState], t: float, cfg: SimConfig,
@@ -48,9 +52,10 @@ def timed_wait(plan: Plan, victims: Sequence[JobState], t: float, cfg: SimConfig
         at = [job_end(vs) + lag]
         nxt = next_checkpoint(vs, t)
         if nxt is not None and vs.job.reports:
-            error = report_error(seed=seed, job_id=vs.job.id, checkpoint=nxt,
+            step, durable = nxt
+            error = report_error(seed=seed, job_id=vs.job.id, checkpoint=step,
                                  jitter=cfg.report_jitter_seconds)
-            if nxt + error > t:  # an older published time is no ack of this plan
-                at.append(nxt + lag)
+            if step + error > t:  # an older published time is no ack of this plan
+                at.append(durable + lag)
         seen.append(min(at))
     return max(0.0, min(timing.deadline, max(seen, default=t)) - t)

@@ -28,20 +28,29 @@ def test_harsh_flags_reach_the_generator_and_the_simulator():
     assert c.planner_restart == (150.0, 0.0)  # the flag, per GPU, as an operator sets one knob
 
 
-def test_declared_end_flags_reach_the_simulator_and_default_to_every_job_exactly():
+def test_declared_end_flags_reach_the_simulator_and_default_to_the_worlds():
     _, cell, _ = cmd_simulate.validate(_args(
-        "--declared-end-share", "0.5", "--declared-end-error", "0.25"))
-    assert (cell.config.declared_end_share, cell.config.declared_end_error) == (0.5, 0.25)
-    _, plain, _ = cmd_simulate.validate(_args())
-    assert (plain.config.declared_end_share, plain.config.declared_end_error) == (1.0, 0.0)
-    assert plain.config.declared_end_from_progress is False
-    _, progress, _ = cmd_simulate.validate(_args("--declared-end-from-progress"))
-    assert progress.config.declared_end_from_progress is True
+        "--declared-end-share", "0.3", "--declared-end-error", "0.1"))
+    assert (cell.config.declared_end_share, cell.config.declared_end_error) == (0.3, 0.1)
+    _, plain, _ = cmd_simulate.validate(_args())  # the realistic world: half, from progress
+    assert (plain.config.declared_end_share, plain.config.declared_end_error) == (0.5, 0.25)
+    assert plain.config.declared_end_from_progress is True
+    _, exact, _ = cmd_simulate.validate(_args("--world", "optimistic"))
+    assert (exact.config.declared_end_share, exact.config.declared_end_error) == (1.0, 0.0)
+    assert exact.config.declared_end_from_progress is False
+    _, off, _ = cmd_simulate.validate(_args("--no-declared-end-from-progress"))
+    assert off.config.declared_end_from_progress is False
+    _, on, _ = cmd_simulate.validate(_args("--world", "optimistic", "--declared-end-from-progress"))
+    assert on.config.declared_end_from_progress is True
 
 
-def test_by_default_nobody_is_silent_or_lies_and_the_planner_charges_the_restore_time():
-    _, cell, _ = cmd_simulate.validate(_args())
+def test_the_optimistic_world_is_nobody_silent_or_lying_and_the_realistic_a_quarter_silent():
+    _, cell, _ = cmd_simulate.validate(_args("--world", "optimistic"))
     assert cell.params.share_silent == 0.0 and cell.config.lie_share == 0.0
+    _, real, _ = cmd_simulate.validate(_args())
+    assert real.params.share_silent == 0.25 and real.config.lie_share == 0.0
+    _, flag, _ = cmd_simulate.validate(_args("--share-silent", "0.1"))
+    assert flag.params.share_silent == 0.1
     c = cell.config
     # the restore time: its per-GPU term, and the fixed per-job term once per workload
     assert c.planner_restart == (c.restore_seconds, c.restore_job_gpu_seconds)
