@@ -93,6 +93,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.incentive
 	$(BIN)/python -m bench.elastic_shrink
 	$(BIN)/python -m bench.kueue_rows
+	$(BIN)/python -m bench.sim_speed --jobs 2 --out bench/results/sim_speed.json
 	$(BIN)/python -m bench.lost_work
 	$(BIN)/python -m bench.fairness
 	$(BIN)/python -m bench.optimality

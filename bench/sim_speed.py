@@ -2,10 +2,10 @@
 whether the results are the same.
 
 Usage: python -m bench.sim_speed [--baseline REV] [--new REV] [--cells default,...]
-       [--jobs N] [--out FILE]
-Target (issue 42): ``make run`` (the default cell) at most 60 s on 2 cores, 5x faster than the
-engine before the speed-up, with every policy's results identical: the ``simulate --json``
-document equal apart from wall time and the measured plan latencies.
+       [--jobs N] [--new-flags FLAGS] [--out FILE]
+Target: ``make run`` (the default cell) at most 60 s on 2 cores, 5x faster than the engine
+before the speed-up, with every policy's results identical: the ``simulate --json`` document
+equal apart from wall time and the measured plan latencies (issue 42).
 
 What: the baseline's source (and ``--new``'s, else this working tree) is exported with
 ``git archive REV`` into a temporary folder and imported from there (``PYTHONPATH`` over the
@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", help="the newer commit (default: this working tree)")
     p.add_argument("--cells", default=",".join(DEFAULT_CELLS))
     p.add_argument("--jobs", type=int, default=1, help="processes for the new side")
+    p.add_argument("--new-flags", default="--world optimistic",
+                   help="simulate flags for the new side only, so it replays the baseline's "
+                        "world (default %(default)r: the baseline's default world)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     rows = []
@@ -115,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             old, old_s = _run(base, old_root)
             print(f"sim_speed: {cell}: old {old_s:.1f} s; new engine ...", file=sys.stderr,
                   flush=True)
-            new, new_s = _run([*base, "--jobs", str(args.jobs)], new_root)
+            new, new_s = _run([*base, "--jobs", str(args.jobs), *args.new_flags.split()],
+                              new_root)
             same = same_results(old, new)
             rows.append({"cell": cell, "old_seconds": round(old_s, 1),
                          "new_seconds": round(new_s, 1), "speedup": round(old_s / new_s, 2),
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sim_speed: {cell}: new {new_s:.1f} s, {old_s / new_s:.2f}x, "
                   f"{'identical' if same else 'DIFFERENT'}", file=sys.stderr, flush=True)
     doc = {"benchmark": "sim_speed", "baseline": args.baseline, "new": args.new or "worktree",
-           "jobs_new": args.jobs,
+           "jobs_new": args.jobs, "new_flags": args.new_flags,
            "cpus": os.cpu_count(), "cells": rows,
            "all_identical": all(r["identical"] for r in rows)}
     print(json.dumps(doc))

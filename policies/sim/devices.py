@@ -289,10 +289,8 @@ class Capacity:
         spec = members[0].gpu_spec
         if not r.gpu_milli and all(requests(m) == r and m.gpu_spec == spec for m in members):
             # n equal whole-GPU members: best fit puts each where it fits, taking one of that
-            # node's slots, so the ask fits exactly when the nodes have n slots in all
-            failure.slots = {i: n for i in self._allowed_nodes(allowed)
-                             if (n := _slots(r, self.free[i]))}
-            failure.total = sum(failure.slots.values())
+            # node's slots, so the ask fits exactly when the nodes have n slots in all (counted
+            # when first asked again: most failed asks never are)
             failure.need = len(members)
             failure.request, failure.allowed = r, allowed
         elif not taken:  # the first member fitted nowhere
@@ -310,18 +308,24 @@ class Capacity:
         r, allowed = failure.request, failure.allowed
         if r is None:  # a later member failed: anything may have changed that
             return False
-        given = {i for i in self.given[failure.given:] if allowed is None or i in allowed}
-        if failure.slots is not None:
-            # every other node has only lost slots since: the count is at most this
+        if failure.need and failure.slots is None:  # first asked again: count them all now
+            failure.slots = {i: n for i in self._allowed_nodes(allowed)
+                             if (n := _slots(r, self.free[i]))}
+            failure.total = sum(failure.slots.values())
+            if failure.total >= failure.need:
+                return False
+        elif failure.need:
+            # every node not given to since has only lost slots: the count is at most this
             total = failure.total
-            for i in given:
+            for i in {i for i in self.given[failure.given:] if allowed is None or i in allowed}:
                 now = _slots(r, self.free[i])
                 total += now - failure.slots.get(i, 0)
                 failure.slots[i] = now
             failure.total = total
             if total >= failure.need:
                 return False
-        elif any(self._fits_as_placed(i, r) for i in given):
+        elif any(self._fits_as_placed(i, r) for i in set(self.given[failure.given:])
+                 if allowed is None or i in allowed):
             return False
         failure.version, failure.given = self.version, len(self.given)
         return True
@@ -348,9 +352,10 @@ _UNBOUNDED = 1 << 30  # a pod asking for nothing fits any number of times
 class _Failure:
     """An ask that did not fit, as last known to fail: ``Capacity.version`` and the length of
     ``Capacity.given`` then. ``request``/``allowed``: the member that fitted nowhere (None when
-    a later member failed: only an unchanged version says it fails again); ``slots``: for an ask
-    of equal whole-GPU members, each allowed node's slots for one member then (at most what it
-    has now, unless given to since), ``total`` their sum and ``need`` the members."""
+    a later member failed: only an unchanged version says it fails again); ``need``: for an ask
+    of equal whole-GPU members, how many, ``slots`` each allowed node's slots for one member when
+    last counted (at least what it has now, unless given to since; None until first counted)
+    and ``total`` their sum."""
 
     version: int
     given: int

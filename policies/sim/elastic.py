@@ -80,8 +80,11 @@ class ElasticJobs:
         shrunken = [js for js in self.running.values() if js.speed < 1.0]
         for js in sorted(shrunken, key=lambda s: s.job.id):
             have = {int(p.uid.rsplit("-", 1)[1]) for p, _ in js.pods}
-            missing = [k for k in range(len(js.job.members)) if k not in have]
-            placed = self.cap.place(tuple(js.job.members[k] for k in missing))
+            missing = tuple(k for k in range(len(js.job.members)) if k not in have)
+            # one tuple per job and missing set, so the capacity remembers a failed ask
+            ask = self.missing_asks.setdefault((js.job.id, missing), tuple(
+                js.job.members[k] for k in missing))
+            placed = self.cap.place(ask)
             if placed is None:
                 continue
             lo, hi = self.w.warmup, self.w.window

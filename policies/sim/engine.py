@@ -323,6 +323,8 @@ class Simulation(PlannerView, ElasticJobs):
         self.preempted: dict[int, list[float]] = {}  # job id -> when it was preempted
         self.wakes: set[float] = set()  # times a scheduling pass is due without an event
         self.measured_preemptions: Counter[int] = Counter()  # the same, after the warm-up
+        # a shrunken job's missing members, one tuple per (job, missing set) (ElasticJobs)
+        self.missing_asks: dict[tuple[int, tuple[int, ...]], tuple] = {}
 
     # -- the event queue -------------------------------------------------------------------
     def _push(self, t: float, kind: str, payload) -> None:

@@ -104,6 +104,10 @@ class PlannerView:
         self.held_pods: dict[int, dict[int, Pod | None]] = {}
         # preemptor shapes whose plan failed since capacity last changed (``_preempt``)
         self.failed_shapes: set[tuple] = set()
+        # counts capacity changes: the cluster every preemptor of one moment is planned on is
+        # built once per (moment, epoch, priority, nodes) (``_base``)
+        self.epoch = 0
+        self.bases: dict[tuple, tuple[tuple[Node, ...], Snapshot, float | None]] = {}
         # when the first job held at the starvation bound in the last snapshot leaves it (None:
         # none held); a plan that fails then asks the engine to wake at that time
         # (``_wake``), as the controller would find it free at its next retry
@@ -116,6 +120,7 @@ class PlannerView:
         h[pod.priority] = have + pod.requests if sign > 0 else have - pod.requests
         self.held_pods.pop(i, None)
         self.failed_shapes.clear()
+        self.epoch += 1
 
     def _held_pod(self, i: int, priority: int) -> Pod | None:
         """All capacity on node ``i`` held at ``priority`` or above, as one pod."""
@@ -190,6 +195,26 @@ class PlannerView:
 
     def _snapshot(self, pre: list[Pod], job: Job) -> Snapshot:
         priority = min(p.priority for p in pre)
+        queued = sum(m.gpu_share for other in self.high
+                     if other.job is not job and other.job.priority >= priority
+                     for m in other.job.members)
+        return self._base(priority, self._planner_nodes(job.members)).with_pending(pre, queued)
+
+    def _base(self, priority: int, nodes: tuple[Node, ...]) -> Snapshot:
+        """The cluster as a preemptor of ``priority`` sees it now, on ``nodes``, without its
+        own pods: built once per moment and capacity state (and sets ``bound_release``)."""
+        key = (self.t, self.epoch, priority, id(nodes))
+        known = self.bases.get(key)
+        if known is not None and known[0] is nodes:  # held, so the id is still theirs
+            self.bound_release = known[2]
+            return known[1]
+        base = self._build_base(priority, nodes)
+        if any(k[:2] != key[:2] for k in self.bases):  # a new moment or state: forget the old
+            self.bases = {}
+        self.bases[key] = (nodes, base, self.bound_release)
+        return base
+
+    def _build_base(self, priority: int, nodes: tuple[Node, ...]) -> Snapshot:
         pods = []
         recent: dict[str, int] = {}
         history: dict[str, int] = {}
@@ -234,13 +259,8 @@ class PlannerView:
             held = self._held_pod(i, priority)
             if held is not None:
                 pods.append(held)
-        queued = sum(m.gpu_share for other in self.high
-                     if other.job is not job and other.job.priority >= priority
-                     for m in other.job.members)
-        return Snapshot(now=t, nodes=self._planner_nodes(job.members),
-                        pods=tuple(pods) + tuple(pre),
-                        recent_preemptions=recent, unknown_checkpoint=self.unknown,
-                        preemption_history=history, queued_gpus=queued)
+        return Snapshot(now=t, nodes=nodes, pods=tuple(pods), recent_preemptions=recent,
+                        unknown_checkpoint=self.unknown, preemption_history=history)
 
     def _planner_nodes(self, members: Iterable[Member]) -> tuple[Node, ...]:
         """The nodes as the planner sees them for a preemptor with these members (a subclass

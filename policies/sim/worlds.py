@@ -44,21 +44,22 @@ OPTIMISTIC = "optimistic"
 NAMES = (REALISTIC, OPTIMISTIC)
 DEFAULT = REALISTIC
 
-# SimConfig fields each world sets (the rest keep SimConfig's defaults)
-SIM_CHANGES: dict[str, dict[str, object]] = {
-    REALISTIC: {
-        "declared_end_share": 0.5, "declared_end_error": 0.25,
-        "declared_end_from_progress": True,
-        "checkpoint_drift": 0.2, "periodic_save_seconds": True,
-        "checkpoint_failure_share": 0.03, "restore_spread": 3.0,
-        "sigterm_save": sigterm.DEFAULT_GRACE,
-    },
-    OPTIMISTIC: {},
+# the SimConfig and WorkloadParams fields a world sets: the realistic world's values; the
+# optimistic world sets the same fields to the engine's and generator's defaults, so either
+# world can be put on any configuration
+_REALISTIC_SIM: dict[str, object] = {
+    "declared_end_share": 0.5, "declared_end_error": 0.25, "declared_end_from_progress": True,
+    "checkpoint_drift": 0.2, "periodic_save_seconds": True, "checkpoint_failure_share": 0.03,
+    "restore_spread": 3.0, "sigterm_save": sigterm.DEFAULT_GRACE,
 }
-# WorkloadParams fields each world sets
+_REALISTIC_WORKLOAD: dict[str, object] = {"share_silent": 0.25}
+SIM_CHANGES: dict[str, dict[str, object]] = {
+    REALISTIC: _REALISTIC_SIM,
+    OPTIMISTIC: {k: getattr(SimConfig(), k) for k in _REALISTIC_SIM},
+}
 WORKLOAD_CHANGES: dict[str, dict[str, object]] = {
-    REALISTIC: {"share_silent": 0.25},
-    OPTIMISTIC: {},
+    REALISTIC: _REALISTIC_WORKLOAD,
+    OPTIMISTIC: {k: getattr(WorkloadParams(), k) for k in _REALISTIC_WORKLOAD},
 }
 
 

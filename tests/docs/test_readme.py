@@ -145,3 +145,35 @@ def test_the_checks_themselves():
     assert not _is_table("| a | b |\n| 1 | 2 |")
     assert not _is_table("| a | b |\n|---|---|\n| 1 | 2 | 3 |")
     assert not _is_table("| a | b |\n|---|---|")
+
+
+EVIDENCE = REPO / "bench" / "results" / "evidence.md"
+EVIDENCE_HEADLINE = "## Headline: total lost GPU-hours ÷ the strongest baseline"
+
+
+def _evidence_headline_rows() -> dict[str, str]:
+    """The committed evidence report's headline table: header and rows, keyed by first cell."""
+    text = EVIDENCE.read_text()
+    after = text[text.index(EVIDENCE_HEADLINE) + len(EVIDENCE_HEADLINE):]
+    rows = {}
+    for line in after.strip().splitlines():
+        if not line.startswith("|"):
+            break
+        rows[line.split("|")[1].strip()] = line.strip()
+    return rows
+
+
+def test_the_readme_headline_is_the_committed_evidence():
+    """Each row of the README's headline table is the same row of bench/results/evidence.md
+    (the report bench/evidence.py writes), header included: a new evidence run that moves a
+    number fails this until the README shows it."""
+    committed = _evidence_headline_rows()
+    shown = _headline_block(README.read_text()).splitlines()
+    for row in [shown[0], *shown[2:]]:
+        key = row.split("|")[1].strip()
+        assert committed.get(key) == row.strip(), f"README headline row {key!r} is not the report's"
+
+
+def test_the_readme_says_how_long_make_run_takes():
+    line = next(t for t in README.read_text().splitlines() if "<!-- make-run-time -->" in t)
+    assert re.search(r"`make run` takes (about )?\d+ (s|seconds|min)", line), line

@@ -105,3 +105,19 @@ def test_a_failed_ask_is_answered_from_memory_until_room_comes_back():
     assert cap.place(big) is None and cap.remembered == 2  # only taken since
     cap.give(0, devices.requests(small[0]))
     assert cap.place(big) is None and cap.remembered == 3  # given back, still 2 slots
+
+
+def test_a_remembered_gang_is_placed_once_its_last_slot_comes_back():
+    # two 2-GPU nodes, one half taken; a gang of two 2-GPU members needs both nodes whole
+    cap = Counting(_nodes([(2, 64000, "A", 0), (2, 64000, "A", 0)]), ["A", "A"], [0, 0])
+    pair = (workload.Member(name="g", cpu_milli=1000, memory_mib=1024, gpus=2),) * 2
+    one = (workload.Member(name="s", cpu_milli=1000, memory_mib=1024, gpus=1),)
+    assert cap.place(one) == [0]
+    assert cap.place(pair) is None  # one slot of two
+    other = (workload.Member(name="t", cpu_milli=1000, memory_mib=1024, gpus=1),)
+    assert cap.place(other) == [0]  # node 0 full now; nothing given back
+    assert cap.place(pair) is None and cap.remembered == 1  # slots counted: 1
+    cap.give(0, devices.requests(other[0]))
+    assert cap.place(pair) is None and cap.remembered == 2  # still one slot (node 1)
+    cap.give(0, devices.requests(one[0]))
+    assert cap.place(pair) == [0, 1]  # exactly the two slots it needs: worked out, placed

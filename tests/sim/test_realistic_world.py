@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_preempt.policies.model.model import CheckpointMode
-from ckpt_preempt.policies.sim import engine, sigterm, waits, worlds, workload
+from ckpt_preempt.policies.sim import engine, sigterm, waits, workload, worlds
 from ckpt_preempt.policies.sim.checkpoint_schedule import Schedule, schedule_for
 from ckpt_preempt.policies.sim.costs import restore_factor
 
@@ -106,3 +106,11 @@ def test_a_realistic_replay_charges_a_failed_checkpoint_but_plans_on_the_declara
     assert exact.preemptions == failing.preemptions == 1
     assert exact.lost_work_gpu_hours < 0.2  # at most one interval and the grace lost
     assert failing.lost_work_gpu_hours == pytest.approx((2 * 3600 + 30) / 3600)
+
+
+def test_a_world_can_be_put_on_any_configuration_and_taken_off_again():
+    real = worlds.config(worlds.REALISTIC, engine.SimConfig(grace_seconds=60.0))
+    back = worlds.config(worlds.OPTIMISTIC, real)
+    assert back == engine.SimConfig(grace_seconds=60.0)
+    silent = worlds.params(worlds.REALISTIC, workload.WorkloadParams(seed=7))
+    assert worlds.params(worlds.OPTIMISTIC, silent) == workload.WorkloadParams(seed=7)

@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from ckpt_preempt.policies.sim import experiment, report
+from ckpt_preempt.policies.sim import experiment, report, worlds
 from tests.sim.test_experiment import BASELINES, result, runs
 
 TOTAL = "total GPU-h (work + restart + delay)"
@@ -64,15 +64,23 @@ def test_evidence_covers_every_workload_and_protocol_and_ablates_replay():
     plain = [c for c in full if not c.ablation]
     assert len(plain) == len(protocols.WORKLOADS) * per_workload
     assert {c.utilisation for c in plain if c.protocol == "steady"} == set(evidence.UTILISATIONS)
-    ablated = [c for c in full if c.ablation]
+    ablated = [c for c in full if c.ablation and c.ablation != "optimistic world"]
     # every ablation runs, each on the cell it was chosen for
     assert sorted(c.ablation for c in ablated) == sorted(experiment.ABLATIONS)
     for c in ablated:
         assert c.ablation in evidence.ABLATED_CELLS[c.workload, c.protocol]
         assert c.config != experiment.Cell().config, c.label
     assert all(c.scale == 0.1 for c in full)
+    # every cell replays the realistic world; a few replay the optimistic one as an ablation
+    assert all(c.config == worlds.config(worlds.REALISTIC, c.config) for c in plain)
+    assert all(c.params.share_silent == 0.25 for c in plain)
+    other = [c for c in full if c.ablation == "optimistic world"]
+    assert {(c.workload, c.protocol) for c in other} == set(evidence.WORLD_ABLATED_CELLS)
+    assert all(c.config == worlds.config(worlds.OPTIMISTIC, c.config)
+               and c.params.share_silent == 0.0 for c in other)
     quick = evidence.cells(0.1, quick=True)
-    assert len(quick) == len(protocols.WORKLOADS) * 3 + len(experiment.ABLATIONS)
+    assert len(quick) == len(protocols.WORKLOADS) * 3 + len(experiment.ABLATIONS) + len(
+        evidence.WORLD_ABLATED_CELLS)
 
 
 def test_evidence_cells_names_cells_whose_labels_hold_a_comma():
@@ -112,8 +120,9 @@ def test_evidence_report_puts_the_ratio_vs_the_strongest_baseline_in_the_headlin
     off = experiment.summarise(experiment.ablate(cell, "all costs off"), rs,
                                baselines=BASELINES, resamples=200)
     md = evidence.markdown([r, off], {"argv": "--quick", "wall_minutes": 1.0, "jobs": 2,
-                                      "seeds": [1, 2, 3], "scale": 0.1,
+                                      "seeds": [1, 2, 3], "scale": 0.1, "world": "realistic",
                                       "policies": ["kube-default", "cost-aware"]})
+    assert "in the realistic world (policies/sim/worlds.py)" in md
     # checkpoint-aware did not run: its column is left out
     assert "| openb/replay | cost-aware | 0.25 [0.25, 0.25] | 1.00 [1.00, 1.00] | " \
            "0.25 [0.25, 0.25] | 0.20 [0.20, 0.20] |" in md
