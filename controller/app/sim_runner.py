@@ -32,11 +32,12 @@ from typing import TextIO
 from ckpt_preempt.controller.app import trace_files
 from ckpt_preempt.policies.sim import experiment, floor_cuts
 
-# one replay's CPU-seconds, fitted to openb/stress on a 2-core machine (2026-12-07): 1.2 s at
-# scale 0.1 (7,483 jobs), 23.4 s at 0.25 (19,143 jobs; the mean of eight policies, which
-# differ by up to 1.5x); the work grows with the jobs and with the pods each plan looks at
-REPLAY_SECONDS_AT_1000_JOBS = 0.0021
-REPLAY_SECONDS_GROWTH = 3.16  # the exponent of jobs / 1000
+# one replay's CPU-seconds, fitted to openb/stress in the realistic world on a 2-core machine
+# (2026-12-07): about 1.9 s at scale 0.1 (7,483 jobs), 42 s at 0.25 (19,143 jobs; the mean of
+# eight policies, which differ by up to 2x); the work grows with the jobs and with the pods
+# each plan looks at
+REPLAY_SECONDS_AT_1000_JOBS = 0.0035
+REPLAY_SECONDS_GROWTH = 3.13  # the exponent of jobs / 1000
 REPLAY_OVERHEAD_SECONDS = 1.0  # building the workload and starting the replay
 POLL_SECONDS = 0.2  # how often the parent reads the workers' progress
 

@@ -175,7 +175,8 @@ class Snapshot:
 
     def with_pending(self, pending: Iterable[Pod], queued_gpus: float) -> Snapshot:
         """This snapshot plus pods bound to no node (a preemptor's), sharing every index that
-        depends only on bound pods (pods and room per node, the GPU index, the largest node),
+        depends only on bound pods (pods and room per node, the GPU index, the largest node,
+        periodic reporters, declared ends),
         built once for many preemptors instead of once each: the simulator plans every waiting
         preemptor of a moment on one cluster state. The result equals a snapshot made with all
         the pods; ValueError for a bound pod."""
@@ -192,7 +193,9 @@ class Snapshot:
         view.__dict__.update(
             _index=(on_node, held, gang_pods), free_by_node=self.free_by_node,
             free_gpus_index=self.free_gpus_index, largest_allocatable=self.largest_allocatable,
-            node_by_name=self.node_by_name, pdbs_by_namespace=self.pdbs_by_namespace)
+            node_by_name=self.node_by_name, pdbs_by_namespace=self.pdbs_by_namespace,
+            # of bound pods only, at positions the added pods (appended) do not move
+            periodic_positions=self.periodic_positions, declared_ends=self.declared_ends)
         return view
 
     def restricted(

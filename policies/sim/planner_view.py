@@ -107,6 +107,7 @@ class PlannerView:
         # counts capacity changes: the cluster every preemptor of one moment is planned on is
         # built once per (moment, epoch, priority, nodes) (``_base``)
         self.epoch = 0
+        self.end_errors: dict[tuple[int, float], float] = {}  # (job, run origin) -> its error
         self.bases: dict[tuple, tuple[tuple[Node, ...], Snapshot, float | None]] = {}
         # when the first job held at the starvation bound in the last snapshot leaves it (None:
         # none held); a plan that fails then asks the engine to wake at that time
@@ -167,8 +168,12 @@ class PlannerView:
         """A progress-estimated end at ``t`` (``SimConfig.declared_end_from_progress``): the
         time left, misjudged by the run's seeded error, from now; ``declared`` (the end the
         pods show) until the estimate moves by the agent's threshold."""
-        error = end_error(seed=self.seed, job_id=js.job.id, origin=js.origin,
-                          most=self.cfg.declared_end_error)
+        key = (js.job.id, js.origin)
+        error = self.end_errors.get(key)
+        if error is None:  # drawn once per run, asked at every plan
+            error = self.end_errors[key] = end_error(
+                seed=self.seed, job_id=js.job.id, origin=js.origin,
+                most=self.cfg.declared_end_error)
         estimate = t + max(0.0, js.origin + js.remaining - t) * (1.0 + error)
         shift = max(END_REDECLARE_MIN_SECONDS, END_REDECLARE_SHARE * max(0.0, estimate - t))
         return estimate if abs(estimate - declared) > shift else declared

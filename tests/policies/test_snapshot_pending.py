@@ -14,7 +14,7 @@ from tests.policies.test_plan_cache import QUEUES, cycles
 
 INDEXES = ("pods_on_node", "free_by_node", "free_gpus_index", "largest_allocatable",
            "node_by_name", "pods_by_gang", "gangs", "pod_by_uid", "pdbs_by_namespace",
-           "periodic_positions")
+           "periodic_positions", "declared_ends")
 
 
 @QUEUES
