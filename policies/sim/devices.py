@@ -33,9 +33,11 @@ Asks that cannot fit are not worked out again while nothing they depend on chang
 (``Capacity.place``, ``_Failure``): the engine asks for every pending job at every event, and
 most asks fail as they did at the previous one. The answer is the same as working it out: a
 failed ask is retried in full once any capacity was taken or given since, except where its first
-member (the largest, placed first on the state as it is) fitted nowhere; that stays so until
-capacity is given back, and then only the nodes given to need checking, since every other node
-has only lost room since.
+member (the largest, placed first on the state as it is) fitted nowhere, or where its members
+are equal whole-GPU pods and the nodes had fewer slots for one than there are members (best fit
+fills slots one by one, so that is exactly when it fails). Either stays so until capacity is
+given back, and then only the nodes given to need checking, since every other node has only lost
+room since.
 
 Against a cluster that shares GPUs dynamically (a device serves whole or shared pods as they
 come, as the trace's own cluster did), the static split wastes capacity: an idle shared device
