@@ -11,6 +11,7 @@ import argparse
 import pytest
 import yaml
 
+from ckpt_preempt.cli.files import readable_file
 from ckpt_preempt.controller.app import cmd_kueue_boost
 from ckpt_preempt.controller.core import config
 from e2e.harness import chart
@@ -37,6 +38,9 @@ def _parsed(args: list[str]) -> argparse.Namespace:
     assert args[0] == cmd_kueue_boost.NAME
     p = argparse.ArgumentParser(prog=f"ckpt-preempt {cmd_kueue_boost.NAME}")
     cmd_kueue_boost.add_arguments(p)
+    for action in p._actions:  # the files are in the pod, not here: parse their paths only
+        if action.type is readable_file:
+            action.type = str
     return p.parse_args(args[1:])
 
 

@@ -283,5 +283,7 @@ def test_nonsense_spec_is_one_line_and_exit_2(mocknvml, tmp_path, command):
     extra = ["--node", "n1"] if command == "publish" else []
     done = mocknvml.run("h100", command, "--expect", str(spec), *extra)
     assert done.returncode == 2
-    assert done.stderr == "hwprobe: spec minus: gpu_count must be a positive integer, got -3\n"
+    # refused while the arguments are parsed, before NVML is touched: one line naming the flag
+    assert done.stderr == (f"hwprobe {command}: error: argument --expect: spec minus: gpu_count "
+                           f"must be a positive integer, got -3 (see hwprobe {command} --help)\n")
     assert done.stdout == ""
