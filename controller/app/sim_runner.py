@@ -18,6 +18,7 @@ guess to plan a coffee by, not a promise (the floor cuts come on top).
 from __future__ import annotations
 
 import functools
+import itertools
 import multiprocessing
 import os
 import queue
@@ -40,6 +41,8 @@ REPLAY_SECONDS_AT_1000_JOBS = 0.0035
 REPLAY_SECONDS_GROWTH = 3.13  # the exponent of jobs / 1000
 REPLAY_OVERHEAD_SECONDS = 1.0  # building the workload and starting the replay
 POLL_SECONDS = 0.2  # how often the parent reads the workers' progress
+# workers fork where they can: they start at once and share the parent's parsed trace
+_CONTEXT = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
 
 _progress_queue: multiprocessing.Queue | None = None  # set in each worker (``_init``)
 
@@ -101,10 +104,9 @@ def floor_summary(cell: experiment.Cell, seeds: Sequence[int], policies: Sequenc
     if min(processes, len(tasks)) <= 1:
         done = [_cut(cell, seed, k, trace) for seed, k in tasks]
     else:
-        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
-            done = list(pool.map(_cut, *zip(*[(cell, seed, k, trace) for seed, k in tasks],
-                                            strict=True)))
+        with ProcessPoolExecutor(max_workers=processes, mp_context=_CONTEXT) as pool:
+            done = list(pool.map(_cut, itertools.repeat(cell), [seed for seed, _ in tasks],
+                                 [k for _, k in tasks], itertools.repeat(trace)))
     return floor_cuts.summarise(cell.label, used, done, policies)
 
 
@@ -198,9 +200,8 @@ def run_cell(cell: experiment.Cell, seeds: Sequence[int], policies: Sequence[str
 def _run_pool(cell: experiment.Cell, tasks: list[tuple[int, str]], trace: Trace,
               processes: int, progress: Progress | None,
               runs: dict[tuple[int, str], experiment.Run]) -> None:
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    ticks = context.Queue() if progress is not None and progress.bar is not None else None
-    with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_init,
+    ticks = _CONTEXT.Queue() if progress is not None and progress.bar is not None else None
+    with ProcessPoolExecutor(max_workers=processes, mp_context=_CONTEXT, initializer=_init,
                              initargs=(ticks,)) as pool:
         pending: dict[Future, tuple[int, str]] = {
             pool.submit(_replay, cell, seed, policy, trace): (seed, policy)
